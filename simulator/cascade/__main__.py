@@ -1,0 +1,252 @@
+"""`python -m simulator.cascade`: analyse, execute and compare cascades before any mapping.
+
+    passes  FILE [--shape M=4096,...] [--format table|json]   passes and live footprint
+    ops     FILE [--shape ...] [--baseline FILE] [--format ...] operation counts per Einsum
+    compare FILE_A FILE_B [--shape ...] [--scale S] [--seed N]  numerical equivalence (exit 0/1)
+    eval    FILE [--shape ...] [--scale S] [--seed N]           run on random inputs
+    graph   FILE [--format text|dot]                            dependencies and recurrences
+    list                                                        the shipped cascades
+
+FILE is a path or the name of a shipped cascade (`attention-1pass`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from simulator.cascade.evaluate import compare, evaluate, random_inputs
+from simulator.cascade.graph import to_dot, to_text
+from simulator.cascade.ir import Cascade
+from simulator.cascade.ops import KINDS, cascade_ops, totals
+from simulator.cascade.parse import load_cascade
+from simulator.cascade.passes import analyze_passes
+from simulator.cascade.shapes import parse_shape_arg, resolve_shapes
+from simulator.cli import guarded
+from simulator.errors import SpecError
+from simulator.paths import data_dir, resolve_spec
+from simulator.textfmt import table
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises SpecError (one line, exit 2) instead of printing usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SpecError(f"{self.prog}: {message}")
+
+
+def _load(name: str) -> Cascade:
+    return load_cascade(resolve_spec("cascades", name))
+
+
+def _shapes(cascade: Cascade, text: str | None) -> dict[str, int]:
+    return resolve_shapes(cascade, parse_shape_arg(text) if text else None)
+
+
+def _symbolic_value(symbol: str, shapes: dict[str, int] | None) -> int | None:
+    if shapes is None:
+        return None
+    value = 1
+    for part in symbol.split("*"):
+        if part == "1":
+            continue
+        if part not in shapes:
+            return None
+        value *= shapes[part]
+    return value
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    cascade = _load(args.file)
+    report = analyze_passes(cascade)
+    try:
+        shapes = _shapes(cascade, args.shape)
+    except SpecError:
+        if args.shape:
+            raise
+        shapes = None  # symbolic only: the file gives no default shapes
+    if args.format == "json":
+        data = report.to_json()
+        for fiber in data["fibers"]:
+            fiber["live_footprint_values"] = _symbolic_value(fiber["live_footprint"], shapes)
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"cascade {cascade.name}: {report.max_passes} pass(es) (max over ranks)")
+    print()
+    print(table(["rank", "passes", "pass boundaries (full reductions)"],
+                [(g, n, ", ".join(why) or "-") for g, n, why in report.per_rank]))
+    print()
+    rows = []
+    for f in report.fibers:
+        values = _symbolic_value(f.live_footprint, shapes)
+        rows.append((f.tensor, f.rank, "x".join(f.components), f.passes, f.live_footprint,
+                     "-" if values is None else values))
+    print(table(["tensor", "rank", "indexed as", "passes", "live footprint", "values"], rows,
+                right=[False, False, False, True, False, True]))
+    return 0
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    cascade = _load(args.file)
+    shapes = _shapes(cascade, args.shape)
+    ops = cascade_ops(cascade, shapes)
+    base = None
+    if args.baseline:
+        other = _load(args.baseline)
+        overrides = {k: v for k, v in shapes.items() if k in {r for t in other.tensors
+                                                                 for r in t.ranks}}
+        base = totals(cascade_ops(other, resolve_shapes(other, overrides)))
+    total = totals(ops)
+    if args.format == "json":
+        data = {
+            "cascade": cascade.name,
+            "shapes": shapes,
+            "einsums": [{"einsum": o.einsum, "kind": o.kind, "points": o.points,
+                         **{k: o.count(k) for k in KINDS}} for o in ops],
+            "total": {k: total.get(k, 0) for k in KINDS},
+        }
+        if base is not None:
+            data["baseline"] = {k: base.get(k, 0) for k in KINDS}
+        print(json.dumps(data, indent=2))
+        return 0
+    kinds = [k for k in KINDS if total.get(k) or (base and base.get(k))]
+    rows = [(o.einsum, o.points, *[o.count(k) for k in kinds]) for o in ops if o.kind == "compute"]
+    rows.append(("total", "", *[total.get(k, 0) for k in kinds]))
+    if base is not None:
+        rows.append((f"baseline ({args.baseline})", "", *[base.get(k, 0) for k in kinds]))
+        rows.append(("difference", "", *[f"{total.get(k, 0) - base.get(k, 0):+d}"
+                                         for k in kinds]))
+    print(f"cascade {cascade.name}, shapes {', '.join(f'{k}={v}' for k, v in shapes.items())}")
+    print(table(["einsum", "points", *kinds], rows,
+                right=[False] + [True] * (1 + len(kinds))))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    a, b = _load(args.file_a), _load(args.file_b)
+    overrides = parse_shape_arg(args.shape) if args.shape else None
+    result = compare(a, b, overrides, seed=args.seed, scale=args.scale, rtol=args.rtol)
+    if args.format == "json":
+        print(json.dumps({
+            "a": result.cascade_a, "b": result.cascade_b, "equivalent": result.equivalent,
+            "rtol": result.rtol, "shapes": dict(result.shapes),
+            "outputs": [{"tensor": o.tensor, "max_rel_error": o.max_rel_error,
+                         "nonfinite_a": o.nonfinite_a, "nonfinite_b": o.nonfinite_b}
+                        for o in result.outputs]}, indent=2))
+    else:
+        for o in result.outputs:
+            status = "ok" if o.max_rel_error <= result.rtol and not (o.nonfinite_a or
+                                                                     o.nonfinite_b) else "DIFFER"
+            print(f"{o.tensor}: max relative error {o.max_rel_error:.3g} (rtol {result.rtol:g})"
+                  f"  {status}")
+            for name, count in ((result.cascade_a, o.nonfinite_a),
+                                (result.cascade_b, o.nonfinite_b)):
+                if count:
+                    print(f"  {name}: {o.tensor} has {count} non-finite value(s): the cascade "
+                          "overflows (inf/nan) at these input magnitudes")
+        verdict = "equivalent" if result.equivalent else "NOT equivalent"
+        print(f"{result.cascade_a} vs {result.cascade_b}: {verdict} on random inputs "
+              f"(seed {args.seed}, scale {args.scale:g})")
+    return 0 if result.equivalent else 1
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    cascade = _load(args.file)
+    shapes = _shapes(cascade, args.shape)
+    inputs = random_inputs(cascade, shapes, args.seed, args.scale)
+    arrays = evaluate(cascade, inputs, shapes)
+    rows = []
+    status = 0
+    for name in cascade.outputs:
+        value = arrays[name]
+        bad = int((~np.isfinite(value)).sum())
+        finite = value[np.isfinite(value)]
+        rows.append((name, "x".join(map(str, value.shape)) or "scalar",
+                     f"{finite.min():.6g}" if finite.size else "-",
+                     f"{finite.max():.6g}" if finite.size else "-", bad))
+        status |= int(bad > 0)
+    print(f"cascade {cascade.name} on random inputs (seed {args.seed}, scale {args.scale:g})")
+    print(table(["output", "shape", "min", "max", "non-finite"], rows))
+    if status:
+        print("some outputs are not finite: the cascade overflows at these input magnitudes")
+    return status
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    cascade = _load(args.file)
+    print(to_dot(cascade) if args.format == "dot" else to_text(cascade))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = []
+    for path in sorted(data_dir("cascades").glob("*.yaml")):
+        cascade = load_cascade(path)
+        report = analyze_passes(cascade)
+        rows.append((path.stem, report.max_passes, len([e for e in cascade.einsums
+                                                        if e.kind == "compute"]),
+                     cascade.description.split(".")[0][:60]))
+    print(table(["cascade", "passes", "einsums", "description"], rows,
+                right=[False, True, True, False]))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m simulator.cascade",
+                     description="Analyse, execute and compare cascades of Extended Einsums.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    shape_help = "rank extents, e.g. M=4096,P=4096,E=64,F=64 (K/M suffixes allowed)"
+
+    p = sub.add_parser("passes", help="passes per rank and minimum live footprint per fibre")
+    p.add_argument("file")
+    p.add_argument("--shape", help=shape_help)
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=cmd_passes)
+
+    p = sub.add_parser("ops", help="operation counts per Einsum (mac, mul, add, max, exp, ...)")
+    p.add_argument("file")
+    p.add_argument("--shape", help=shape_help)
+    p.add_argument("--baseline", help="another cascade to compare totals with")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=cmd_ops)
+
+    p = sub.add_parser("compare", help="prove two cascades compute the same outputs")
+    p.add_argument("file_a")
+    p.add_argument("file_b")
+    p.add_argument("--shape", help=shape_help)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="standard deviation of the random inputs (large values probe overflow)")
+    p.add_argument("--rtol", type=float, default=1e-5)
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("eval", help="run a cascade on random inputs and summarise its outputs")
+    p.add_argument("file")
+    p.add_argument("--shape", help=shape_help)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("graph", help="dependency graph and recurrences (text or Graphviz DOT)")
+    p.add_argument("file")
+    p.add_argument("--format", choices=["text", "dot"], default="text")
+    p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser("list", help="the shipped cascades")
+    p.set_defaults(func=cmd_list)
+    return parser
+
+
+@guarded
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m simulator.cascade`."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

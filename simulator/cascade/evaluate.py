@@ -1,0 +1,332 @@
+"""Execute a cascade numerically (numpy) to prove what it computes.
+
+Einsums run in a topological order of the dependency graph's strongly connected
+components. An acyclic Einsum is evaluated at once over its whole iteration space
+(`np.einsum` for products summed over a rank, broadcasting otherwise). A recurrence -- an
+SCC closed by loop-carried edges, like {RD, SPD} over m1 -- runs step by step along its
+iterative rank, each step evaluating its Einsums with that variable fixed. An iterative
+tensor holds every step (`RM[0] .. RM[M1]`). Points removed by a filter contribute the
+reduction's identity. Floating-point overflow is not an error here: it shows up as
+non-finite values, which :func:`compare` reports (the naive softmax does overflow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import reduce
+
+import numpy as np
+
+from simulator.cascade.graph import dependency_graph, recurrences, strongly_connected
+from simulator.cascade.ir import (
+    REDUCE_OPS,
+    Access,
+    Cascade,
+    Einsum,
+    Expr,
+    IVar,
+    Num,
+    Op,
+    Read,
+    eval_index,
+    index_vars,
+    rank_of,
+)
+from simulator.cascade.ops import iteration_extents
+from simulator.cascade.shapes import resolve_shapes
+from simulator.errors import Loc, SpecError
+
+_UFUNC: dict[str, Callable[..., np.ndarray]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "neg": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs,
+    "max": np.maximum, "min": np.minimum,
+}
+_REDUCE: dict[str, Callable[..., np.ndarray]] = {
+    "sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min,
+}
+_COMPARE = {"<=": np.less_equal, "<": np.less, ">=": np.greater_equal, ">": np.greater,
+            "==": np.equal, "!=": np.not_equal}
+
+
+def tensor_shape(cascade: Cascade, tensor: str, shapes: Mapping[str, int]) -> tuple[int, ...]:
+    """Array shape of a tensor; an iterative rank holds bound+1 steps."""
+    decl = cascade.tensor(tensor)
+    dims = [shapes[r] for r in decl.ranks]
+    info = cascade.iterative_tensors().get(tensor)
+    if info is not None:
+        pos, var = info
+        bound = cascade.iterative_map[var]
+        dims[pos] = (int(bound) if bound.isdigit() else shapes[bound]) + 1
+    return tuple(dims)
+
+
+def random_inputs(cascade: Cascade, shapes: Mapping[str, int], seed: int = 0,
+                  scale: float = 1.0) -> dict[str, np.ndarray]:
+    """Normally distributed inputs (standard deviation `scale`), reproducible by seed."""
+    rng = np.random.default_rng(seed)
+    return {name: scale * rng.standard_normal(tensor_shape(cascade, name, shapes))
+            for name in cascade.inputs}
+
+
+def evaluate(cascade: Cascade, inputs: Mapping[str, np.ndarray],
+             shapes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Every tensor of the cascade, computed from `inputs` (float64)."""
+    shapes = dict(shapes) if shapes is not None else resolve_shapes(cascade)
+    arrays: dict[str, np.ndarray] = {}
+    for name in cascade.inputs:
+        if name not in inputs:
+            raise SpecError(f"missing input tensor '{name}'", Loc(cascade.path))
+        value = np.asarray(inputs[name], dtype=np.float64)
+        expected = tensor_shape(cascade, name, shapes)
+        if value.shape != expected:
+            raise SpecError(f"input '{name}' has shape {value.shape}, expected {expected}",
+                            Loc(cascade.path))
+        arrays[name] = value
+    for e in cascade.einsums:
+        if e.output.tensor not in arrays:
+            arrays[e.output.tensor] = np.full(tensor_shape(cascade, e.output.tensor, shapes),
+                                              np.nan)
+    graph = dependency_graph(cascade)
+    cyclic = {rec.einsums: rec for rec in recurrences(cascade, graph)}
+    by_name = {e.name: e for e in cascade.einsums}
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        for component in strongly_connected(graph):
+            members = [by_name[n] for n in component]
+            if component not in cyclic:
+                for e in members:
+                    _run(cascade, e, arrays, shapes, {})
+                continue
+            rec = cyclic[component]
+            if len(rec.carried_by) != 1:
+                raise SpecError(f"recurrence {{{', '.join(component)}}} is carried by "
+                                f"{len(rec.carried_by)} ranks; one is supported", members[0].loc)
+            var = rec.carried_by[0]
+            bound = cascade.iterative_map[var]
+            steps = int(bound) if bound.isdigit() else shapes[bound]
+            for step in range(steps):
+                for e in members:
+                    _run(cascade, e, arrays, shapes, {var: step})
+    return arrays
+
+
+def _run(cascade: Cascade, e: Einsum, arrays: dict[str, np.ndarray],
+         shapes: Mapping[str, int], fixed: Mapping[str, int]) -> None:
+    try:
+        _run_unchecked(cascade, e, arrays, shapes, fixed)
+    except IndexError as err:
+        raise SpecError(f"Einsum '{e.name}' indexes outside a tensor: {err}", e.loc) from None
+
+
+def _grid(vars_: list[str], extents: Mapping[str, int]) -> dict[str, np.ndarray]:
+    env = {}
+    for i, v in enumerate(vars_):
+        shape = [1] * len(vars_)
+        shape[i] = extents[v]
+        env[v] = np.arange(extents[v]).reshape(shape)
+    return env
+
+
+def _run_unchecked(cascade: Cascade, e: Einsum, arrays: dict[str, np.ndarray],
+                   shapes: Mapping[str, int], fixed: Mapping[str, int]) -> None:
+    extents = iteration_extents(cascade, e, shapes)
+    free = [v for v in e.iteration if v not in fixed]
+    out_free = [v for v in e.output_vars if v not in fixed]
+    reduced_axes = tuple(i for i, v in enumerate(free) if v in e.reduced)
+    env: dict[str, object] = dict(shapes)
+    env.update(fixed)
+    env.update(_grid(free, extents))
+
+    def gather(access: Access) -> np.ndarray:
+        idx = tuple(eval_index(pos.expr, env) for pos in access.indices)
+        return arrays[access.tensor][idx] if idx else arrays[access.tensor][()]
+
+    filters = [pos.filter for acc in e.reads() for pos in acc.indices if pos.filter is not None]
+    result = None
+    if not filters and reduced_axes and e.reduce_op == "sum":
+        result = _einsum_fast(e.expr, gather, free, out_free, extents, env)
+    if result is None:
+        values = np.asarray(_eval_expr(e.expr, gather), dtype=np.float64)
+        full = tuple(extents[v] for v in free)
+        if filters or reduced_axes:
+            values = np.broadcast_to(values, full)
+        if filters:
+            mask = np.ones(full, dtype=bool)
+            for f in filters:
+                mask &= _COMPARE[f.op](eval_index(f.left, env), eval_index(f.right, env))
+            identity = _identity(cascade, e.reduce_op) if reduced_axes else 0.0
+            values = np.where(mask, values, identity)
+        if reduced_axes:
+            values = _reduce(cascade, e.reduce_op, values, reduced_axes)
+        result = values
+    out_env: dict[str, object] = dict(shapes)
+    out_env.update(fixed)
+    out_env.update(_grid(out_free, extents))
+    out_shape = tuple(extents[v] for v in out_free)
+    result = np.broadcast_to(result, out_shape) if out_shape else np.asarray(result).reshape(())
+    idx = tuple(eval_index(pos.expr, out_env) for pos in e.output.indices)
+    if idx:
+        arrays[e.output.tensor][idx] = result
+    else:
+        arrays[e.output.tensor][()] = result
+
+
+def _eval_expr(expr: Expr, gather: Callable[[Access], np.ndarray],
+               binding: Mapping[str, np.ndarray] | None = None) -> np.ndarray | float:
+    if isinstance(expr, Num):
+        return expr.value
+    if isinstance(expr, Read):
+        acc = expr.access
+        if binding is not None and not acc.indices and acc.tensor in binding:
+            return binding[acc.tensor]
+        return gather(acc)
+    assert isinstance(expr, Op)
+    args = [_eval_expr(a, gather, binding) for a in expr.args]
+    return _UFUNC[expr.name](*args)
+
+
+def _factors(expr: Expr) -> list[Access] | None:
+    """The reads of a pure product `A[..] * B[..] * ...` (or a single read), else None."""
+    if isinstance(expr, Read):
+        return [expr.access]
+    if isinstance(expr, Op) and expr.name == "mul":
+        left, right = _factors(expr.args[0]), _factors(expr.args[1])
+        if left is not None and right is not None:
+            return left + right
+    return None
+
+
+def _einsum_fast(expr: Expr, gather: Callable[[Access], np.ndarray], free: list[str],
+                 out_free: list[str], extents: Mapping[str, int],
+                 env: Mapping[str, object]) -> np.ndarray | None:
+    """Sum of products via np.einsum, avoiding the full iteration-space array."""
+    factors = _factors(expr)
+    if factors is None:
+        return None
+    letters = {v: chr(ord("a") + i) for i, v in enumerate(free)}
+    if len(letters) > 26:
+        return None
+    operands, subscripts = [], []
+    for acc in factors:
+        own = [v for v in free if any(v in index_vars(p.expr) for p in acc.indices)]
+        arr = np.broadcast_to(gather(acc), tuple(extents[v] if v in own else 1 for v in free))
+        operands.append(arr.reshape(tuple(extents[v] for v in own)))
+        subscripts.append("".join(letters[v] for v in own))
+    spec = ",".join(subscripts) + "->" + "".join(letters[v] for v in out_free)
+    del env
+    return np.einsum(spec, *operands, optimize=True)
+
+
+def _identity(cascade: Cascade, op: str) -> float:
+    if op in REDUCE_OPS:
+        return REDUCE_OPS[op][1]
+    user = next(o for o in cascade.operators if o.name == op)
+    assert user.identity is not None
+    return user.identity
+
+
+def _reduce(cascade: Cascade, op: str, values: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    if op in _REDUCE:
+        return _REDUCE[op](values, axis=axes)
+    user = next(o for o in cascade.operators if o.name == op)
+    a, b = user.params
+    moved = np.moveaxis(values, axes, tuple(range(len(axes))))
+    flat = moved.reshape((-1,) + moved.shape[len(axes):])
+
+    def fold(acc: np.ndarray, item: np.ndarray) -> np.ndarray:
+        return np.asarray(_eval_expr(user.body, _no_gather, {a: acc, b: item}))
+
+    start = np.full(flat.shape[1:], user.identity, dtype=np.float64)
+    return reduce(fold, flat, start)
+
+
+def _no_gather(access: Access) -> np.ndarray:
+    raise SpecError(f"an operator body cannot read tensor '{access.tensor}'", access.loc)
+
+
+# --------------------------------------------------------------------------------------
+# Comparing cascades
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    tensor: str
+    max_rel_error: float  # max |a - b| / max |b| over finite values
+    nonfinite_a: int
+    nonfinite_b: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    cascade_a: str
+    cascade_b: str
+    shapes: tuple[tuple[str, int], ...]
+    outputs: tuple[OutputCheck, ...]
+    rtol: float
+
+    @property
+    def equivalent(self) -> bool:
+        return all(o.nonfinite_a == 0 and o.nonfinite_b == 0 and o.max_rel_error <= self.rtol
+                   for o in self.outputs)
+
+
+def relative_error(a: np.ndarray, b: np.ndarray) -> float:
+    finite = np.isfinite(a) & np.isfinite(b)
+    if not finite.any():
+        return float("inf")
+    scale = float(np.max(np.abs(b[finite])))
+    err = float(np.max(np.abs(a[finite] - b[finite])))
+    return err / scale if scale > 0 else err
+
+
+def compare(a: Cascade, b: Cascade, overrides: Mapping[str, int] | None = None, seed: int = 0,
+            scale: float = 1.0, rtol: float = 1e-5) -> Comparison:
+    """Run both cascades on the same random inputs and compare their common outputs."""
+    shapes_a = resolve_shapes(a, {k: v for k, v in (overrides or {}).items()
+                                  if _has_rank(a, k)})
+    shapes_b = resolve_shapes(b, {k: v for k, v in (overrides or {}).items()
+                                  if _has_rank(b, k)})
+    if set(a.inputs) != set(b.inputs):
+        raise SpecError(f"the cascades read different inputs: {', '.join(a.inputs)} vs "
+                        f"{', '.join(b.inputs)}", Loc(b.path))
+    common = [t for t in a.outputs if t in b.outputs]
+    if not common:
+        raise SpecError(f"no common output tensor ({', '.join(a.outputs)} vs "
+                        f"{', '.join(b.outputs)})", Loc(b.path))
+    inputs = random_inputs(a, shapes_a, seed, scale)
+    for name in b.inputs:
+        if tensor_shape(b, name, shapes_b) != inputs[name].shape:
+            raise SpecError(f"input '{name}' has shape {tensor_shape(b, name, shapes_b)} in "
+                            f"{b.name} but {inputs[name].shape} in {a.name}; align them with "
+                            "--shape", Loc(b.path))
+    out_a = evaluate(a, inputs, shapes_a)
+    out_b = evaluate(b, inputs, shapes_b)
+    checks = []
+    for t in common:
+        va, vb = out_a[t], out_b[t]
+        if va.shape != vb.shape:
+            raise SpecError(f"output '{t}' has shape {va.shape} in {a.name} but {vb.shape} in "
+                            f"{b.name}", Loc(b.path))
+        checks.append(OutputCheck(t, relative_error(va, vb), int((~np.isfinite(va)).sum()),
+                                  int((~np.isfinite(vb)).sum())))
+    return Comparison(a.name, b.name, tuple(sorted(shapes_a.items())), tuple(checks), rtol)
+
+
+def _has_rank(cascade: Cascade, rank: str) -> bool:
+    ranks = {r for t in cascade.tensors for r in t.ranks}
+    for parent, comps in cascade.partitions:
+        ranks.add(parent)
+        ranks.update(comps)
+    return rank in ranks
+
+
+def softmax_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Reference: AV[f, p] = sum_m softmax_m(Q[:, p] . K[:, m]) V[f, m] (stable numpy)."""
+    logits = k.T @ q  # [m, p]
+    logits = logits - logits.max(axis=0, keepdims=True)
+    weights = np.exp(logits)
+    weights /= weights.sum(axis=0, keepdims=True)
+    return v @ weights
+
+
+__all__ = ["compare", "evaluate", "random_inputs", "softmax_attention", "IVar", "rank_of"]

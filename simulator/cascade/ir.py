@@ -1,0 +1,367 @@
+"""The cascade IR: small immutable classes for a cascade of Extended Einsums.
+
+A cascade is a list of Einsums over declared tensors. Each tensor is declared by its ranks
+(upper-case names, `QK: [M, P]`); an Einsum indexes ranks with lower-case variables whose
+upper-case spelling is the rank they range over (`m1` ranges over rank `M1`). The IR is
+built and checked by :mod:`simulator.cascade.parse`; analyses are functions from it.
+
+EDGE extensions carried here:
+
+* index expressions (`m1*M0 + m0`, `m1+1`, `0`, `M1`) -- :class:`Index` trees;
+* rank filters (`A[k : k <= i]`) -- :class:`Cond` on an index position;
+* explicit reductions with another operator (`:: max(m0)`) -- :attr:`Einsum.reduce_op`;
+* iterative ranks (`RM[m1+1, p] = ... until m1 == M1`, initialised by `RM[0, p] = -inf`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from simulator.errors import Loc
+
+# --------------------------------------------------------------------------------------
+# Index expressions (inside brackets): integers, shape symbols and variables.
+
+
+@dataclass(frozen=True)
+class IInt:
+    value: int
+
+
+@dataclass(frozen=True)
+class ISym:
+    """An upper-case shape symbol (`M0`, `M1`): the extent of that rank."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class IVar:
+    """A lower-case index variable (`m1`): ranges over rank `M1`."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class IBin:
+    op: str  # "+", "-", "*"
+    left: Index
+    right: Index
+
+
+Index = IInt | ISym | IVar | IBin
+
+
+def index_vars(ix: Index) -> tuple[str, ...]:
+    """Variables of an index expression, in order of first appearance."""
+    if isinstance(ix, IVar):
+        return (ix.name,)
+    if isinstance(ix, IBin):
+        seen = list(index_vars(ix.left))
+        seen += [v for v in index_vars(ix.right) if v not in seen]
+        return tuple(seen)
+    return ()
+
+
+def index_syms(ix: Index) -> tuple[str, ...]:
+    if isinstance(ix, ISym):
+        return (ix.name,)
+    if isinstance(ix, IBin):
+        return index_syms(ix.left) + index_syms(ix.right)
+    return ()
+
+
+def index_str(ix: Index) -> str:
+    if isinstance(ix, IInt):
+        return str(ix.value)
+    if isinstance(ix, ISym | IVar):
+        return ix.name
+    left, right = index_str(ix.left), index_str(ix.right)
+    return f"{left}*{right}" if ix.op == "*" else f"{left}{ix.op}{right}"
+
+
+def eval_index(ix: Index, env: Mapping[str, object]):
+    """Value of an index expression; `env` maps variables and shape symbols to ints or arrays."""
+    if isinstance(ix, IInt):
+        return ix.value
+    if isinstance(ix, ISym | IVar):
+        return env[ix.name]
+    left, right = eval_index(ix.left, env), eval_index(ix.right, env)
+    if ix.op == "+":
+        return left + right
+    if ix.op == "-":
+        return left - right
+    return left * right
+
+
+@dataclass(frozen=True)
+class Cond:
+    """A comparison between index expressions: a rank filter or a stopping condition."""
+
+    left: Index
+    op: str  # <=, <, >=, >, ==, !=
+    right: Index
+
+    def __str__(self) -> str:
+        return f"{index_str(self.left)} {self.op} {index_str(self.right)}"
+
+
+@dataclass(frozen=True)
+class IndexPos:
+    """One index position of an access: the expression and an optional filter."""
+
+    expr: Index
+    filter: Cond | None = None
+
+    def __str__(self) -> str:
+        text = index_str(self.expr)
+        return f"{text} : {self.filter}" if self.filter is not None else text
+
+
+# --------------------------------------------------------------------------------------
+# Value expressions (right-hand sides).
+
+
+@dataclass(frozen=True)
+class Access:
+    """A read or write of a tensor at index positions (empty for a scalar tensor)."""
+
+    tensor: str
+    indices: tuple[IndexPos, ...]
+    loc: Loc = field(compare=False, default=Loc("<cascade>"))
+
+    def vars(self) -> tuple[str, ...]:
+        out: list[str] = []
+        for pos in self.indices:
+            names = list(index_vars(pos.expr))
+            if pos.filter is not None:
+                names += index_vars(pos.filter.left) + index_vars(pos.filter.right)
+            for v in names:
+                if v not in out:
+                    out.append(v)
+        return tuple(out)
+
+    def __str__(self) -> str:
+        if not self.indices:
+            return self.tensor
+        return f"{self.tensor}[{', '.join(str(i) for i in self.indices)}]"
+
+
+@dataclass(frozen=True)
+class Num:
+    value: float
+
+    def __str__(self) -> str:
+        if self.value == float("inf"):
+            return "inf"
+        if self.value == float("-inf"):
+            return "-inf"
+        return repr(self.value) if self.value != int(self.value) else str(int(self.value))
+
+
+@dataclass(frozen=True)
+class Read:
+    access: Access
+
+    def __str__(self) -> str:
+        return str(self.access)
+
+
+@dataclass(frozen=True)
+class Op:
+    """A map action: `add`, `sub`, `mul`, `div`, `neg` or a function (`exp`, `max`, ...)."""
+
+    name: str
+    args: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        infix = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+        if self.name in infix:
+            return f"({self.args[0]} {infix[self.name]} {self.args[1]})"
+        if self.name == "neg":
+            return f"-{self.args[0]}"
+        return f"{self.name}({', '.join(str(a) for a in self.args)})"
+
+
+Expr = Num | Read | Op
+
+
+def expr_reads(expr: Expr) -> Iterator[Access]:
+    """Every tensor access of an expression, left to right."""
+    if isinstance(expr, Read):
+        yield expr.access
+    elif isinstance(expr, Op):
+        for arg in expr.args:
+            yield from expr_reads(arg)
+
+
+# Primitive operators: how a map action counts in the per-Einsum operation counts.
+MAP_KIND = {
+    "add": "add",
+    "sub": "add",
+    "neg": "add",
+    "mul": "mul",
+    "div": "divide",
+    "max": "max",
+    "min": "max",
+    "exp": "exp",
+    "log": "log",
+    "sqrt": "sqrt",
+    "abs": "max",
+}
+FUNCTION_ARITY = {"exp": 1, "log": 1, "sqrt": 1, "abs": 1, "max": 2, "min": 2}
+
+# Reduction operators: name -> (primitive map kind, identity).
+REDUCE_OPS = {
+    "sum": ("add", 0.0),
+    "add": ("add", 0.0),
+    "prod": ("mul", 1.0),
+    "mul": ("mul", 1.0),
+    "max": ("max", float("-inf")),
+    "min": ("max", float("inf")),
+}
+CANONICAL_REDUCE = {"sum": "sum", "add": "sum", "prod": "prod", "mul": "prod", "max": "max",
+                    "min": "min"}
+
+
+# --------------------------------------------------------------------------------------
+# Cascade structure.
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    name: str
+    ranks: tuple[str, ...]
+    loc: Loc = field(compare=False, default=Loc("<cascade>"))
+
+
+@dataclass(frozen=True)
+class Operator:
+    """A user-defined map (or binary reduce) operator, expanded inline where it is called."""
+
+    name: str
+    params: tuple[str, ...]
+    body: Expr
+    identity: float | None = None  # needed when used as a reduction
+    loc: Loc = field(compare=False, default=Loc("<cascade>"))
+
+
+@dataclass(frozen=True)
+class Einsum:
+    """One Einsum: `output = expr`, reduced over `reduced` variables with `reduce_op`.
+
+    `kind` is `compute` for Einsums that do arithmetic, `init` for the initialisation of an
+    iterative tensor (`RM[0, p] = -inf`) and `copy` for data movement without arithmetic
+    (the partitioning `BK[e, m1, m0] = K[e, m1*M0 + m0]`).
+    """
+
+    name: str
+    output: Access
+    expr: Expr
+    reduce_op: str  # canonical reduce name or a user operator name
+    reduced: tuple[str, ...]  # variables absent from the output, reduced with reduce_op
+    iteration: tuple[str, ...]  # every variable of the iteration space
+    iterative: str | None  # the variable r of an output index `r+1`
+    until: Cond | None
+    kind: str
+    text: str
+    loc: Loc = field(compare=False, default=Loc("<cascade>"))
+
+    @property
+    def output_vars(self) -> tuple[str, ...]:
+        return self.output.vars()
+
+    def reads(self) -> tuple[Access, ...]:
+        return tuple(expr_reads(self.expr))
+
+
+@dataclass(frozen=True)
+class Cascade:
+    """A checked cascade.
+
+    `partitions` maps a rank to its components, outer first (`M -> (M1, M0)`); `iterative`
+    maps an iterative variable to its stop bound (`m1 -> M1`, from `until m1 == M1`);
+    `shapes` holds default rank extents from the file (overridable by the user).
+    """
+
+    name: str
+    description: str
+    path: str
+    tensors: tuple[TensorDecl, ...]
+    einsums: tuple[Einsum, ...]
+    operators: tuple[Operator, ...] = ()
+    partitions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    iterative: tuple[tuple[str, str], ...] = ()
+    shapes: tuple[tuple[str, int], ...] = ()
+
+    # ---- lookups (derived, cheap) ----
+    def tensor(self, name: str) -> TensorDecl:
+        for decl in self.tensors:
+            if decl.name == name:
+                return decl
+        raise KeyError(name)
+
+    def einsum(self, name: str) -> Einsum:
+        for e in self.einsums:
+            if e.name == name:
+                return e
+        raise KeyError(name)
+
+    @property
+    def partition_map(self) -> dict[str, tuple[str, ...]]:
+        return dict(self.partitions)
+
+    @property
+    def iterative_map(self) -> dict[str, str]:
+        return dict(self.iterative)
+
+    def producers(self, tensor: str) -> tuple[Einsum, ...]:
+        return tuple(e for e in self.einsums if e.output.tensor == tensor)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Tensors read but never produced, in declaration order."""
+        produced = {e.output.tensor for e in self.einsums}
+        read = {a.tensor for e in self.einsums for a in e.reads()}
+        return tuple(t.name for t in self.tensors if t.name in read and t.name not in produced)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """Tensors produced but never read: the results of the cascade."""
+        read = {a.tensor for e in self.einsums for a in e.reads()}
+        produced = [e.output.tensor for e in self.einsums]
+        return tuple(dict.fromkeys(t for t in produced if t not in read))
+
+    def iterative_tensors(self) -> dict[str, tuple[int, str]]:
+        """Tensor -> (rank position, variable) of its iterative rank (output index `r+1`)."""
+        result: dict[str, tuple[int, str]] = {}
+        for e in self.einsums:
+            if e.iterative is None:
+                continue
+            for pos, ix in enumerate(e.output.indices):
+                if e.iterative in index_vars(ix.expr):
+                    result[e.output.tensor] = (pos, e.iterative)
+        return result
+
+    def rank_group(self, rank: str) -> str:
+        """The original rank a (possibly partitioned) rank belongs to: `M1 -> M`."""
+        for parent, comps in self.partitions:
+            if rank in comps:
+                return self.rank_group(parent)
+        return rank
+
+    def group_components(self, group: str) -> tuple[str, ...]:
+        """Leaf ranks of a rank group: `M -> (M1, M0)`; an unpartitioned rank is its own leaf."""
+        parts = self.partition_map.get(group)
+        if not parts:
+            return (group,)
+        leaves: list[str] = []
+        for part in parts:
+            leaves += self.group_components(part)
+        return tuple(leaves)
+
+
+def rank_of(var: str) -> str:
+    """The rank a variable ranges over: its upper-case spelling (`m1 -> M1`)."""
+    return var.upper()

@@ -1,0 +1,81 @@
+"""Rank extents: the file's defaults, the user's overrides, and partitioned ranks derived.
+
+A partitioned rank M = M1 x M0 needs only two of the three extents; the third is derived
+(M1 = M / M0 must divide exactly -- a sequence the chunk does not divide is an error, never
+silently truncated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from simulator.cascade.ir import Cascade
+from simulator.errors import Loc, SpecError
+
+
+def parse_shape_arg(text: str) -> dict[str, int]:
+    """`M=4096,P=4096,E=64` -> {"M": 4096, ...}; accepts K/M suffixes (`M=1M`, `P=4K`)."""
+    from simulator.units import parse_count
+
+    shapes: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if "=" not in item:
+            raise SpecError(f"--shape: expected RANK=VALUE, got '{item}'")
+        rank, value = (s.strip() for s in item.split("=", 1))
+        if not rank or not rank[0].isupper() or not rank.isidentifier():
+            raise SpecError(f"--shape: rank names are upper-case identifiers, got '{rank}'")
+        shapes[rank] = parse_count(value, what=f"--shape {rank}")
+    return shapes
+
+
+def resolve_shapes(cascade: Cascade, overrides: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Extent of every rank of the cascade (defaults < overrides; partitions derived)."""
+    known: dict[str, int] = dict(cascade.shapes)
+    for rank, value in (overrides or {}).items():
+        known[rank] = int(value)
+    ranks = {r for t in cascade.tensors for r in t.ranks}
+    for parent, comps in cascade.partitions:
+        ranks.add(parent)
+        ranks.update(comps)
+    unknown = sorted(set(overrides or {}) - ranks)
+    if unknown:
+        raise SpecError(f"--shape: cascade '{cascade.name}' has no rank {', '.join(unknown)} "
+                        f"(its ranks: {', '.join(sorted(ranks))})", Loc(cascade.path))
+    for rank, value in known.items():
+        if value <= 0:
+            raise SpecError(f"shape of rank {rank} must be positive, got {value}", Loc(cascade.path))
+    changed = True
+    while changed:
+        changed = False
+        for parent, comps in cascade.partitions:
+            missing = [c for c in comps if c not in known]
+            if parent in known and len(missing) == 1:
+                rest = 1
+                for c in comps:
+                    if c != missing[0]:
+                        rest *= known[c]
+                if known[parent] % rest:
+                    raise SpecError(f"rank {parent}={known[parent]} is not divisible into "
+                                    f"chunks of {rest} ({' x '.join(comps)})", Loc(cascade.path))
+                known[missing[0]] = known[parent] // rest
+                changed = True
+            elif parent not in known and not missing:
+                product = 1
+                for c in comps:
+                    product *= known[c]
+                known[parent] = product
+                changed = True
+    for parent, comps in cascade.partitions:
+        product = 1
+        for c in comps:
+            product *= known.get(c, 0)
+        if parent in known and product and product != known[parent]:
+            raise SpecError(f"rank {parent}={known[parent]} but {' x '.join(comps)} = "
+                            f"{' x '.join(str(known[c]) for c in comps)} = {product}",
+                            Loc(cascade.path))
+    missing = sorted(r for r in ranks if r not in known)
+    if missing:
+        raise SpecError(f"no shape for rank(s) {', '.join(missing)} of cascade "
+                        f"'{cascade.name}'; give them with --shape, e.g. "
+                        f"--shape {','.join(f'{m}=64' for m in missing)}", Loc(cascade.path))
+    return {r: known[r] for r in sorted(known) if r in ranks}

@@ -1,0 +1,27 @@
+"""Helpers shared by the command-line entry points (I/O edge of the package)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from simulator.errors import SpecError
+
+EXIT_USAGE = 2
+
+
+def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    """Wrap a CLI `main` so user errors print one line on stderr and exit with code 2."""
+
+    def wrapper(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except SpecError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        except BrokenPipeError:  # `... | head` closed the pipe: not an error of ours
+            return 0
+
+    wrapper.__doc__ = main.__doc__
+    wrapper.__name__ = main.__name__
+    return wrapper

@@ -1,0 +1,44 @@
+"""The project's single error type.
+
+Every problem with user input (a cascade, an architecture, a mapping, a command-line
+value) is raised as :class:`SpecError`, carrying the file, line and column it came from.
+The command-line entry points turn it into one line on stderr and exit code 2, so a user
+never sees a traceback for a mistake in their own files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A position in a source file (1-based line and column; 0 means unknown)."""
+
+    path: str
+    line: int = 0
+    col: int = 0
+
+    def shifted(self, dline: int, col: int) -> Loc:
+        """Position `dline` lines below and at column `col` (used for text inside a string)."""
+        return Loc(self.path, self.line + dline, col)
+
+    def __str__(self) -> str:
+        if self.line <= 0:
+            return self.path
+        if self.col <= 0:
+            return f"{self.path}:{self.line}"
+        return f"{self.path}:{self.line}:{self.col}"
+
+
+class SpecError(Exception):
+    """A user-facing error: `file:line:col: message`."""
+
+    def __init__(self, message: str, loc: Loc | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+    def __str__(self) -> str:
+        first_line = " ".join(self.message.split())
+        return f"{self.loc}: {first_line}" if self.loc is not None else first_line

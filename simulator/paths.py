@@ -1,0 +1,38 @@
+"""Where the shipped spec folders (`cascades/`, `arch/`, `mappings/`) are.
+
+In a source checkout or an editable install they are the top-level folders of the
+repository; a built wheel carries a copy in `simulator/_data/` (see pyproject.toml).
+Resolving both ways keeps `pip install .` and a run from any directory working.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simulator.errors import Loc, SpecError
+
+_PACKAGE = Path(__file__).resolve().parent
+KINDS = ("cascades", "arch", "mappings")
+
+
+def data_dir(kind: str) -> Path:
+    """The folder holding the shipped specs of `kind` (one of KINDS)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown spec kind {kind!r}")
+    for candidate in (_PACKAGE / "_data" / kind, _PACKAGE.parent / kind):
+        if candidate.is_dir():
+            return candidate
+    raise SpecError(f"cannot find the shipped '{kind}/' folder (looked in {_PACKAGE})")
+
+
+def resolve_spec(kind: str, name_or_path: str) -> Path:
+    """A user's file path, or the name of a shipped spec (`attention-1pass`, with or without .yaml)."""
+    direct = Path(name_or_path)
+    if direct.is_file():
+        return direct
+    base = data_dir(kind)
+    for candidate in (base / name_or_path, base / f"{name_or_path}.yaml"):
+        if candidate.is_file():
+            return candidate
+    shipped = ", ".join(sorted(p.stem for p in base.glob("*.yaml")))
+    raise SpecError(f"no such file (shipped {kind}: {shipped})", Loc(name_or_path))

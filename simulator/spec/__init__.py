@@ -1,0 +1,2 @@
+"""Spec readers shared by cascades, architectures and mappings: safe YAML with positions,
+a restricted arithmetic evaluator."""

@@ -1,0 +1,171 @@
+"""Safe YAML loading that remembers where every value came from.
+
+Specs are untrusted input: only YAML's safe types are built, plus the Timeloop v0.4 tags
+the project understands (`!Container`, `!Component`, `!Parallel`, `!Hierarchical`). Any
+other tag is an error naming it. Mappings and strings carry their source position so the
+readers can report `file:line:col` for a problem found long after parsing. Duplicate keys,
+which PyYAML silently accepts, are rejected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import Loc, SpecError
+
+TIMELOOP_TAGS = ("Container", "Component", "Parallel", "Hierarchical")
+
+
+class LocStr(str):
+    """A string with its source position (`loc`) and YAML quoting style."""
+
+    loc: Loc
+    style: str | None
+    prefix: int
+
+    def __new__(cls, value: str, loc: Loc, style: str | None = None, prefix: int = 0) -> LocStr:
+        obj = super().__new__(cls, value)
+        obj.loc = loc
+        obj.style = style
+        obj.prefix = prefix  # leading characters added by the reader, absent from the file
+        return obj
+
+    def text_loc(self, offset: int) -> Loc:
+        """Position of character `offset` of the string's text (best effort for quoted/multi-line)."""
+        offset = max(0, offset - self.prefix)
+        if self.style in ("|", ">"):
+            before = str(self)[self.prefix:self.prefix + offset]
+            dline = before.count("\n") + 1
+            col = len(before) - (before.rfind("\n") + 1) + self.loc.col + 2
+            return self.loc.shifted(dline, col)
+        quote = 1 if self.style in ("'", '"') else 0
+        before = str(self)[self.prefix:self.prefix + offset]
+        if "\n" in before:
+            return self.loc.shifted(before.count("\n"), 0)
+        return Loc(self.loc.path, self.loc.line, self.loc.col + quote + offset)
+
+
+class LocDict(dict):
+    """A mapping with its own position and the position of each key and value."""
+
+    loc: Loc
+    tag: str | None
+    key_locs: dict[Any, Loc]
+    value_locs: dict[Any, Loc]
+
+    def loc_of(self, key: Any) -> Loc:
+        return self.value_locs.get(key, self.key_locs.get(key, self.loc))
+
+
+class LocList(list):
+    """A sequence with its own position and the position of each item."""
+
+    loc: Loc
+    item_locs: list[Loc]
+
+    def loc_of(self, index: int) -> Loc:
+        return self.item_locs[index] if 0 <= index < len(self.item_locs) else self.loc
+
+
+def _loc(loader: _Loader, node: yaml.Node) -> Loc:
+    mark = node.start_mark
+    return Loc(loader.source, mark.line + 1, mark.column + 1)
+
+
+class _Loader(yaml.SafeLoader):
+    source: str = "<string>"
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode, tag: str | None = None) -> LocDict:
+    loader.flatten_mapping(node)
+    result = LocDict()
+    result.loc = _loc(loader, node)
+    result.tag = tag
+    result.key_locs = {}
+    result.value_locs = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise SpecError("a mapping key must be a plain value", _loc(loader, key_node)) from None
+        if key in result:
+            raise SpecError(f"duplicate key '{key}'", _loc(loader, key_node))
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.key_locs[key] = _loc(loader, key_node)
+        result.value_locs[key] = _loc(loader, value_node)
+    return result
+
+
+def _construct_sequence(loader: _Loader, node: yaml.SequenceNode) -> LocList:
+    result = LocList(loader.construct_object(child, deep=True) for child in node.value)
+    result.loc = _loc(loader, node)
+    result.item_locs = [_loc(loader, child) for child in node.value]
+    return result
+
+
+def _construct_str(loader: _Loader, node: yaml.ScalarNode) -> LocStr:
+    return LocStr(loader.construct_scalar(node), _loc(loader, node), node.style)
+
+
+def _timeloop_tag(tag: str):
+    def construct(loader: _Loader, node: yaml.Node) -> LocDict:
+        if isinstance(node, yaml.MappingNode):
+            return _construct_mapping(loader, node, tag)
+        if isinstance(node, yaml.SequenceNode):
+            result = LocDict(nodes=_construct_sequence(loader, node))
+        else:
+            result = LocDict()
+        result.loc, result.tag = _loc(loader, node), tag
+        result.key_locs, result.value_locs = {}, {}
+        return result
+
+    return construct
+
+
+def _unknown_tag(loader: _Loader, tag_suffix: str, node: yaml.Node) -> Any:
+    known = ", ".join(f"!{t}" for t in TIMELOOP_TAGS)
+    raise SpecError(f"unsupported YAML tag '{node.tag}' (known: {known})", _loc(loader, node))
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
+_Loader.add_constructor("tag:yaml.org,2002:str", _construct_str)
+for _tag in TIMELOOP_TAGS:
+    _Loader.add_constructor(f"!{_tag}", _timeloop_tag(_tag))
+_Loader.add_multi_constructor("!", _unknown_tag)
+_Loader.add_multi_constructor("tag:", _unknown_tag)
+
+
+def loads(text: str, source: str = "<string>") -> Any:
+    """Parse YAML text safely; positions refer to `source`."""
+    loader = _Loader(text)
+    loader.source = source
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        loc = Loc(source, mark.line + 1, mark.column + 1) if mark else Loc(source)
+        problem = err.problem or err.context or "invalid YAML"
+        raise SpecError(f"YAML syntax error: {problem}", loc) from None
+    except yaml.YAMLError as err:
+        raise SpecError(f"YAML error: {err}", Loc(source)) from None
+    finally:
+        loader.dispose()
+
+
+def load(path: str | Path) -> Any:
+    """Read and parse a YAML file; a missing or unreadable file is a SpecError."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError("no such file", Loc(source)) from None
+    except IsADirectoryError:
+        raise SpecError("is a directory, not a YAML file", Loc(source)) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"cannot read: {err}", Loc(source)) from None
+    return loads(text, source)

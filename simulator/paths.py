@@ -26,7 +26,7 @@ def data_dir(kind: str) -> Path:
 
 
 def resolve_spec(kind: str, name_or_path: str) -> Path:
-    """A user's file path, or the name of a shipped spec (`attention-1pass`, with or without .yaml)."""
+    """A user's file path, or the name of a shipped spec (`attention-1pass`, `.yaml` optional)."""
     direct = Path(name_or_path)
     if direct.is_file():
         return direct

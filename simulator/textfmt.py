@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[bool] | None
-          = None) -> str:
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[bool] | None = None
+) -> str:
     """An aligned text table; numeric columns right-aligned unless `right` says otherwise."""
     cells = [[str(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
@@ -17,8 +18,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: Seque
         right = [all(_numeric(r[i]) for r in cells) and bool(cells) for i in range(len(headers))]
 
     def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right,
-                                                                      strict=True)]
+        parts = [
+            v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)
+        ]
         return "  ".join(parts).rstrip()
 
     out = [line(list(headers)), line(["-" * w for w in widths])]

@@ -16,7 +16,16 @@ from simulator.cascade.passes import analyze_passes
 from simulator.cascade.shapes import resolve_shapes
 
 __all__ = [
-    "Cascade", "Einsum", "analyze_passes", "cascade_ops", "compare", "dependency_graph",
-    "evaluate", "load_cascade", "loads_cascade", "random_inputs", "recurrences",
+    "Cascade",
+    "Einsum",
+    "analyze_passes",
+    "cascade_ops",
+    "compare",
+    "dependency_graph",
+    "evaluate",
+    "load_cascade",
+    "loads_cascade",
+    "random_inputs",
+    "recurrences",
     "resolve_shapes",
 ]

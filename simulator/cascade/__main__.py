@@ -76,16 +76,33 @@ def cmd_passes(args: argparse.Namespace) -> int:
         return 0
     print(f"cascade {cascade.name}: {report.max_passes} pass(es) (max over ranks)")
     print()
-    print(table(["rank", "passes", "pass boundaries (full reductions)"],
-                [(g, n, ", ".join(why) or "-") for g, n, why in report.per_rank]))
+    print(
+        table(
+            ["rank", "passes", "pass boundaries (full reductions)"],
+            [(g, n, ", ".join(why) or "-") for g, n, why in report.per_rank],
+        )
+    )
     print()
     rows = []
     for f in report.fibers:
         values = _symbolic_value(f.live_footprint, shapes)
-        rows.append((f.tensor, f.rank, "x".join(f.components), f.passes, f.live_footprint,
-                     "-" if values is None else values))
-    print(table(["tensor", "rank", "indexed as", "passes", "live footprint", "values"], rows,
-                right=[False, False, False, True, False, True]))
+        rows.append(
+            (
+                f.tensor,
+                f.rank,
+                "x".join(f.components),
+                f.passes,
+                f.live_footprint,
+                "-" if values is None else values,
+            )
+        )
+    print(
+        table(
+            ["tensor", "rank", "indexed as", "passes", "live footprint", "values"],
+            rows,
+            right=[False, False, False, True, False, True],
+        )
+    )
     return 0
 
 
@@ -96,16 +113,24 @@ def cmd_ops(args: argparse.Namespace) -> int:
     base = None
     if args.baseline:
         other = _load(args.baseline)
-        overrides = {k: v for k, v in shapes.items() if k in {r for t in other.tensors
-                                                                 for r in t.ranks}}
+        overrides = {
+            k: v for k, v in shapes.items() if k in {r for t in other.tensors for r in t.ranks}
+        }
         base = totals(cascade_ops(other, resolve_shapes(other, overrides)))
     total = totals(ops)
     if args.format == "json":
         data = {
             "cascade": cascade.name,
             "shapes": shapes,
-            "einsums": [{"einsum": o.einsum, "kind": o.kind, "points": o.points,
-                         **{k: o.count(k) for k in KINDS}} for o in ops],
+            "einsums": [
+                {
+                    "einsum": o.einsum,
+                    "kind": o.kind,
+                    "points": o.points,
+                    **{k: o.count(k) for k in KINDS},
+                }
+                for o in ops
+            ],
             "total": {k: total.get(k, 0) for k in KINDS},
         }
         if base is not None:
@@ -117,11 +142,9 @@ def cmd_ops(args: argparse.Namespace) -> int:
     rows.append(("total", "", *[total.get(k, 0) for k in kinds]))
     if base is not None:
         rows.append((f"baseline ({args.baseline})", "", *[base.get(k, 0) for k in kinds]))
-        rows.append(("difference", "", *[f"{total.get(k, 0) - base.get(k, 0):+d}"
-                                         for k in kinds]))
+        rows.append(("difference", "", *[f"{total.get(k, 0) - base.get(k, 0):+d}" for k in kinds]))
     print(f"cascade {cascade.name}, shapes {', '.join(f'{k}={v}' for k, v in shapes.items())}")
-    print(table(["einsum", "points", *kinds], rows,
-                right=[False] + [True] * (1 + len(kinds))))
+    print(table(["einsum", "points", *kinds], rows, right=[False] + [True] * (1 + len(kinds))))
     return 0
 
 
@@ -130,26 +153,52 @@ def cmd_compare(args: argparse.Namespace) -> int:
     overrides = parse_shape_arg(args.shape) if args.shape else None
     result = compare(a, b, overrides, seed=args.seed, scale=args.scale, rtol=args.rtol)
     if args.format == "json":
-        print(json.dumps({
-            "a": result.cascade_a, "b": result.cascade_b, "equivalent": result.equivalent,
-            "rtol": result.rtol, "shapes": dict(result.shapes),
-            "outputs": [{"tensor": o.tensor, "max_rel_error": o.max_rel_error,
-                         "nonfinite_a": o.nonfinite_a, "nonfinite_b": o.nonfinite_b}
-                        for o in result.outputs]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "a": result.cascade_a,
+                    "b": result.cascade_b,
+                    "equivalent": result.equivalent,
+                    "rtol": result.rtol,
+                    "shapes": dict(result.shapes),
+                    "outputs": [
+                        {
+                            "tensor": o.tensor,
+                            "max_rel_error": o.max_rel_error,
+                            "nonfinite_a": o.nonfinite_a,
+                            "nonfinite_b": o.nonfinite_b,
+                        }
+                        for o in result.outputs
+                    ],
+                },
+                indent=2,
+            )
+        )
     else:
         for o in result.outputs:
-            status = "ok" if o.max_rel_error <= result.rtol and not (o.nonfinite_a or
-                                                                     o.nonfinite_b) else "DIFFER"
-            print(f"{o.tensor}: max relative error {o.max_rel_error:.3g} (rtol {result.rtol:g})"
-                  f"  {status}")
-            for name, count in ((result.cascade_a, o.nonfinite_a),
-                                (result.cascade_b, o.nonfinite_b)):
+            status = (
+                "ok"
+                if o.max_rel_error <= result.rtol and not (o.nonfinite_a or o.nonfinite_b)
+                else "DIFFER"
+            )
+            print(
+                f"{o.tensor}: max relative error {o.max_rel_error:.3g} (rtol {result.rtol:g})"
+                f"  {status}"
+            )
+            for name, count in (
+                (result.cascade_a, o.nonfinite_a),
+                (result.cascade_b, o.nonfinite_b),
+            ):
                 if count:
-                    print(f"  {name}: {o.tensor} has {count} non-finite value(s): the cascade "
-                          "overflows (inf/nan) at these input magnitudes")
+                    print(
+                        f"  {name}: {o.tensor} has {count} non-finite value(s): the cascade "
+                        "overflows (inf/nan) at these input magnitudes"
+                    )
         verdict = "equivalent" if result.equivalent else "NOT equivalent"
-        print(f"{result.cascade_a} vs {result.cascade_b}: {verdict} on random inputs "
-              f"(seed {args.seed}, scale {args.scale:g})")
+        print(
+            f"{result.cascade_a} vs {result.cascade_b}: {verdict} on random inputs "
+            f"(seed {args.seed}, scale {args.scale:g})"
+        )
     return 0 if result.equivalent else 1
 
 
@@ -164,9 +213,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         value = arrays[name]
         bad = int((~np.isfinite(value)).sum())
         finite = value[np.isfinite(value)]
-        rows.append((name, "x".join(map(str, value.shape)) or "scalar",
-                     f"{finite.min():.6g}" if finite.size else "-",
-                     f"{finite.max():.6g}" if finite.size else "-", bad))
+        rows.append(
+            (
+                name,
+                "x".join(map(str, value.shape)) or "scalar",
+                f"{finite.min():.6g}" if finite.size else "-",
+                f"{finite.max():.6g}" if finite.size else "-",
+                bad,
+            )
+        )
         status |= int(bad > 0)
     print(f"cascade {cascade.name} on random inputs (seed {args.seed}, scale {args.scale:g})")
     print(table(["output", "shape", "min", "max", "non-finite"], rows))
@@ -186,17 +241,27 @@ def cmd_list(args: argparse.Namespace) -> int:
     for path in sorted(data_dir("cascades").glob("*.yaml")):
         cascade = load_cascade(path)
         report = analyze_passes(cascade)
-        rows.append((path.stem, report.max_passes, len([e for e in cascade.einsums
-                                                        if e.kind == "compute"]),
-                     cascade.description.split(".")[0][:60]))
-    print(table(["cascade", "passes", "einsums", "description"], rows,
-                right=[False, True, True, False]))
+        rows.append(
+            (
+                path.stem,
+                report.max_passes,
+                len([e for e in cascade.einsums if e.kind == "compute"]),
+                cascade.description.split(".")[0][:60],
+            )
+        )
+    print(
+        table(
+            ["cascade", "passes", "einsums", "description"], rows, right=[False, True, True, False]
+        )
+    )
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m simulator.cascade",
-                     description="Analyse, execute and compare cascades of Extended Einsums.")
+    parser = _Parser(
+        prog="python -m simulator.cascade",
+        description="Analyse, execute and compare cascades of Extended Einsums.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     shape_help = "rank extents, e.g. M=4096,P=4096,E=64,F=64 (K/M suffixes allowed)"
 
@@ -218,8 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file_b")
     p.add_argument("--shape", help=shape_help)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scale", type=float, default=1.0,
-                   help="standard deviation of the random inputs (large values probe overflow)")
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="standard deviation of the random inputs (large values probe overflow)",
+    )
     p.add_argument("--rtol", type=float, default=1e-5)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_compare)

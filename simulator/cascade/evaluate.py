@@ -38,15 +38,32 @@ from simulator.cascade.shapes import resolve_shapes
 from simulator.errors import Loc, SpecError
 
 _UFUNC: dict[str, Callable[..., np.ndarray]] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "neg": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs,
-    "max": np.maximum, "min": np.minimum,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "abs": np.abs,
+    "max": np.maximum,
+    "min": np.minimum,
 }
 _REDUCE: dict[str, Callable[..., np.ndarray]] = {
-    "sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min,
+    "sum": np.sum,
+    "prod": np.prod,
+    "max": np.max,
+    "min": np.min,
 }
-_COMPARE = {"<=": np.less_equal, "<": np.less, ">=": np.greater_equal, ">": np.greater,
-            "==": np.equal, "!=": np.not_equal}
+_COMPARE = {
+    "<=": np.less_equal,
+    "<": np.less,
+    ">=": np.greater_equal,
+    ">": np.greater,
+    "==": np.equal,
+    "!=": np.not_equal,
+}
 
 
 def tensor_shape(cascade: Cascade, tensor: str, shapes: Mapping[str, int]) -> tuple[int, ...]:
@@ -61,16 +78,20 @@ def tensor_shape(cascade: Cascade, tensor: str, shapes: Mapping[str, int]) -> tu
     return tuple(dims)
 
 
-def random_inputs(cascade: Cascade, shapes: Mapping[str, int], seed: int = 0,
-                  scale: float = 1.0) -> dict[str, np.ndarray]:
+def random_inputs(
+    cascade: Cascade, shapes: Mapping[str, int], seed: int = 0, scale: float = 1.0
+) -> dict[str, np.ndarray]:
     """Normally distributed inputs (standard deviation `scale`), reproducible by seed."""
     rng = np.random.default_rng(seed)
-    return {name: scale * rng.standard_normal(tensor_shape(cascade, name, shapes))
-            for name in cascade.inputs}
+    return {
+        name: scale * rng.standard_normal(tensor_shape(cascade, name, shapes))
+        for name in cascade.inputs
+    }
 
 
-def evaluate(cascade: Cascade, inputs: Mapping[str, np.ndarray],
-             shapes: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+def evaluate(
+    cascade: Cascade, inputs: Mapping[str, np.ndarray], shapes: Mapping[str, int] | None = None
+) -> dict[str, np.ndarray]:
     """Every tensor of the cascade, computed from `inputs` (float64)."""
     shapes = dict(shapes) if shapes is not None else resolve_shapes(cascade)
     arrays: dict[str, np.ndarray] = {}
@@ -80,13 +101,15 @@ def evaluate(cascade: Cascade, inputs: Mapping[str, np.ndarray],
         value = np.asarray(inputs[name], dtype=np.float64)
         expected = tensor_shape(cascade, name, shapes)
         if value.shape != expected:
-            raise SpecError(f"input '{name}' has shape {value.shape}, expected {expected}",
-                            Loc(cascade.path))
+            raise SpecError(
+                f"input '{name}' has shape {value.shape}, expected {expected}", Loc(cascade.path)
+            )
         arrays[name] = value
     for e in cascade.einsums:
         if e.output.tensor not in arrays:
-            arrays[e.output.tensor] = np.full(tensor_shape(cascade, e.output.tensor, shapes),
-                                              np.nan)
+            arrays[e.output.tensor] = np.full(
+                tensor_shape(cascade, e.output.tensor, shapes), np.nan
+            )
     graph = dependency_graph(cascade)
     cyclic = {rec.einsums: rec for rec in recurrences(cascade, graph)}
     by_name = {e.name: e for e in cascade.einsums}
@@ -99,8 +122,11 @@ def evaluate(cascade: Cascade, inputs: Mapping[str, np.ndarray],
                 continue
             rec = cyclic[component]
             if len(rec.carried_by) != 1:
-                raise SpecError(f"recurrence {{{', '.join(component)}}} is carried by "
-                                f"{len(rec.carried_by)} ranks; one is supported", members[0].loc)
+                raise SpecError(
+                    f"recurrence {{{', '.join(component)}}} is carried by "
+                    f"{len(rec.carried_by)} ranks; one is supported",
+                    members[0].loc,
+                )
             var = rec.carried_by[0]
             bound = cascade.iterative_map[var]
             steps = int(bound) if bound.isdigit() else shapes[bound]
@@ -110,8 +136,13 @@ def evaluate(cascade: Cascade, inputs: Mapping[str, np.ndarray],
     return arrays
 
 
-def _run(cascade: Cascade, e: Einsum, arrays: dict[str, np.ndarray],
-         shapes: Mapping[str, int], fixed: Mapping[str, int]) -> None:
+def _run(
+    cascade: Cascade,
+    e: Einsum,
+    arrays: dict[str, np.ndarray],
+    shapes: Mapping[str, int],
+    fixed: Mapping[str, int],
+) -> None:
     try:
         _run_unchecked(cascade, e, arrays, shapes, fixed)
     except IndexError as err:
@@ -127,8 +158,13 @@ def _grid(vars_: list[str], extents: Mapping[str, int]) -> dict[str, np.ndarray]
     return env
 
 
-def _run_unchecked(cascade: Cascade, e: Einsum, arrays: dict[str, np.ndarray],
-                   shapes: Mapping[str, int], fixed: Mapping[str, int]) -> None:
+def _run_unchecked(
+    cascade: Cascade,
+    e: Einsum,
+    arrays: dict[str, np.ndarray],
+    shapes: Mapping[str, int],
+    fixed: Mapping[str, int],
+) -> None:
     extents = iteration_extents(cascade, e, shapes)
     free = [v for v in e.iteration if v not in fixed]
     out_free = [v for v in e.output_vars if v not in fixed]
@@ -171,8 +207,11 @@ def _run_unchecked(cascade: Cascade, e: Einsum, arrays: dict[str, np.ndarray],
         arrays[e.output.tensor][()] = result
 
 
-def _eval_expr(expr: Expr, gather: Callable[[Access], np.ndarray],
-               binding: Mapping[str, np.ndarray] | None = None) -> np.ndarray | float:
+def _eval_expr(
+    expr: Expr,
+    gather: Callable[[Access], np.ndarray],
+    binding: Mapping[str, np.ndarray] | None = None,
+) -> np.ndarray | float:
     if isinstance(expr, Num):
         return expr.value
     if isinstance(expr, Read):
@@ -196,9 +235,14 @@ def _factors(expr: Expr) -> list[Access] | None:
     return None
 
 
-def _einsum_fast(expr: Expr, gather: Callable[[Access], np.ndarray], free: list[str],
-                 out_free: list[str], extents: Mapping[str, int],
-                 env: Mapping[str, object]) -> np.ndarray | None:
+def _einsum_fast(
+    expr: Expr,
+    gather: Callable[[Access], np.ndarray],
+    free: list[str],
+    out_free: list[str],
+    extents: Mapping[str, int],
+    env: Mapping[str, object],
+) -> np.ndarray | None:
     """Sum of products via np.einsum, avoiding the full iteration-space array."""
     factors = _factors(expr)
     if factors is None:
@@ -231,7 +275,7 @@ def _reduce(cascade: Cascade, op: str, values: np.ndarray, axes: tuple[int, ...]
     user = next(o for o in cascade.operators if o.name == op)
     a, b = user.params
     moved = np.moveaxis(values, axes, tuple(range(len(axes))))
-    flat = moved.reshape((-1,) + moved.shape[len(axes):])
+    flat = moved.reshape((-1,) + moved.shape[len(axes) :])
 
     def fold(acc: np.ndarray, item: np.ndarray) -> np.ndarray:
         return np.asarray(_eval_expr(user.body, _no_gather, {a: acc, b: item}))
@@ -266,8 +310,10 @@ class Comparison:
 
     @property
     def equivalent(self) -> bool:
-        return all(o.nonfinite_a == 0 and o.nonfinite_b == 0 and o.max_rel_error <= self.rtol
-                   for o in self.outputs)
+        return all(
+            o.nonfinite_a == 0 and o.nonfinite_b == 0 and o.max_rel_error <= self.rtol
+            for o in self.outputs
+        )
 
 
 def relative_error(a: np.ndarray, b: np.ndarray) -> float:
@@ -279,36 +325,55 @@ def relative_error(a: np.ndarray, b: np.ndarray) -> float:
     return err / scale if scale > 0 else err
 
 
-def compare(a: Cascade, b: Cascade, overrides: Mapping[str, int] | None = None, seed: int = 0,
-            scale: float = 1.0, rtol: float = 1e-5) -> Comparison:
+def compare(
+    a: Cascade,
+    b: Cascade,
+    overrides: Mapping[str, int] | None = None,
+    seed: int = 0,
+    scale: float = 1.0,
+    rtol: float = 1e-5,
+) -> Comparison:
     """Run both cascades on the same random inputs and compare their common outputs."""
-    shapes_a = resolve_shapes(a, {k: v for k, v in (overrides or {}).items()
-                                  if _has_rank(a, k)})
-    shapes_b = resolve_shapes(b, {k: v for k, v in (overrides or {}).items()
-                                  if _has_rank(b, k)})
+    shapes_a = resolve_shapes(a, {k: v for k, v in (overrides or {}).items() if _has_rank(a, k)})
+    shapes_b = resolve_shapes(b, {k: v for k, v in (overrides or {}).items() if _has_rank(b, k)})
     if set(a.inputs) != set(b.inputs):
-        raise SpecError(f"the cascades read different inputs: {', '.join(a.inputs)} vs "
-                        f"{', '.join(b.inputs)}", Loc(b.path))
+        raise SpecError(
+            f"the cascades read different inputs: {', '.join(a.inputs)} vs {', '.join(b.inputs)}",
+            Loc(b.path),
+        )
     common = [t for t in a.outputs if t in b.outputs]
     if not common:
-        raise SpecError(f"no common output tensor ({', '.join(a.outputs)} vs "
-                        f"{', '.join(b.outputs)})", Loc(b.path))
+        raise SpecError(
+            f"no common output tensor ({', '.join(a.outputs)} vs {', '.join(b.outputs)})",
+            Loc(b.path),
+        )
     inputs = random_inputs(a, shapes_a, seed, scale)
     for name in b.inputs:
         if tensor_shape(b, name, shapes_b) != inputs[name].shape:
-            raise SpecError(f"input '{name}' has shape {tensor_shape(b, name, shapes_b)} in "
-                            f"{b.name} but {inputs[name].shape} in {a.name}; align them with "
-                            "--shape", Loc(b.path))
+            raise SpecError(
+                f"input '{name}' has shape {tensor_shape(b, name, shapes_b)} in "
+                f"{b.name} but {inputs[name].shape} in {a.name}; align them with "
+                "--shape",
+                Loc(b.path),
+            )
     out_a = evaluate(a, inputs, shapes_a)
     out_b = evaluate(b, inputs, shapes_b)
     checks = []
     for t in common:
         va, vb = out_a[t], out_b[t]
         if va.shape != vb.shape:
-            raise SpecError(f"output '{t}' has shape {va.shape} in {a.name} but {vb.shape} in "
-                            f"{b.name}", Loc(b.path))
-        checks.append(OutputCheck(t, relative_error(va, vb), int((~np.isfinite(va)).sum()),
-                                  int((~np.isfinite(vb)).sum())))
+            raise SpecError(
+                f"output '{t}' has shape {va.shape} in {a.name} but {vb.shape} in {b.name}",
+                Loc(b.path),
+            )
+        checks.append(
+            OutputCheck(
+                t,
+                relative_error(va, vb),
+                int((~np.isfinite(va)).sum()),
+                int((~np.isfinite(vb)).sum()),
+            )
+        )
     return Comparison(a.name, b.name, tuple(sorted(shapes_a.items())), tuple(checks), rtol)
 
 

@@ -60,8 +60,12 @@ def dependency_graph(cascade: Cascade) -> Graph:
             for producer in producers:
                 if producer.kind == "init" and carried is None:
                     continue  # a non-carried read sees the iterated value, not the initial one
-                edge = Edge(producer.name, consumer.name, access.tensor,
-                            carried if producer.kind != "init" else None)
+                edge = Edge(
+                    producer.name,
+                    consumer.name,
+                    access.tensor,
+                    carried if producer.kind != "init" else None,
+                )
                 if edge not in edges:
                     edges.append(edge)
     return Graph(tuple(e.name for e in cascade.einsums), tuple(edges))
@@ -153,8 +157,11 @@ def to_text(cascade: Cascade) -> str:
             carried = f"  [carried by {edge.carried_by}]" if edge.carried_by else ""
             lines.append(f"  {node}{tag} -> {edge.dst}  via {edge.tensor}{carried}")
     recs = recurrences(cascade, graph)
-    lines.append("recurrences (strongly connected components):" if recs else
-                 "recurrences: none (the graph is acyclic)")
+    lines.append(
+        "recurrences (strongly connected components):"
+        if recs
+        else "recurrences: none (the graph is acyclic)"
+    )
     for rec in recs:
         lines.append(f"  {{{', '.join(rec.einsums)}}} carried by {', '.join(rec.carried_by)}")
     return "\n".join(lines)
@@ -165,8 +172,10 @@ def to_dot(cascade: Cascade) -> str:
     kinds = {e.name: e.kind for e in cascade.einsums}
     lines = [f'digraph "{cascade.name}" {{', "  rankdir=TB;", "  node [shape=box];"]
     for i, rec in enumerate(recurrences(cascade, graph)):
-        lines.append(f'  subgraph "cluster_{i}" {{ label="carried by {", ".join(rec.carried_by)}";'
-                     f' style=dashed; {"; ".join(chr(34) + n + chr(34) for n in rec.einsums)}; }}')
+        lines.append(
+            f'  subgraph "cluster_{i}" {{ label="carried by {", ".join(rec.carried_by)}";'
+            f" style=dashed; {'; '.join(chr(34) + n + chr(34) for n in rec.einsums)}; }}"
+        )
     for node in graph.nodes:
         style = "" if kinds[node] == "compute" else " [style=dotted]"
         lines.append(f'  "{node}"{style};')

@@ -221,8 +221,14 @@ REDUCE_OPS = {
     "max": ("max", float("-inf")),
     "min": ("max", float("inf")),
 }
-CANONICAL_REDUCE = {"sum": "sum", "add": "sum", "prod": "prod", "mul": "prod", "max": "max",
-                    "min": "min"}
+CANONICAL_REDUCE = {
+    "sum": "sum",
+    "add": "sum",
+    "prod": "prod",
+    "mul": "prod",
+    "max": "max",
+    "min": "min",
+}
 
 
 # --------------------------------------------------------------------------------------

@@ -101,8 +101,9 @@ def count_points(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> int:
     for v in fvars:
         grid_size *= extents[v]
     if grid_size > _FILTER_GRID_LIMIT:
-        raise SpecError(f"filter in '{e.name}' spans {grid_size} points; too many to count "
-                        "exactly", e.loc)
+        raise SpecError(
+            f"filter in '{e.name}' spans {grid_size} points; too many to count exactly", e.loc
+        )
     env: dict[str, object] = dict(shapes)
     for i, v in enumerate(fvars):
         shape = [1] * len(fvars)
@@ -111,8 +112,14 @@ def count_points(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> int:
     mask = np.ones([extents[v] for v in fvars], dtype=bool)
     for f in filters:
         left, right = eval_index(f.left, env), eval_index(f.right, env)
-        mask &= {"<=": np.less_equal, "<": np.less, ">=": np.greater_equal,
-                 ">": np.greater, "==": np.equal, "!=": np.not_equal}[f.op](left, right)
+        mask &= {
+            "<=": np.less_equal,
+            "<": np.less,
+            ">=": np.greater_equal,
+            ">": np.greater,
+            "==": np.equal,
+            "!=": np.not_equal,
+        }[f.op](left, right)
     rest = 1
     for v, n in extents.items():
         if v not in fvars:

@@ -184,8 +184,15 @@ class _ToIR(Transformer):
         if isinstance(output, Access) and output.tensor == "inf":
             raise SpecError("'inf' cannot be assigned", output.loc)
         until_cond, until_loc = until if until is not None else (None, None)
-        return RawStatement(label, output, self._wrap(expr), reduction, until_cond, until_loc,
-                            self.source.text_loc(0))
+        return RawStatement(
+            label,
+            output,
+            self._wrap(expr),
+            reduction,
+            until_cond,
+            until_loc,
+            self.source.text_loc(0),
+        )
 
     def start(self, items: list[Any]) -> RawStatement:
         return items[0]
@@ -212,8 +219,10 @@ def _parse_text(text: LocStr, start: str) -> Any:
             tok = err.token
             if tok.type == "$END":
                 offset = len(str(text).rstrip())
-        raise SpecError(f"syntax error: {_describe_unexpected(err, str(text))} in '{text}'",
-                        text.text_loc(offset)) from None
+        raise SpecError(
+            f"syntax error: {_describe_unexpected(err, str(text))} in '{text}'",
+            text.text_loc(offset),
+        ) from None
     try:
         return _ToIR(text).transform(tree)
     except Exception as err:  # lark wraps errors raised in callbacks
@@ -238,14 +247,17 @@ def _as_str(value: Any, where: Loc, what: str) -> LocStr:
 def _check_keys(mapping: LocDict, allowed: tuple[str, ...], what: str) -> None:
     for key in mapping:
         if key not in allowed:
-            raise SpecError(f"unknown key '{key}' in {what} (allowed: {', '.join(allowed)})",
-                            mapping.key_locs.get(key, mapping.loc))
+            raise SpecError(
+                f"unknown key '{key}' in {what} (allowed: {', '.join(allowed)})",
+                mapping.key_locs.get(key, mapping.loc),
+            )
 
 
 def _declarations(raw: Any, where: Loc) -> tuple[TensorDecl, ...]:
     if not isinstance(raw, LocDict) or not raw:
-        raise SpecError("einsum.declaration must map each tensor to its ranks, e.g. 'Q: [E, P]'",
-                        where)
+        raise SpecError(
+            "einsum.declaration must map each tensor to its ranks, e.g. 'Q: [E, P]'", where
+        )
     decls = []
     for name, ranks in raw.items():
         loc = raw.key_locs[name]
@@ -255,13 +267,16 @@ def _declarations(raw: Any, where: Loc) -> tuple[TensorDecl, ...]:
             ranks = LocList()
             ranks.loc, ranks.item_locs = loc, []
         if not isinstance(ranks, LocList):
-            raise SpecError(f"ranks of tensor '{name}' must be a list like [M, P]", raw.loc_of(name))
+            raise SpecError(
+                f"ranks of tensor '{name}' must be a list like [M, P]", raw.loc_of(name)
+            )
         names: list[str] = []
         for i, rank in enumerate(ranks):
             rloc = ranks.loc_of(i)
             if not isinstance(rank, str) or not rank.isidentifier() or not rank[0].isupper():
-                raise SpecError(f"rank '{rank}' of tensor '{name}' must be an upper-case name",
-                                rloc)
+                raise SpecError(
+                    f"rank '{rank}' of tensor '{name}' must be an upper-case name", rloc
+                )
             if rank in names:
                 raise SpecError(f"tensor '{name}' declares rank '{rank}' twice", rloc)
             names.append(str(rank))
@@ -277,8 +292,10 @@ def _shapes(raw: Any, where: Loc) -> tuple[tuple[str, int], ...]:
     out = []
     for rank, value in raw.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise SpecError(f"shape of rank '{rank}' must be a positive integer, got {value!r}",
-                            raw.loc_of(rank))
+            raise SpecError(
+                f"shape of rank '{rank}' must be a positive integer, got {value!r}",
+                raw.loc_of(rank),
+            )
         out.append((str(rank), int(value)))
     return tuple(out)
 
@@ -309,8 +326,9 @@ def _operators(raw: Any, where: Loc) -> dict[str, Operator]:
                 if isinstance(ident, str) and ident.strip() in ("inf", "-inf", "+inf"):
                     ident = float(ident.strip())
                 if isinstance(ident, bool) or not isinstance(ident, int | float):
-                    raise SpecError(f"identity of operator '{name}' must be a number",
-                                    value.loc_of("identity"))
+                    raise SpecError(
+                        f"identity of operator '{name}' must be a number", value.loc_of("identity")
+                    )
                 identity = float(ident)
         body_text = _as_str(body_raw, raw.loc_of(key), f"body of operator '{name}'")
         body = _parse_body(body_text)
@@ -327,16 +345,19 @@ def _parse_body(body_text: LocStr) -> Expr:
     """Parse an operator body as the right-hand side of a dummy Einsum."""
     prefix = "__body = "
     stmt: RawStatement = _parse_text(
-        LocStr(prefix + str(body_text), body_text.loc, body_text.style, prefix=len(prefix)),
-        "start")
+        LocStr(prefix + str(body_text), body_text.loc, body_text.style, prefix=len(prefix)), "start"
+    )
     if stmt.reduction is not None or stmt.until is not None:
-        raise SpecError("an operator body is an expression, without '::' or 'until'",
-                        body_text.loc)
+        raise SpecError("an operator body is an expression, without '::' or 'until'", body_text.loc)
     return stmt.expr
 
 
-def _expand(expr: Any, ops: dict[str, Operator], params: frozenset[str] = frozenset(),
-            stack: tuple[str, ...] = ()) -> Expr:
+def _expand(
+    expr: Any,
+    ops: dict[str, Operator],
+    params: frozenset[str] = frozenset(),
+    stack: tuple[str, ...] = (),
+) -> Expr:
     """Replace user-operator calls by their bodies; check built-in function arity."""
     if isinstance(expr, Num | Read):
         return expr
@@ -352,21 +373,25 @@ def _expand(expr: Any, ops: dict[str, Operator], params: frozenset[str] = frozen
                     result = Op(expr.name, (result, arg))
                 return result
             if len(args) != arity:
-                raise SpecError(f"{expr.name}() takes {arity} argument(s), got {len(args)}",
-                                expr.loc)
+                raise SpecError(
+                    f"{expr.name}() takes {arity} argument(s), got {len(args)}", expr.loc
+                )
             return Op(expr.name, args)
         if expr.name in ops:
             if expr.name in stack:
                 raise SpecError(f"operator '{expr.name}' calls itself", expr.loc)
             op = ops[expr.name]
             if len(args) != len(op.params):
-                raise SpecError(f"operator '{expr.name}' takes {len(op.params)} argument(s), "
-                                f"got {len(args)}", expr.loc)
+                raise SpecError(
+                    f"operator '{expr.name}' takes {len(op.params)} argument(s), got {len(args)}",
+                    expr.loc,
+                )
             body = _expand(op.body, ops, frozenset(op.params), stack + (expr.name,))
             return _substitute(body, dict(zip(op.params, args, strict=True)))
         known = sorted(set(FUNCTION_ARITY) | set(ops))
-        raise SpecError(f"unknown function or operator '{expr.name}' (known: {', '.join(known)})",
-                        expr.loc)
+        raise SpecError(
+            f"unknown function or operator '{expr.name}' (known: {', '.join(known)})", expr.loc
+        )
     raise TypeError(expr)
 
 
@@ -394,12 +419,14 @@ def build_cascade(data: Any, source: str) -> Cascade:
         raise SpecError("a cascade file must be a YAML mapping with an 'einsum:' section", top)
     _check_keys(data, TOP_KEYS, "the cascade file")
     if "einsum" not in data:
-        raise SpecError("missing 'einsum:' section (with 'declaration:' and 'expressions:')",
-                        data.loc)
+        raise SpecError(
+            "missing 'einsum:' section (with 'declaration:' and 'expressions:')", data.loc
+        )
     einsum = data["einsum"]
     if not isinstance(einsum, LocDict):
-        raise SpecError("'einsum:' must hold 'declaration:' and 'expressions:'",
-                        data.loc_of("einsum"))
+        raise SpecError(
+            "'einsum:' must hold 'declaration:' and 'expressions:'", data.loc_of("einsum")
+        )
     _check_keys(einsum, EINSUM_KEYS, "'einsum:'")
     for key in EINSUM_KEYS:
         if key not in einsum:
@@ -413,21 +440,23 @@ def build_cascade(data: Any, source: str) -> Cascade:
     ops = _operators(data.get("operators"), data.loc_of("operators"))
     exprs = einsum["expressions"]
     if not isinstance(exprs, LocList) or not exprs:
-        raise SpecError("einsum.expressions must be a non-empty list of Einsums",
-                        einsum.loc_of("expressions"))
+        raise SpecError(
+            "einsum.expressions must be a non-empty list of Einsums", einsum.loc_of("expressions")
+        )
     statements = []
     for i, item in enumerate(exprs):
         if isinstance(item, LocDict) and len(item) == 1:
             # `- QK: BQK[...] = ...` is YAML for {QK: "BQK[...] = ..."}: a labelled Einsum.
-            (label, body), = item.items()
+            ((label, body),) = item.items()
             body = _as_str(body, item.loc_of(label), "an Einsum")
             prefix = f"{label}: "
             text = LocStr(prefix + str(body), body.loc, body.style, prefix=len(prefix))
         else:
             text = _as_str(item, exprs.loc_of(i), "an Einsum")
         statements.append(_parse_text(text, "start"))
-    return _Checker(str(name), str(description).strip(), source, decls, shapes, ops,
-                    statements).build()
+    return _Checker(
+        str(name), str(description).strip(), source, decls, shapes, ops, statements
+    ).build()
 
 
 # --------------------------------------------------------------------------------------
@@ -452,8 +481,10 @@ def _affine_terms(ix: Index, loc: Loc) -> tuple[list[tuple[str, tuple[Any, ...]]
     if lt and rt:
         raise SpecError(f"index '{index_str(ix)}' multiplies two variables (not affine)", loc)
     if (lt and lc) or (rt and rc):
-        raise SpecError(f"index '{index_str(ix)}' is too complex; write it as a sum of "
-                        "variable*shape terms", loc)
+        raise SpecError(
+            f"index '{index_str(ix)}' is too complex; write it as a sum of variable*shape terms",
+            loc,
+        )
     if lt:
         return [(v, c + tuple(rc)) for v, c in lt], []
     if rt:
@@ -464,9 +495,16 @@ def _affine_terms(ix: Index, loc: Loc) -> tuple[list[tuple[str, tuple[Any, ...]]
 class _Checker:
     """Turns raw statements into Einsums, checking names, ranks, order and iteration."""
 
-    def __init__(self, name: str, description: str, source: str,
-                 decls: tuple[TensorDecl, ...], shapes: tuple[tuple[str, int], ...],
-                 ops: dict[str, Operator], statements: list[RawStatement]) -> None:
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        source: str,
+        decls: tuple[TensorDecl, ...],
+        shapes: tuple[tuple[str, int], ...],
+        ops: dict[str, Operator],
+        statements: list[RawStatement],
+    ) -> None:
         self.name, self.description, self.source = name, description, source
         self.decls = {d.name: d for d in decls}
         self.decl_order = decls
@@ -485,23 +523,31 @@ class _Checker:
     def check_access(self, access: Access, is_output: bool) -> None:
         decl = self.decls.get(access.tensor)
         if decl is None:
-            raise SpecError(f"unknown tensor '{access.tensor}' (declare it under "
-                            "einsum.declaration)", access.loc)
+            raise SpecError(
+                f"unknown tensor '{access.tensor}' (declare it under einsum.declaration)",
+                access.loc,
+            )
         if len(access.indices) != len(decl.ranks):
-            raise SpecError(f"'{access.tensor}' has {len(decl.ranks)} rank(s) "
-                            f"[{', '.join(decl.ranks)}] but is indexed with "
-                            f"{len(access.indices)}", access.loc)
+            raise SpecError(
+                f"'{access.tensor}' has {len(decl.ranks)} rank(s) "
+                f"[{', '.join(decl.ranks)}] but is indexed with "
+                f"{len(access.indices)}",
+                access.loc,
+            )
         for pos, (ix, rank) in enumerate(zip(access.indices, decl.ranks, strict=True)):
             self.check_index(access, pos, ix, rank, is_output)
 
-    def check_index(self, access: Access, pos: int, ix: IndexPos, rank: str,
-                    is_output: bool) -> None:
+    def check_index(
+        self, access: Access, pos: int, ix: IndexPos, rank: str, is_output: bool
+    ) -> None:
         loc = access.loc
         terms, consts = _affine_terms(ix.expr, loc)
         for sym in index_syms(ix.expr):
             if not self.known_rank(sym):
-                raise SpecError(f"undeclared rank '{sym}' in index '{index_str(ix.expr)}' of "
-                                f"'{access.tensor}'", loc)
+                raise SpecError(
+                    f"undeclared rank '{sym}' in index '{index_str(ix.expr)}' of '{access.tensor}'",
+                    loc,
+                )
         if ix.filter is not None:
             if is_output:
                 raise SpecError(f"a filter is not allowed on the output '{access.tensor}'", loc)
@@ -512,27 +558,40 @@ class _Checker:
                         raise SpecError(f"undeclared rank '{sym}' in filter '{ix.filter}'", loc)
                 for var in index_vars(side):
                     if not self.known_rank(rank_of(var)):
-                        raise SpecError(f"undeclared rank '{rank_of(var)}' (variable '{var}') "
-                                        f"in filter '{ix.filter}'", loc)
+                        raise SpecError(
+                            f"undeclared rank '{rank_of(var)}' (variable '{var}') "
+                            f"in filter '{ix.filter}'",
+                            loc,
+                        )
         if not terms:
             for c in consts:
                 if isinstance(c, ISym) and c.name != rank:
-                    raise SpecError(f"constant index '{c.name}' at rank '{rank}' of "
-                                    f"'{access.tensor}': a rank used with two different shapes "
-                                    f"('{c.name}' and '{rank}')", loc)
+                    raise SpecError(
+                        f"constant index '{c.name}' at rank '{rank}' of "
+                        f"'{access.tensor}': a rank used with two different shapes "
+                        f"('{c.name}' and '{rank}')",
+                        loc,
+                    )
             return
         if len(terms) == 1:
             var, coef = terms[0]
             if coef:
-                raise SpecError(f"index '{index_str(ix.expr)}' of '{access.tensor}' scales a "
-                                "variable; use a partitioned index like m1*M0 + m0", loc)
+                raise SpecError(
+                    f"index '{index_str(ix.expr)}' of '{access.tensor}' scales a "
+                    "variable; use a partitioned index like m1*M0 + m0",
+                    loc,
+                )
             if not self.known_rank(rank_of(var)):
-                raise SpecError(f"undeclared rank '{rank_of(var)}' (variable '{var}' in "
-                                f"'{access}')", loc)
+                raise SpecError(
+                    f"undeclared rank '{rank_of(var)}' (variable '{var}' in '{access}')", loc
+                )
             if rank_of(var) != rank:
-                raise SpecError(f"variable '{var}' ranges over rank '{rank_of(var)}' but indexes "
-                                f"rank '{rank}' of '{access.tensor}': a rank used with two "
-                                f"different shapes", loc)
+                raise SpecError(
+                    f"variable '{var}' ranges over rank '{rank_of(var)}' but indexes "
+                    f"rank '{rank}' of '{access.tensor}': a rank used with two "
+                    f"different shapes",
+                    loc,
+                )
             if consts:
                 # `r+1`: the output of an iterative Einsum, or a read of the current step of an
                 # iterative tensor; both are checked once iterative tensors are known.
@@ -540,8 +599,11 @@ class _Checker:
             return
         # Partitioned index: m1*M0 + m0 (outer first), coefficients = product of inner extents.
         if is_output:
-            raise SpecError(f"output index '{index_str(ix.expr)}' of '{access.tensor}' must be a "
-                            "variable; split ranks on the right-hand side", loc)
+            raise SpecError(
+                f"output index '{index_str(ix.expr)}' of '{access.tensor}' must be a "
+                "variable; split ranks on the right-hand side",
+                loc,
+            )
         if consts:
             raise SpecError(f"partitioned index '{index_str(ix.expr)}' has a constant term", loc)
         comps: list[str] = []
@@ -555,17 +617,24 @@ class _Checker:
         order = sorted(range(len(terms)), key=lambda i: -len(terms[i][1]))
         comps = [comps[i] for i in order]
         for k, i in enumerate(order):
-            inner = sorted(comps[k + 1:])
+            inner = sorted(comps[k + 1 :])
             coef = terms[i][1]
             if any(not isinstance(c, ISym) for c in coef) or sorted(c.name for c in coef) != inner:
                 expected = " + ".join(
-                    "*".join([terms[j][0]] + comps[kk + 1:]) for kk, j in enumerate(order))
-                raise SpecError(f"partitioned index '{index_str(ix.expr)}' of rank '{rank}' must "
-                                f"read {expected}", loc)
+                    "*".join([terms[j][0]] + comps[kk + 1 :]) for kk, j in enumerate(order)
+                )
+                raise SpecError(
+                    f"partitioned index '{index_str(ix.expr)}' of rank '{rank}' must "
+                    f"read {expected}",
+                    loc,
+                )
         existing = self.partitions.get(rank)
         if existing is not None and existing != tuple(comps):
-            raise SpecError(f"rank '{rank}' is split as {'x'.join(comps)} here but as "
-                            f"{'x'.join(existing)} at {self.partition_locs[rank]}", loc)
+            raise SpecError(
+                f"rank '{rank}' is split as {'x'.join(comps)} here but as "
+                f"{'x'.join(existing)} at {self.partition_locs[rank]}",
+                loc,
+            )
         if rank in comps:
             raise SpecError(f"rank '{rank}' cannot be a component of itself", loc)
         self.partitions[rank] = tuple(comps)
@@ -585,27 +654,45 @@ class _Checker:
             for pos, ix in enumerate(st.output.indices):
                 if isinstance(ix.expr, IBin):
                     terms, consts = _affine_terms(ix.expr, st.output.loc)
-                    if not (len(terms) == 1 and len(consts) == 1 and ix.expr.op == "+"
-                            and isinstance(consts[0], IInt) and consts[0].value == 1):
-                        raise SpecError(f"output index '{index_str(ix.expr)}' must be a variable,"
-                                        " 'var+1' (iterative) or a constant", st.output.loc)
+                    if not (
+                        len(terms) == 1
+                        and len(consts) == 1
+                        and ix.expr.op == "+"
+                        and isinstance(consts[0], IInt)
+                        and consts[0].value == 1
+                    ):
+                        raise SpecError(
+                            f"output index '{index_str(ix.expr)}' must be a variable,"
+                            " 'var+1' (iterative) or a constant",
+                            st.output.loc,
+                        )
                     var = terms[0][0]
                     prev = iterative_tensors.get(st.output.tensor)
                     if prev is not None:
-                        raise SpecError(f"iterative tensor '{st.output.tensor}' is produced "
-                                        f"twice (also at {prev[2]})", st.loc)
+                        raise SpecError(
+                            f"iterative tensor '{st.output.tensor}' is produced "
+                            f"twice (also at {prev[2]})",
+                            st.loc,
+                        )
                     iterative_tensors[st.output.tensor] = (pos, var, st.loc)
         for acc, pos, is_output in self.offset_indices:
             ix = acc.indices[pos].expr
-            plus_one = (isinstance(ix, IBin) and ix.op == "+" and isinstance(ix.left, IVar)
-                        and ix.right == IInt(1))
+            plus_one = (
+                isinstance(ix, IBin)
+                and ix.op == "+"
+                and isinstance(ix.left, IVar)
+                and ix.right == IInt(1)
+            )
             if is_output:
                 continue  # checked above
             it = iterative_tensors.get(acc.tensor)
             if not plus_one or it is None or it[0] != pos or it[1] != ix.left.name:
-                raise SpecError(f"index '{index_str(ix)}' of '{acc.tensor}': an offset index is "
-                                "only allowed as 'r+1' on the iterative rank of an iterative "
-                                "tensor", acc.loc)
+                raise SpecError(
+                    f"index '{index_str(ix)}' of '{acc.tensor}': an offset index is "
+                    "only allowed as 'r+1' on the iterative rank of an iterative "
+                    "tensor",
+                    acc.loc,
+                )
         for rank in list(self.partitions):
             if rank not in self.declared_ranks:
                 raise SpecError(f"undeclared rank '{rank}'", self.partition_locs[rank])
@@ -618,8 +705,11 @@ class _Checker:
         for st, expr in expanded:
             e = self._einsum(st, expr, iterative_tensors, stops)
             if e.name in names:
-                raise SpecError(f"Einsum name '{e.name}' is used twice (first at {names[e.name]});"
-                                " give one a label, 'NAME: ...'", st.loc)
+                raise SpecError(
+                    f"Einsum name '{e.name}' is used twice (first at {names[e.name]});"
+                    " give one a label, 'NAME: ...'",
+                    st.loc,
+                )
             names[e.name] = e.loc
             einsums.append(e)
         self._check_producers(einsums, iterative_tensors, stops)
@@ -646,14 +736,19 @@ class _Checker:
             while stack:
                 comp = stack.pop()
                 if comp in seen:
-                    raise SpecError(f"rank '{rank}' is partitioned into itself",
-                                    self.partition_locs[rank])
+                    raise SpecError(
+                        f"rank '{rank}' is partitioned into itself", self.partition_locs[rank]
+                    )
                 seen.add(comp)
                 stack += list(self.partitions.get(comp, ()))
 
-    def _einsum(self, st: RawStatement, expr: Expr,
-                iterative_tensors: dict[str, tuple[int, str, Loc]],
-                stops: dict[str, tuple[str, Loc]]) -> Einsum:
+    def _einsum(
+        self,
+        st: RawStatement,
+        expr: Expr,
+        iterative_tensors: dict[str, tuple[int, str, Loc]],
+        stops: dict[str, tuple[str, Loc]],
+    ) -> Einsum:
         out = st.output
         out_vars = list(out.vars())
         iterative_var = None
@@ -667,11 +762,17 @@ class _Checker:
             elif isinstance(ix, IInt) and ix.value == 0:
                 is_init = True
             else:
-                raise SpecError(f"iterative tensor '{out.tensor}' can only be written at index 0 "
-                                f"(initialisation) or {var}+1", out.loc)
+                raise SpecError(
+                    f"iterative tensor '{out.tensor}' can only be written at index 0 "
+                    f"(initialisation) or {var}+1",
+                    out.loc,
+                )
         elif any(isinstance(ix.expr, IInt | ISym) for ix in out.indices):
-            raise SpecError(f"constant output index in '{out}': only iterative tensors "
-                            "(written elsewhere as T[r+1, ...]) have an initialisation", out.loc)
+            raise SpecError(
+                f"constant output index in '{out}': only iterative tensors "
+                "(written elsewhere as T[r+1, ...]) have an initialisation",
+                out.loc,
+            )
         read_vars: list[str] = []
         for acc in expr_reads(expr):
             read_vars += [v for v in acc.vars() if v not in read_vars]
@@ -685,13 +786,18 @@ class _Checker:
             elif op_name in self.ops:
                 op = self.ops[op_name]
                 if len(op.params) != 2 or op.identity is None:
-                    raise SpecError(f"operator '{op_name}' cannot reduce: a reduction operator "
-                                    "takes 2 arguments and declares an 'identity'", rloc)
+                    raise SpecError(
+                        f"operator '{op_name}' cannot reduce: a reduction operator "
+                        "takes 2 arguments and declares an 'identity'",
+                        rloc,
+                    )
                 reduce_op = op_name
             else:
-                raise SpecError(f"unknown reduction operator '{op_name}' (known: "
-                                f"{', '.join(sorted(set(CANONICAL_REDUCE) | set(self.ops)))})",
-                                rloc)
+                raise SpecError(
+                    f"unknown reduction operator '{op_name}' (known: "
+                    f"{', '.join(sorted(set(CANONICAL_REDUCE) | set(self.ops)))})",
+                    rloc,
+                )
             for v in rvars:
                 if v not in iteration:
                     raise SpecError(f"'{v}' is reduced but is not a variable of this Einsum", rloc)
@@ -699,24 +805,37 @@ class _Checker:
                     raise SpecError(f"'{v}' is reduced but appears in the output '{out}'", rloc)
             missing = [v for v in reduced if v not in rvars]
             if missing:
-                raise SpecError(f"'{', '.join(missing)}' absent from the output must be listed "
-                                f"in the reduction '{op_name}({', '.join(rvars)})'", rloc)
+                raise SpecError(
+                    f"'{', '.join(missing)}' absent from the output must be listed "
+                    f"in the reduction '{op_name}({', '.join(rvars)})'",
+                    rloc,
+                )
         if st.until is not None:
             cond = st.until
             if iterative_var is None:
-                raise SpecError("'until' belongs to an iterative Einsum (output index 'r+1')",
-                                st.until_loc)
-            if not (cond.op == "==" and isinstance(cond.left, IVar)
-                    and cond.left.name == iterative_var and isinstance(cond.right, IInt | ISym)):
-                raise SpecError(f"stopping condition must read '{iterative_var} == BOUND', got "
-                                f"'{cond}'", st.until_loc)
+                raise SpecError(
+                    "'until' belongs to an iterative Einsum (output index 'r+1')", st.until_loc
+                )
+            if not (
+                cond.op == "=="
+                and isinstance(cond.left, IVar)
+                and cond.left.name == iterative_var
+                and isinstance(cond.right, IInt | ISym)
+            ):
+                raise SpecError(
+                    f"stopping condition must read '{iterative_var} == BOUND', got '{cond}'",
+                    st.until_loc,
+                )
             bound = index_str(cond.right)
             if isinstance(cond.right, ISym) and not self.known_rank(cond.right.name):
                 raise SpecError(f"undeclared rank '{bound}' in stopping condition", st.until_loc)
             prev = stops.get(iterative_var)
             if prev is not None and prev[0] != bound:
-                raise SpecError(f"iterative rank '{iterative_var}' stops at '{bound}' here but at "
-                                f"'{prev[0]}' at {prev[1]}", st.until_loc)
+                raise SpecError(
+                    f"iterative rank '{iterative_var}' stops at '{bound}' here but at "
+                    f"'{prev[0]}' at {prev[1]}",
+                    st.until_loc,
+                )
             stops[iterative_var] = (bound, st.until_loc or st.loc)
         if is_init:
             kind = "init"
@@ -727,15 +846,31 @@ class _Checker:
         else:
             kind = "compute"
         name = st.label or (f"{out.tensor}_init" if is_init else out.tensor)
-        text = f"{out} = {expr}" if st.reduction is None else (
-            f"{out} = {expr} :: {reduce_op}({', '.join(reduced)})")
-        return Einsum(name=name, output=out, expr=expr, reduce_op=reduce_op, reduced=reduced,
-                      iteration=iteration, iterative=iterative_var, until=st.until, kind=kind,
-                      text=text, loc=st.loc)
+        text = (
+            f"{out} = {expr}"
+            if st.reduction is None
+            else (f"{out} = {expr} :: {reduce_op}({', '.join(reduced)})")
+        )
+        return Einsum(
+            name=name,
+            output=out,
+            expr=expr,
+            reduce_op=reduce_op,
+            reduced=reduced,
+            iteration=iteration,
+            iterative=iterative_var,
+            until=st.until,
+            kind=kind,
+            text=text,
+            loc=st.loc,
+        )
 
-    def _check_producers(self, einsums: list[Einsum],
-                         iterative_tensors: dict[str, tuple[int, str, Loc]],
-                         stops: dict[str, tuple[str, Loc]]) -> None:
+    def _check_producers(
+        self,
+        einsums: list[Einsum],
+        iterative_tensors: dict[str, tuple[int, str, Loc]],
+        stops: dict[str, tuple[str, Loc]],
+    ) -> None:
         main: dict[str, int] = {}
         init: dict[str, int] = {}
         for i, e in enumerate(einsums):
@@ -743,20 +878,28 @@ class _Checker:
             t = e.output.tensor
             if t in table:
                 other = einsums[table[t]]
-                raise SpecError(f"tensor '{t}' is produced twice (also by '{other.name}' at "
-                                f"{other.loc})", e.loc)
+                raise SpecError(
+                    f"tensor '{t}' is produced twice (also by '{other.name}' at {other.loc})", e.loc
+                )
             table[t] = i
         for t, (_pos, var, loc) in iterative_tensors.items():
             if t not in init:
-                raise SpecError(f"iterative tensor '{t}' (rank '{var}') has no initialisation; "
-                                f"add e.g. '{t}[0, ...] = 0'", loc)
+                raise SpecError(
+                    f"iterative tensor '{t}' (rank '{var}') has no initialisation; "
+                    f"add e.g. '{t}[0, ...] = 0'",
+                    loc,
+                )
             if var not in stops:
-                raise SpecError(f"iterative rank '{var}' has no stopping condition; add "
-                                f"'until {var} == {rank_of(var)}' to its Einsum", loc)
+                raise SpecError(
+                    f"iterative rank '{var}' has no stopping condition; add "
+                    f"'until {var} == {rank_of(var)}' to its Einsum",
+                    loc,
+                )
         for t, i in init.items():
             if t not in iterative_tensors:
-                raise SpecError(f"'{t}' is initialised but never iterated (no '{t}[r+1, ...]')",
-                                einsums[i].loc)
+                raise SpecError(
+                    f"'{t}' is initialised but never iterated (no '{t}[r+1, ...]')", einsums[i].loc
+                )
         # Dependency cycles (edges that are not carried by an iterative rank).
         edges: dict[int, list[tuple[int, str]]] = {i: [] for i in range(len(einsums))}
         for j, e in enumerate(einsums):
@@ -772,8 +915,11 @@ class _Checker:
         cycle = _find_cycle(edges)
         if cycle:
             path = " -> ".join(einsums[i].name for i in cycle + [cycle[0]])
-            raise SpecError(f"dependency cycle: {path} (only an iterative rank, 'T[r+1] = f(T[r])',"
-                            " may carry a value around a loop)", einsums[cycle[0]].loc)
+            raise SpecError(
+                f"dependency cycle: {path} (only an iterative rank, 'T[r+1] = f(T[r])',"
+                " may carry a value around a loop)",
+                einsums[cycle[0]].loc,
+            )
         # Reads must follow production in file order (the order is an execution order).
         for j, e in enumerate(einsums):
             for acc in e.reads():
@@ -783,18 +929,29 @@ class _Checker:
                 carried = _is_carried_read(acc, iterative_tensors.get(t))
                 if carried:
                     if init.get(t, len(einsums)) > j:
-                        raise SpecError(f"'{e.name}' reads '{acc}' (previous step) before '{t}' "
-                                        "is initialised", acc.loc)
+                        raise SpecError(
+                            f"'{e.name}' reads '{acc}' (previous step) before '{t}' is initialised",
+                            acc.loc,
+                        )
                     if e.iterative is None and not _iterates(e, iterative_tensors[t][1]):
-                        raise SpecError(f"'{acc}' reads a step of iterative rank "
-                                        f"'{iterative_tensors[t][1]}' outside its loop", acc.loc)
+                        raise SpecError(
+                            f"'{acc}' reads a step of iterative rank "
+                            f"'{iterative_tensors[t][1]}' outside its loop",
+                            acc.loc,
+                        )
                 elif main.get(t, len(einsums)) >= j and t in main:
                     producer = einsums[main[t]]
-                    raise SpecError(f"'{t}' is read before it is produced (by '{producer.name}' "
-                                    f"at {producer.loc})", acc.loc)
+                    raise SpecError(
+                        f"'{t}' is read before it is produced (by '{producer.name}' "
+                        f"at {producer.loc})",
+                        acc.loc,
+                    )
                 elif t not in main:
-                    raise SpecError(f"'{acc}' reads beyond the initialisation of '{t}', which is "
-                                    "never iterated", acc.loc)
+                    raise SpecError(
+                        f"'{acc}' reads beyond the initialisation of '{t}', which is "
+                        "never iterated",
+                        acc.loc,
+                    )
 
 
 def _iterates(e: Einsum, var: str) -> bool:

@@ -60,12 +60,19 @@ class PassReport:
         return {
             "cascade": self.cascade,
             "max_passes": self.max_passes,
-            "ranks": [{"rank": g, "passes": n, "pass_boundaries": list(why)}
-                      for g, n, why in self.per_rank],
+            "ranks": [
+                {"rank": g, "passes": n, "pass_boundaries": list(why)}
+                for g, n, why in self.per_rank
+            ],
             "fibers": [
-                {"tensor": f.tensor, "rank": f.rank, "components": list(f.components),
-                 "passes": f.passes, "live_footprint": f.live_footprint,
-                 "pass_boundaries": list(f.reductions)}
+                {
+                    "tensor": f.tensor,
+                    "rank": f.rank,
+                    "components": list(f.components),
+                    "passes": f.passes,
+                    "live_footprint": f.live_footprint,
+                    "pass_boundaries": list(f.reductions),
+                }
                 for f in self.fibers
             ],
         }
@@ -109,8 +116,9 @@ def _combine(states: list[State]) -> State:
     return State(top, reduced, why)
 
 
-def _read_state(cascade: Cascade, acc: Access, states: dict[str, State], group: str,
-                comps: frozenset[str]) -> State:
+def _read_state(
+    cascade: Cascade, acc: Access, states: dict[str, State], group: str, comps: frozenset[str]
+) -> State:
     state = states.get(acc.tensor, ZERO)
     info = cascade.iterative_tensors().get(acc.tensor)
     if info is not None:
@@ -119,8 +127,9 @@ def _read_state(cascade: Cascade, acc: Access, states: dict[str, State], group: 
         bound = cascade.iterative_map.get(var)
         if isinstance(ix, ISym) and ix.name == bound and rank_of(var) in comps:
             # The final step of an iterative rank: everything along it has been consumed.
-            state = _normalize(State(state.level, state.reduced | {rank_of(var)}, state.why),
-                               comps, acc.tensor)
+            state = _normalize(
+                State(state.level, state.reduced | {rank_of(var)}, state.why), comps, acc.tensor
+            )
     return state
 
 
@@ -134,11 +143,13 @@ def _states(cascade: Cascade, group: str) -> tuple[dict[str, State], dict[str, S
         for e in cascade.einsums:
             if e.kind == "init":
                 continue
-            begin = _combine([_read_state(cascade, a, tensor_state, group, comps)
-                              for a in e.reads()])
+            begin = _combine(
+                [_read_state(cascade, a, tensor_state, group, comps) for a in e.reads()]
+            )
             filtered = _filtered_vars(e)
-            reduced = frozenset(rank_of(v) for v in e.reduced
-                                if v not in filtered and rank_of(v) in comps)
+            reduced = frozenset(
+                rank_of(v) for v in e.reduced if v not in filtered and rank_of(v) in comps
+            )
             out = _normalize(State(begin.level, begin.reduced | reduced, begin.why), comps, e.name)
             if start.get(e.name) != begin or tensor_state.get(e.output.tensor) != out:
                 start[e.name] = begin
@@ -173,8 +184,11 @@ def analyze_passes(cascade: Cascade) -> PassReport:
     for group in groups:
         comps = frozenset(cascade.group_components(group))
         tstate, start = _states(cascade, group)
-        traversing = [e for e in cascade.einsums
-                      if e.kind != "init" and _components_iterated(cascade, e, group)]
+        traversing = [
+            e
+            for e in cascade.einsums
+            if e.kind != "init" and _components_iterated(cascade, e, group)
+        ]
         deepest = max(traversing, key=lambda e: start[e.name].level, default=None)
         n = 1 + (start[deepest.name].level if deepest else 0)
         per_rank.append((group, n, start[deepest.name].why if deepest else ()))
@@ -187,9 +201,15 @@ def analyze_passes(cascade: Cascade) -> PassReport:
     return PassReport(cascade.name, max_passes, tuple(per_rank), tuple(fibers))
 
 
-def _fiber(cascade: Cascade, tensor: str, group: str, t_comps: tuple[str, ...],
-           comps: frozenset[str], tstate: dict[str, State], start: dict[str, State]
-           ) -> FiberPasses:
+def _fiber(
+    cascade: Cascade,
+    tensor: str,
+    group: str,
+    t_comps: tuple[str, ...],
+    comps: frozenset[str],
+    tstate: dict[str, State],
+    start: dict[str, State],
+) -> FiberPasses:
     # Tensors derived from `tensor` element-wise along the group (they keep a group rank).
     derived = {tensor}
     changed = True
@@ -198,22 +218,27 @@ def _fiber(cascade: Cascade, tensor: str, group: str, t_comps: tuple[str, ...],
         for e in cascade.einsums:
             if e.kind == "init" or e.output.tensor in derived:
                 continue
-            reads_derived = any(a.tensor in derived and _traverses(cascade, a, group)
-                                for a in e.reads())
+            reads_derived = any(
+                a.tensor in derived and _traverses(cascade, a, group) for a in e.reads()
+            )
             keeps_group = any(cascade.rank_group(rank_of(v)) == group for v in e.output_vars)
             if reads_derived and keeps_group:
                 derived.add(e.output.tensor)
                 changed = True
-    readers = [e for e in cascade.einsums if e.kind != "init"
-               and _components_iterated(cascade, e, group)
-               and any(a.tensor in derived and _traverses(cascade, a, group) for a in e.reads())]
+    readers = [
+        e
+        for e in cascade.einsums
+        if e.kind != "init"
+        and _components_iterated(cascade, e, group)
+        and any(a.tensor in derived and _traverses(cascade, a, group) for a in e.reads())
+    ]
     own = tstate.get(tensor, ZERO)
     if not readers:
         return FiberPasses(tensor, group, t_comps, 1, "1", ())
     deepest = max(readers, key=lambda e: start[e.name].level)
     passes = 1 + start[deepest.name].level - own.level
     if passes > 1:
-        why = start[deepest.name].why[len(own.why):]
+        why = start[deepest.name].why[len(own.why) :]
         return FiberPasses(tensor, group, t_comps, passes, group, why)
     chunk: set[str] = set()
     for e in readers:

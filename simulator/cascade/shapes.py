@@ -39,11 +39,16 @@ def resolve_shapes(cascade: Cascade, overrides: Mapping[str, int] | None = None)
         ranks.update(comps)
     unknown = sorted(set(overrides or {}) - ranks)
     if unknown:
-        raise SpecError(f"--shape: cascade '{cascade.name}' has no rank {', '.join(unknown)} "
-                        f"(its ranks: {', '.join(sorted(ranks))})", Loc(cascade.path))
+        raise SpecError(
+            f"--shape: cascade '{cascade.name}' has no rank {', '.join(unknown)} "
+            f"(its ranks: {', '.join(sorted(ranks))})",
+            Loc(cascade.path),
+        )
     for rank, value in known.items():
         if value <= 0:
-            raise SpecError(f"shape of rank {rank} must be positive, got {value}", Loc(cascade.path))
+            raise SpecError(
+                f"shape of rank {rank} must be positive, got {value}", Loc(cascade.path)
+            )
     changed = True
     while changed:
         changed = False
@@ -55,8 +60,11 @@ def resolve_shapes(cascade: Cascade, overrides: Mapping[str, int] | None = None)
                     if c != missing[0]:
                         rest *= known[c]
                 if known[parent] % rest:
-                    raise SpecError(f"rank {parent}={known[parent]} is not divisible into "
-                                    f"chunks of {rest} ({' x '.join(comps)})", Loc(cascade.path))
+                    raise SpecError(
+                        f"rank {parent}={known[parent]} is not divisible into "
+                        f"chunks of {rest} ({' x '.join(comps)})",
+                        Loc(cascade.path),
+                    )
                 known[missing[0]] = known[parent] // rest
                 changed = True
             elif parent not in known and not missing:
@@ -70,12 +78,17 @@ def resolve_shapes(cascade: Cascade, overrides: Mapping[str, int] | None = None)
         for c in comps:
             product *= known.get(c, 0)
         if parent in known and product and product != known[parent]:
-            raise SpecError(f"rank {parent}={known[parent]} but {' x '.join(comps)} = "
-                            f"{' x '.join(str(known[c]) for c in comps)} = {product}",
-                            Loc(cascade.path))
+            raise SpecError(
+                f"rank {parent}={known[parent]} but {' x '.join(comps)} = "
+                f"{' x '.join(str(known[c]) for c in comps)} = {product}",
+                Loc(cascade.path),
+            )
     missing = sorted(r for r in ranks if r not in known)
     if missing:
-        raise SpecError(f"no shape for rank(s) {', '.join(missing)} of cascade "
-                        f"'{cascade.name}'; give them with --shape, e.g. "
-                        f"--shape {','.join(f'{m}=64' for m in missing)}", Loc(cascade.path))
+        raise SpecError(
+            f"no shape for rank(s) {', '.join(missing)} of cascade "
+            f"'{cascade.name}'; give them with --shape, e.g. "
+            f"--shape {','.join(f'{m}=64' for m in missing)}",
+            Loc(cascade.path),
+        )
     return {r: known[r] for r in sorted(known) if r in ranks}

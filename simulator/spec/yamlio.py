@@ -34,15 +34,15 @@ class LocStr(str):
         return obj
 
     def text_loc(self, offset: int) -> Loc:
-        """Position of character `offset` of the string's text (best effort for quoted/multi-line)."""
+        """Position of character `offset` of the text (best effort when quoted or multi-line)."""
         offset = max(0, offset - self.prefix)
         if self.style in ("|", ">"):
-            before = str(self)[self.prefix:self.prefix + offset]
+            before = str(self)[self.prefix : self.prefix + offset]
             dline = before.count("\n") + 1
             col = len(before) - (before.rfind("\n") + 1) + self.loc.col + 2
             return self.loc.shifted(dline, col)
         quote = 1 if self.style in ("'", '"') else 0
-        before = str(self)[self.prefix:self.prefix + offset]
+        before = str(self)[self.prefix : self.prefix + offset]
         if "\n" in before:
             return self.loc.shifted(before.count("\n"), 0)
         return Loc(self.loc.path, self.loc.line, self.loc.col + quote + offset)

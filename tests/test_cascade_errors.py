@@ -1,0 +1,146 @@
+"""Bad cascades: one line on stderr naming file:line:col, exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from simulator.cascade.__main__ import main
+
+HEAD = "einsum:\n  declaration:\n{decl}  expressions:\n{exprs}"
+
+
+def _file(tmp_path, decl: dict[str, str], exprs: list[str], extra: str = "") -> str:
+    text = extra + HEAD.format(
+        decl="".join(f"    {k}: {v}\n" for k, v in decl.items()),
+        exprs="".join(f"    - {e}\n" for e in exprs),
+    )
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+# (declarations, expressions, index of the offending expression, column, message fragment)
+CASES = {
+    "unknown tensor": ({"A": "[K]", "Y": "[]"}, ["Y = A[k] * B[k]"], 0, 18, "unknown tensor 'B'"),
+    "rank with two shapes": (
+        {"Q": "[E, P]", "K": "[E, M]", "QK": "[M, P]"},
+        ["QK[m, p] = Q[m, p] * K[e, m]"],
+        0,
+        18,
+        "two different shapes",
+    ),
+    "undeclared rank": (
+        {"A": "[K]", "Y": "[K]"},
+        ['"Y[k] = A[k : k <= j]"'],
+        0,
+        15,
+        "undeclared rank 'J'",
+    ),
+    "undeclared rank in stop": (
+        {"A": "[K]", "R": "[K]", "Y": "[]"},
+        ["R[0] = 0", "R[k+1] = R[k] + A[k] until k == N", "Y = R[K]"],
+        1,
+        28,
+        "undeclared rank 'N'",
+    ),
+    "read before produced": (
+        {"A": "[K]", "Y": "[]", "Z": "[]"},
+        ["Z = Y * A[k]", "Y = A[k]"],
+        0,
+        11,
+        "read before it is produced",
+    ),
+    "dependency cycle": (
+        {"A": "[K]", "X": "[K]", "Y": "[K]"},
+        ["X[k] = Y[k] + A[k]", "Y[k] = X[k] * 2"],
+        0,
+        7,
+        "dependency cycle",
+    ),
+    "iterative without init": (
+        {"A": "[K]", "R": "[K]", "Y": "[]"},
+        ["R[k+1] = R[k] + A[k]  until k == K", "Y = R[K]"],
+        0,
+        7,
+        "no initialisation",
+    ),
+    "iterative without stop": (
+        {"A": "[K]", "R": "[K]", "Y": "[]"},
+        ["R[0] = 0", "R[k+1] = R[k] + A[k]", "Y = R[K]"],
+        1,
+        7,
+        "no stopping condition",
+    ),
+    "syntax error": ({"A": "[K]", "Y": "[]"}, ["Y = A[k] * * A[k]"], 0, 18, "syntax error"),
+    "wrong rank count": ({"A": "[K]", "Y": "[]"}, ["Y = A[k, j]"], 0, 11, "indexed with 2"),
+    "reduction misses a variable": (
+        {"A": "[K, J]", "Y": "[]"},
+        ["Y = A[k, j] :: max(k)"],
+        0,
+        22,
+        "must be listed",
+    ),
+    "unknown function": (
+        {"A": "[K]", "Y": "[K]"},
+        ["Y[k] = tanh(A[k])"],
+        0,
+        14,
+        "unknown function",
+    ),
+    "bad partition": (
+        {"K": "[M]", "BK": "[M1, M0]"},
+        ["BK[m1, m0] = K[m1*M1 + m0]"],
+        0,
+        20,
+        "must read",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_cascade_is_one_clean_line(case, tmp_path, run_cli):
+    decl, exprs, index, col, fragment = CASES[case]
+    path = _file(tmp_path, decl, exprs)
+    line = 4 + len(decl) + index  # 'einsum:', 'declaration:', decls, 'expressions:', exprs
+    code, out, err = run_cli(main, ["passes", path])
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"error: {path}:{line}:{col}: "), err
+    assert fragment in err
+
+
+def test_yaml_typo(tmp_path, run_cli):
+    path = tmp_path / "typo.yaml"
+    path.write_text(
+        "einsum:\n  declaration:\n    A: [K\n    Y: []\n  expressions:\n    - Y = A[k]\n"
+    )
+    code, _, err = run_cli(main, ["passes", str(path)])
+    assert code == 2 and re.match(rf"error: {re.escape(str(path))}:4:\d+: YAML syntax", err)
+
+
+def test_unsafe_yaml_tag_is_rejected(tmp_path, run_cli):
+    path = tmp_path / "evil.yaml"
+    path.write_text("einsum: !!python/object/apply:os.system ['true']\n")
+    code, _, err = run_cli(main, ["passes", str(path)])
+    assert code == 2 and "unsupported YAML tag" in err and ":1:9:" in err
+
+
+def test_missing_file(run_cli):
+    code, out, err = run_cli(main, ["passes", "does-not-exist.yaml"])
+    assert code == 2 and out == ""
+    assert err.startswith("error: does-not-exist.yaml: no such file") and err.count("\n") == 1
+
+
+def test_subprocess_has_no_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    path = _file(tmp_path, {"A": "[K]", "Y": "[]"}, ["Y = A[k] * B[k]"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "simulator.cascade", "passes", path], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1

@@ -248,3 +248,22 @@ def _fiber(
     ordered = [c for c in cascade.group_components(group) if c in chunk]
     footprint = "*".join(ordered) if ordered else "1"
     return FiberPasses(tensor, group, t_comps, 1, footprint, ())
+
+
+def pass_index(cascade: Cascade) -> dict[str, int]:
+    """The pass each Einsum runs in: its highest start level over all rank groups (0-based).
+
+    Two Einsums in the same pass can hand values over directly; a value read in a later
+    pass must have been stored."""
+    groups: list[str] = []
+    for t in cascade.tensors:
+        for r in t.ranks:
+            g = cascade.rank_group(r)
+            if g not in groups:
+                groups.append(g)
+    out = {e.name: 0 for e in cascade.einsums}
+    for group in groups:
+        _, start = _states(cascade, group)
+        for name, state in start.items():
+            out[name] = max(out[name], state.level)
+    return out

@@ -1,0 +1,111 @@
+"""Configurations = mapping files: load one with its cascade and architecture, evaluate points.
+
+`python -m simulator.run` and the experiments go through :class:`Specs`, which reads each
+file once (the same cascade serves several mappings) and keeps nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simulator.cascade.ir import Cascade
+from simulator.cascade.parse import load_cascade
+from simulator.errors import Loc, SpecError
+from simulator.model.perf import evaluate_mapping
+from simulator.model.result import Result
+from simulator.paths import data_dir, resolve_spec
+from simulator.spec.arch import Architecture, load_architecture
+from simulator.spec.mapping import MappingSpec, load_mapping, resolve
+from simulator.spec.workload import Workload
+
+# The five configurations of the paper's evaluation, in its order.
+STANDARD = ("unfused", "flat", "cascade", "arch", "binding")
+ALIASES = {"fusemax": "binding"}
+
+
+def shipped_configs() -> list[str]:
+    """Mapping files shipped in `mappings/`, the paper's five first, in the paper's order."""
+    names = sorted(p.stem for p in data_dir("mappings").glob("*.yaml"))
+    return [n for n in STANDARD if n in names] + [n for n in names if n not in STANDARD]
+
+
+@dataclass
+class Specs:
+    """Reads spec files once per process; optional user overrides of cascade/architecture."""
+
+    cascade_override: str | None = None
+    arch_override: str | None = None
+    _cascades: dict[str, Cascade] = field(default_factory=dict)
+    _archs: dict[str, Architecture] = field(default_factory=dict)
+    _mappings: dict[str, MappingSpec] = field(default_factory=dict)
+
+    def mapping(self, name_or_path: str) -> MappingSpec:
+        name = ALIASES.get(name_or_path, name_or_path)
+        if name not in self._mappings:
+            self._mappings[name] = load_mapping(resolve_spec("mappings", name))
+        return self._mappings[name]
+
+    def cascade(self, spec: MappingSpec) -> Cascade:
+        name = self.cascade_override or spec.cascade
+        path = self._relative(spec, "cascades", name)
+        key = str(path)
+        if key not in self._cascades:
+            self._cascades[key] = load_cascade(path)
+        return self._cascades[key]
+
+    def architecture(self, spec: MappingSpec) -> Architecture:
+        name = self.arch_override or spec.architecture
+        path = self._relative(spec, "arch", name)
+        key = str(path)
+        if key not in self._archs:
+            self._archs[key] = load_architecture(path)
+        return self._archs[key]
+
+    @staticmethod
+    def _relative(spec: MappingSpec, kind: str, name: str) -> Path:
+        # A bare name is a shipped spec; a path (with / or .yaml) is relative to the mapping.
+        if "/" in name or name.endswith((".yaml", ".yml")):
+            local = Path(spec.path).parent / name
+            if local.is_file():
+                return local
+        try:
+            return resolve_spec(kind, name)
+        except SpecError:
+            raise SpecError(
+                f"mapping '{spec.name}' names {kind} '{name}', which does not exist", Loc(spec.path)
+            ) from None
+
+
+def workload_fields(workload: Workload) -> dict[str, object]:
+    return {
+        "label": workload.label,
+        "name": workload.name,
+        "model": workload.name,
+        "seq": workload.seq_len,
+        "seq_len": workload.seq_len,
+        "batch": workload.batch,
+        "heads": workload.heads,
+        "embed": workload.embed,
+    }
+
+
+def evaluate(
+    specs: Specs,
+    config: str,
+    workload: Workload,
+    pe_dim: int | None = None,
+    buffer_bytes: int | None = None,
+    bandwidth: float | None = None,
+) -> Result:
+    """One configuration (a mapping file) at one workload point."""
+    spec = specs.mapping(config)
+    cascade = specs.cascade(spec)
+    arch = specs.architecture(spec).with_overrides(pe_dim, buffer_bytes, bandwidth)
+    compute = [e.name for e in cascade.einsums if e.kind == "compute"]
+    context = dict(arch.parameters())
+    context.update(workload.attention_shapes())
+    mapping = resolve(
+        spec, workload_fields(workload), context, compute, [a.name for a in arch.arrays]
+    )
+    return evaluate_mapping(cascade, mapping, arch, workload)

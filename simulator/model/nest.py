@@ -1,0 +1,193 @@
+"""Loop nests and data reuse: the shared vocabulary of the performance and energy models.
+
+Ranks split into components (P -> P2, P1, P0) by the cascade (`m1*M0 + m0`) and the mapping
+(`partitions:`). An Einsum iterates components; a mapping orders some of them as temporal
+tile loops, spreads some over the PEs (spatial) and leaves the rest as inner temporal loops.
+
+Reuse follows Timeloop's rule for a buffer between DRAM and the arrays: a tensor kept below
+loop X is refetched for every iteration of the loops at or above X, except the innermost
+run of loops that do not index it (its tile is unchanged across them). Hence
+
+    transfers = size x product(extents of the non-indexing loops above the keep point that
+                               are outside some indexing loop)
+
+Loops of extent 1 are ignored. `keep: stream` means no buffer reuse (every loop counts);
+`keep: top` means the whole tensor stays on chip (fetched once).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from simulator.cascade.ir import Cascade, Einsum, rank_of
+from simulator.errors import Loc, SpecError
+
+
+@dataclass(frozen=True)
+class Nest:
+    """The loop nest of one Einsum under a mapping."""
+
+    einsum: str
+    tile_loops: tuple[str, ...]  # temporal loops above the arrays, outermost first
+    inner: tuple[str, ...]  # temporal loops at the PEs, outermost first
+    spatial: tuple[str, ...]  # components spread over the PEs
+    comps: tuple[str, ...]  # every component the Einsum iterates
+
+    @property
+    def loops(self) -> tuple[str, ...]:
+        return self.tile_loops + self.inner
+
+
+def merged_partitions(
+    cascade: Cascade,
+    mapping_partitions: tuple[tuple[str, tuple[str, ...]], ...],
+    loc: Loc | None = None,
+) -> dict[str, tuple[str, ...]]:
+    parts = dict(cascade.partitions)
+    for rank, comps in mapping_partitions:
+        if rank in parts and parts[rank] != comps:
+            raise SpecError(
+                f"the mapping splits {rank} into {' x '.join(comps)} but the cascade "
+                f"splits it into {' x '.join(parts[rank])}",
+                loc,
+            )
+        parts[rank] = comps
+    return parts
+
+
+def leaf_components(rank: str, partitions: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    comps = partitions.get(rank)
+    if not comps:
+        return (rank,)
+    out: list[str] = []
+    for c in comps:
+        out += leaf_components(c, partitions)
+    return tuple(out)
+
+
+def einsum_components(e: Einsum, partitions: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    out: list[str] = []
+    for v in e.iteration:
+        for c in leaf_components(rank_of(v), partitions):
+            if c not in out:
+                out.append(c)
+    return tuple(out)
+
+
+def tensor_components(
+    cascade: Cascade, tensor: str, partitions: Mapping[str, tuple[str, ...]]
+) -> tuple[tuple[str, ...], frozenset[str]]:
+    """Leaf components of a tensor, and those of its iterative rank (only one step is live)."""
+    decl = cascade.tensor(tensor)
+    comps: list[str] = []
+    for r in decl.ranks:
+        comps += [c for c in leaf_components(r, partitions) if c not in comps]
+    iterative: set[str] = set()
+    info = cascade.iterative_tensors().get(tensor)
+    if info is not None:
+        iterative.update(leaf_components(decl.ranks[info[0]], partitions))
+    return tuple(comps), frozenset(iterative)
+
+
+def resolve_extents(
+    known: dict[str, int],
+    partitions: Mapping[str, tuple[str, ...]],
+    where: str,
+    loc: Loc | None = None,
+) -> dict[str, int]:
+    """Fill in partition components (one unknown per partition) and check divisibility."""
+    out = dict(known)
+    changed = True
+    while changed:
+        changed = False
+        for rank, comps in partitions.items():
+            missing = [c for c in comps if c not in out]
+            if rank in out and len(missing) == 1:
+                rest = math.prod(out[c] for c in comps if c != missing[0])
+                if rest <= 0 or out[rank] % rest:
+                    raise SpecError(
+                        f"{where}: {rank}={out[rank]} is not divisible by "
+                        f"{' x '.join(c for c in comps if c != missing[0])} = {rest};"
+                        " choose a sequence length the tiles divide",
+                        loc,
+                    )
+                out[missing[0]] = out[rank] // rest
+                changed = True
+            elif rank not in out and not missing:
+                out[rank] = math.prod(out[c] for c in comps)
+                changed = True
+    for rank, comps in partitions.items():
+        if rank in out and all(c in out for c in comps):
+            if math.prod(out[c] for c in comps) != out[rank]:
+                raise SpecError(
+                    f"{where}: {rank}={out[rank]} but "
+                    f"{' x '.join(f'{c}={out[c]}' for c in comps)} = "
+                    f"{math.prod(out[c] for c in comps)}",
+                    loc,
+                )
+    return out
+
+
+def build_nest(
+    e: Einsum,
+    phase_loops: tuple[str, ...],
+    loops: tuple[str, ...] | None,
+    inner: tuple[str, ...] | None,
+    spatial: tuple[str, ...],
+    partitions: Mapping[str, tuple[str, ...]],
+) -> Nest:
+    comps = einsum_components(e, partitions)
+    tile = tuple(c for c in (loops if loops is not None else phase_loops) if c in comps)
+    spat = tuple(c for c in spatial if c in comps and c not in tile)
+    if inner is None:
+        inner_loops = tuple(c for c in comps if c not in tile and c not in spat)
+    else:
+        inner_loops = tuple(c for c in inner if c in comps and c not in tile and c not in spat)
+    return Nest(e.name, tile, inner_loops, spat, comps)
+
+
+def _levels(nest: Nest, keep: str | None) -> tuple[str, ...]:
+    """Loops at or above the keep point (whose iterations can refetch the tile)."""
+    if keep == "top":
+        return ()
+    if keep in nest.tile_loops:
+        return nest.tile_loops[: nest.tile_loops.index(keep) + 1]
+    return nest.loops  # stream, or a keep point this Einsum does not iterate
+
+
+def transfer_factor(
+    nest: Nest, tensor_comps: tuple[str, ...], keep: str | None, extents: Mapping[str, int]
+) -> int:
+    """How many times the tensor's data crosses into the keep level (1 = once)."""
+    levels = [lv for lv in _levels(nest, keep) if extents[lv] > 1]
+    while levels and levels[-1] not in tensor_comps:
+        levels.pop()  # innermost non-indexing loops: the tile is reused across them
+    return math.prod(extents[lv] for lv in levels if lv not in tensor_comps)
+
+
+def reuse_signature(
+    nest: Nest, tensor_comps: tuple[str, ...], keep: str | None, extents: Mapping[str, int]
+) -> tuple[tuple[str, int], ...]:
+    """Two accesses with the same signature share one buffered copy of the tensor."""
+    levels = [lv for lv in _levels(nest, keep) if extents[lv] > 1]
+    while levels and levels[-1] not in tensor_comps:
+        levels.pop()
+    return tuple((lv, extents[lv]) for lv in levels)
+
+
+def tile_values(
+    nest: Nest,
+    tensor_comps: tuple[str, ...],
+    iterative: frozenset[str],
+    keep: str | None,
+    extents: Mapping[str, int],
+) -> int:
+    """Values of the tensor held on chip at the keep point (an iterative rank keeps 1 step)."""
+    outside = set(_levels(nest, keep))
+    return math.prod(extents[c] for c in tensor_comps if c not in outside and c not in iterative)
+
+
+def tensor_size(tensor_comps: tuple[str, ...], extents: Mapping[str, int]) -> int:
+    return math.prod(extents[c] for c in tensor_comps)

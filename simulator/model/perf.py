@@ -1,0 +1,569 @@
+"""The analytic performance model: one function of (cascade, mapping, architecture, workload).
+
+For every phase of the mapping:
+
+* **traffic** -- each DRAM-homed tensor access crosses DRAM `size x transfer_factor` times
+  (see :mod:`simulator.model.nest`); accesses with the same reuse signature share one
+  buffered copy. Outputs refetched around a reduction loop are written and read back. A
+  tensor with a spill fraction `s` sends `s` of its extra buffer accesses to DRAM: re-reads
+  beyond the first fill of a DRAM-homed tensor, and every buffer write and read of a
+  buffer-homed one (a consumer on the producer's array in the same pass takes the value
+  directly, without the buffer).
+* **capacity** -- the tiles kept on chip (times their copies) must fit the global buffer;
+  tensors with `spill: auto` give up the fraction that does not fit.
+* **cycles** -- an Einsum's points x cycles per point (from its operation counts and the
+  PE's operation table, summed, or overlapped per functional unit when the array is
+  `pipelined`), divided by the PEs its spatial components occupy.
+* **latency** -- the phase's schedule tree combines Einsum cycles (sequence = sum,
+  `par` = max, `stall` = expression); the phase takes max(traffic / bandwidth, cycles /
+  clock); phases run one after another.
+
+`search` factors are chosen among the divisors they can take: least DRAM traffic that fits
+the buffer, then least latency, then the larger tile. The engine that evaluates schedules
+is this module; the cycle-level engine replaces `schedule_cycles` with a simulation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping as TMapping
+from dataclasses import dataclass
+
+from simulator.cascade.ir import Cascade, Einsum, Read
+from simulator.cascade.ops import _map_ops, count_points
+from simulator.cascade.passes import pass_index
+from simulator.errors import Loc, SpecError
+from simulator.model.nest import (
+    Nest,
+    build_nest,
+    merged_partitions,
+    resolve_extents,
+    reuse_signature,
+    tensor_components,
+    tensor_size,
+    tile_values,
+    transfer_factor,
+)
+from simulator.model.result import EinsumCost, PhaseCost, Result, TensorTraffic
+from simulator.spec import expr
+from simulator.spec.arch import Architecture, Array
+from simulator.spec.mapping import Mapping, Phase, Placement, Schedule
+from simulator.spec.workload import Workload
+
+MAX_SEARCH_POINTS = 100_000
+
+
+# --------------------------------------------------------------------------------------
+# Static facts about the cascade used by every evaluation
+
+
+@dataclass(frozen=True)
+class CascadeFacts:
+    cascade: Cascade
+    aliases: dict[str, str]  # copy outputs -> the tensor they re-index (BK -> K)
+    compute: tuple[Einsum, ...]
+    passes: dict[str, int]
+    producers: dict[str, str]  # canonical tensor -> producing compute Einsum
+
+
+def cascade_facts(cascade: Cascade) -> CascadeFacts:
+    aliases: dict[str, str] = {}
+    for e in cascade.einsums:
+        if e.kind == "copy" and isinstance(e.expr, Read):
+            src = e.expr.access.tensor
+            aliases[e.output.tensor] = aliases.get(src, src)
+    compute = tuple(e for e in cascade.einsums if e.kind == "compute")
+    producers = {}
+    for e in compute:
+        producers[aliases.get(e.output.tensor, e.output.tensor)] = e.name
+    return CascadeFacts(cascade, aliases, compute, pass_index(cascade), producers)
+
+
+def _canonical(facts: CascadeFacts, tensor: str) -> str:
+    return facts.aliases.get(tensor, tensor)
+
+
+# --------------------------------------------------------------------------------------
+# Extents
+
+
+def _factor_context(
+    arch: Architecture, mapping: Mapping, known: TMapping[str, int]
+) -> dict[str, float]:
+    ctx: dict[str, float] = dict(arch.parameters())
+    ctx.update(mapping.context())
+    ctx.update(known)
+    return ctx
+
+
+def fixed_extents(
+    cascade: Cascade, mapping: Mapping, arch: Architecture, workload: Workload
+) -> tuple[dict[str, int], list[str], dict[str, tuple[str, ...]]]:
+    """Extents known without search, the names of `search` factors, the partitions."""
+    partitions = merged_partitions(cascade, mapping.partitions, Loc(mapping.path))
+    ranks = {r for t in cascade.tensors for r in t.ranks}
+    known: dict[str, int] = {}
+    for rank, value in cascade.shapes:
+        if rank in ranks and not any(rank in comps for comps in partitions.values()):
+            known[rank] = value
+    for rank, value in workload.attention_shapes().items():
+        if rank in ranks:
+            known[rank] = value
+    locs = dict(mapping.factor_locs)
+    pending = {name: raw for name, raw in mapping.factors if str(raw) != "search"}
+    search = [name for name, raw in mapping.factors if str(raw) == "search"]
+    for _ in range(len(pending) + 1):
+        progressed = False
+        for name in list(pending):
+            ctx = _factor_context(arch, mapping, known)
+            raw = pending[name]
+            needed = expr.names_in(str(raw)) if isinstance(raw, str) else set()
+            if any(n not in ctx for n in needed):
+                continue
+            value = expr.evaluate(raw, ctx, locs.get(name))
+            known[name] = expr.as_int(value, f"factor {name}", locs.get(name))
+            if known[name] <= 0:
+                raise SpecError(
+                    f"factor {name} must be positive, got {known[name]}", locs.get(name)
+                )
+            del pending[name]
+            progressed = True
+        if not pending:
+            break
+        if not progressed:
+            known = resolve_extents(known, partitions, mapping.name, Loc(mapping.path))
+    if pending:
+        name = next(iter(pending))
+        expr.evaluate(pending[name], _factor_context(arch, mapping, known), locs.get(name))
+    return known, search, partitions
+
+
+def _search_candidates(
+    name: str, known: dict[str, int], partitions: dict[str, tuple[str, ...]], loc: Loc | None
+) -> list[int]:
+    for rank, comps in partitions.items():
+        if name in comps and rank in known:
+            rest = math.prod(known[c] for c in comps if c in known and c != name)
+            total = known[rank]
+            if total % rest:
+                raise SpecError(f"{rank}={total} is not divisible by {rest}", loc)
+            span = total // rest
+            return [d for d in range(1, span + 1) if span % d == 0]
+    raise SpecError(
+        f"'search' factor {name} must be a component of a partitioned rank whose extent is known",
+        loc,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# One phase: nests, traffic, capacity
+
+
+@dataclass
+class _TensorTally:
+    read: float = 0.0
+    write: float = 0.0
+    spill: float = 0.0
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    phase: Phase
+    nests: dict[str, Nest]
+    tallies: dict[str, tuple[float, float, float]]  # tensor -> (read, write, spill) values
+    buffer_values: float
+    fits: bool
+
+    @property
+    def traffic_values(self) -> float:
+        return sum(r + w + s for r, w, s in self.tallies.values())
+
+
+def _placement(phase: Phase, facts: CascadeFacts, tensor: str) -> Placement:
+    canonical = _canonical(facts, tensor)
+    for name in (tensor, canonical):
+        p = phase.placement(name)
+        if p is not None:
+            return p
+    for alias, target in facts.aliases.items():
+        if target == canonical:
+            p = phase.placement(alias)
+            if p is not None:
+                return p
+    cascade = facts.cascade
+    if canonical in cascade.inputs or canonical in cascade.outputs:
+        return Placement(canonical, "DRAM", "stream")
+    return Placement(canonical, "register", None)
+
+
+def plan_phase(
+    phase: Phase,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
+) -> PhasePlan:
+    cascade = facts.cascade
+    by_name = {e.name: e for e in cascade.einsums}
+    nests = {
+        em.einsum: build_nest(
+            by_name[em.einsum], phase.loops, em.loops, em.inner, em.spatial, partitions
+        )
+        for em in phase.einsums
+    }
+    tallies: dict[str, _TensorTally] = {}
+    shared: set[tuple] = set()
+    buffer_tiles: dict[str, float] = {}
+    auto_tiles: dict[str, float] = {}
+    # Accesses of each tensor: (einsum, is_write)
+    accesses: dict[str, list[tuple[str, bool]]] = {}
+    for em in phase.einsums:
+        e = by_name[em.einsum]
+        for acc in e.reads():
+            accesses.setdefault(_canonical(facts, acc.tensor), []).append((e.name, False))
+        accesses.setdefault(_canonical(facts, e.output.tensor), []).append((e.name, True))
+    for tensor, uses in accesses.items():
+        place = _placement(phase, facts, tensor)
+        if place.home == "register":
+            continue
+        comps, iterative = tensor_components(cascade, tensor, partitions)
+        size = tensor_size(comps, extents)
+        tally = tallies.setdefault(tensor, _TensorTally())
+        keep = place.keep if place.keep is not None else "top"
+        if place.home == "buffer":
+            tile = max(tile_values(nests[n], comps, iterative, keep, extents) for n, _ in uses)
+            if place.spill == "auto":
+                auto_tiles[tensor] = tile * place.copies
+            elif place.spill is None:
+                buffer_tiles[tensor] = tile * place.copies
+            continue
+        # DRAM-homed
+        if keep != "stream":
+            tile = max(tile_values(nests[n], comps, iterative, keep, extents) for n, _ in uses)
+            if place.spill == "auto":
+                auto_tiles[tensor] = tile * place.copies
+            elif place.spill is None:
+                buffer_tiles[tensor] = tile * place.copies
+        for name, is_write in uses:
+            nest = nests[name]
+            factor = transfer_factor(nest, comps, keep, extents)
+            key = (tensor, is_write, reuse_signature(nest, comps, keep, extents))
+            if key in shared:
+                continue
+            shared.add(key)
+            if is_write:
+                tally.write += size * factor
+                tally.read += size * (factor - 1)  # partial results read back
+            else:
+                tally.read += size * factor
+    capacity = arch.buffer_values
+    fixed = sum(buffer_tiles.values())
+    fits = fixed <= capacity
+    auto_fraction = 0.0
+    if auto_tiles:
+        room = max(0.0, capacity - fixed)
+        total_auto = sum(auto_tiles.values())
+        auto_fraction = max(0.0, 1.0 - room / total_auto) if total_auto else 0.0
+    # Spills: the fraction of buffer accesses that go to DRAM.
+    for tensor, uses in accesses.items():
+        place = _placement(phase, facts, tensor)
+        if place.home == "register" or place.spill is None:
+            continue
+        fraction = auto_fraction if place.spill == "auto" else float(place.spill)
+        if fraction == 0:
+            continue
+        comps, _ = tensor_components(cascade, tensor, partitions)
+        size = tensor_size(comps, extents)
+        keep = place.keep if place.keep is not None else "top"
+        if place.home == "DRAM":
+            extra = 0.0
+            for name, _is_write in uses:
+                nest = nests[name]
+                extra += transfer_factor(nest, comps, "stream", extents) - transfer_factor(
+                    nest, comps, keep, extents
+                )
+            tallies[tensor].spill += fraction * size * extra
+        else:
+            tallies[tensor].spill += (
+                fraction * size * _buffer_accesses(tensor, uses, facts, mapping)
+            )
+    used = fixed + (
+        min(sum(auto_tiles.values()), max(0.0, capacity - fixed)) if auto_tiles else 0.0
+    )
+    return PhasePlan(
+        phase, nests, {t: (v.read, v.write, v.spill) for t, v in tallies.items()}, used, fits
+    )
+
+
+def _buffer_accesses(
+    tensor: str, uses: list[tuple[str, bool]], facts: CascadeFacts, mapping: Mapping
+) -> int:
+    """Writes + reads of a buffer-homed tensor (values, in units of its size)."""
+    producer = facts.producers.get(tensor)
+    readers = [n for n, is_write in uses if not is_write]
+    if producer is None:
+        return len(readers)
+    p_array, p_pass = mapping.array_of(producer), facts.passes[producer]
+    buffered = [n for n in readers if mapping.array_of(n) != p_array or facts.passes[n] != p_pass]
+    writes = 1 if buffered else 0
+    return writes + len(buffered)
+
+
+# --------------------------------------------------------------------------------------
+# Cycles
+
+
+def cycles_per_point(e: Einsum, array: Array, chaining: str, mapping: Mapping) -> float:
+    counts = _map_ops(e.expr)
+    if e.reduced:
+        from simulator.cascade.ir import REDUCE_OPS
+
+        if e.reduce_op in REDUCE_OPS:
+            kind = REDUCE_OPS[e.reduce_op][0]
+            if kind == "add" and getattr(e.expr, "name", None) == "mul":
+                counts["mul"] -= 1
+                counts["mac"] += 1
+            else:
+                counts[kind] += 1
+    per_unit: dict[str, float] = {}
+    total = 0.0
+    for kind, n in counts.items():
+        if n <= 0:
+            continue
+        op = array.op(kind)
+        if op is None:
+            raise SpecError(
+                f"Einsum '{e.name}' needs '{kind}', which the PEs of array "
+                f"'{array.name}' do not support (operations: "
+                f"{', '.join(o.name for o in array.operations)})",
+                Loc(mapping.path),
+            )
+        total += n * op.cycles
+        per_unit[op.unit] = per_unit.get(op.unit, 0.0) + n * op.cycles
+    if chaining == "pipelined":
+        return max(per_unit.values(), default=0.0)
+    return total
+
+
+def einsum_costs(
+    plan: PhasePlan,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+) -> list[EinsumCost]:
+    by_name = {e.name: e for e in facts.cascade.einsums}
+    out = []
+    for em in plan.phase.einsums:
+        e = by_name[em.einsum]
+        array = arch.array(em.array)
+        nest = plan.nests[em.einsum]
+        parallel = math.prod(extents[c] for c in nest.spatial)
+        if parallel > array.pes:
+            raise SpecError(
+                f"Einsum '{e.name}' spreads {' x '.join(nest.spatial)} = {parallel} "
+                f"over array {array.name}, which has only {array.pes} PEs",
+                Loc(mapping.path),
+            )
+        _check_mesh(nest, array, extents, mapping)
+        points = count_points(facts.cascade, e, extents)
+        cpp = cycles_per_point(e, array, mapping.chaining_of(array.name), mapping)
+        out.append(
+            EinsumCost(
+                e.name, array.name, plan.phase.name, points, cpp, parallel, points * cpp / parallel
+            )
+        )
+    return out
+
+
+def _check_mesh(nest: Nest, array: Array, extents: dict[str, int], mapping: Mapping) -> None:
+    dims = [array.mesh_x, array.mesh_y]
+    for i, comp in enumerate(nest.spatial[:2]):
+        if extents[comp] > dims[i] and not (len(nest.spatial) == 1 and extents[comp] <= array.pes):
+            raise SpecError(
+                f"spatial {comp}={extents[comp]} of '{nest.einsum}' exceeds "
+                f"{array.name}'s {'meshX' if i == 0 else 'meshY'}={dims[i]}",
+                Loc(mapping.path),
+            )
+
+
+def schedule_cycles(node: Schedule, cycles: dict[str, float], ctx: dict[str, float]) -> float:
+    if node.kind == "einsum":
+        return cycles[node.name]
+    if node.kind == "stall":
+        return float(expr.evaluate(node.name, ctx, node.loc))
+    values = [schedule_cycles(c, cycles, ctx) for c in node.children]
+    return max(values) if node.kind == "par" else sum(values)
+
+
+# --------------------------------------------------------------------------------------
+# Evaluation of a point
+
+
+def _plans(
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
+) -> list[PhasePlan]:
+    return [plan_phase(ph, mapping, facts, arch, extents, partitions) for ph in mapping.phases]
+
+
+def choose_extents(
+    cascade: Cascade, mapping: Mapping, facts: CascadeFacts, arch: Architecture, workload: Workload
+) -> tuple[dict[str, int], dict[str, tuple[str, ...]], list[PhasePlan]]:
+    known, search, partitions = fixed_extents(cascade, mapping, arch, workload)
+    known = resolve_extents(known, partitions, mapping.name, Loc(mapping.path))
+    locs = dict(mapping.factor_locs)
+    if not search:
+        extents = _complete(known, partitions, cascade, mapping)
+        plans = _plans(mapping, facts, arch, extents, partitions)
+        _require_fit(plans, arch, mapping)
+        return extents, partitions, plans
+    choices = [_search_candidates(n, known, partitions, locs.get(n)) for n in search]
+    if math.prod(len(c) for c in choices) > MAX_SEARCH_POINTS:
+        raise SpecError(
+            f"search over {', '.join(search)} has too many candidates", locs.get(search[0])
+        )
+    best = None
+    for combo in itertools.product(*choices):
+        trial = dict(known)
+        trial.update(zip(search, combo, strict=True))
+        try:
+            extents = _complete(
+                resolve_extents(trial, partitions, mapping.name), partitions, cascade, mapping
+            )
+        except SpecError:
+            continue
+        plans = _plans(mapping, facts, arch, extents, partitions)
+        if not all(p.fits for p in plans):
+            continue
+        traffic = sum(p.traffic_values for p in plans)
+        key = (traffic, tuple(-v for v in combo))
+        if best is None or key < best[0]:
+            best = (key, extents, plans)
+    if best is None:
+        extents = _complete(
+            resolve_extents({**known, **{n: 1 for n in search}}, partitions, mapping.name),
+            partitions,
+            cascade,
+            mapping,
+        )
+        _require_fit(_plans(mapping, facts, arch, extents, partitions), arch, mapping)
+        raise SpecError(f"no value of {', '.join(search)} fits the buffer", Loc(mapping.path))
+    return best[1], partitions, best[2]
+
+
+def _complete(
+    extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
+    cascade: Cascade,
+    mapping: Mapping,
+) -> dict[str, int]:
+    ranks = {r for t in cascade.tensors for r in t.ranks}
+    for comps in partitions.values():
+        ranks.update(comps)
+    missing = sorted(r for r in ranks if r not in extents)
+    if missing:
+        raise SpecError(
+            f"mapping '{mapping.name}' leaves the extent of {', '.join(missing)} "
+            "unknown: give it in 'factors:' or a partition",
+            Loc(mapping.path),
+        )
+    return extents
+
+
+def _require_fit(plans: list[PhasePlan], arch: Architecture, mapping: Mapping) -> None:
+    for plan in plans:
+        if not plan.fits:
+            need = plan.buffer_values * arch.value_bytes
+            raise SpecError(
+                f"mapping '{mapping.name}' does not fit: phase '{plan.phase.name}' "
+                f"keeps {need:.0f} bytes of tiles in a "
+                f"{arch.buffer.capacity_bytes} byte buffer",
+                Loc(mapping.path),
+            )
+
+
+def array_roles(arch: Architecture) -> tuple[str | None, str | None]:
+    """The 2D array (meshY > 1) and the 1D array, by shape."""
+    two = next((a.name for a in arch.arrays if a.mesh_y > 1), None)
+    one = next((a.name for a in arch.arrays if a.mesh_y == 1), None)
+    return two, one
+
+
+def evaluate_mapping(
+    cascade: Cascade, mapping: Mapping, arch: Architecture, workload: Workload
+) -> Result:
+    facts = cascade_facts(cascade)
+    extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
+    value_bytes = arch.value_bytes
+    instances = workload.instances
+    f = arch.frequency_hz
+    bandwidth = arch.dram.bandwidth_bytes_per_s
+    phases: list[PhaseCost] = []
+    costs: list[EinsumCost] = []
+    tensor_totals: dict[str, list[float]] = {}
+    for plan in plans:
+        einsums = einsum_costs(plan, mapping, facts, arch, extents)
+        costs += einsums
+        cycles = {c.einsum: c.cycles for c in einsums}
+        ctx = _factor_context(arch, mapping, extents)
+        ctx["tiles"] = math.prod(extents[lp] for lp in plan.phase.loops if lp in extents)
+        phase_cycles = schedule_cycles(plan.phase.schedule, cycles, ctx)
+        traffic = plan.traffic_values * value_bytes * instances
+        compute_s = phase_cycles * instances / f
+        memory_s = traffic / bandwidth
+        phases.append(
+            PhaseCost(
+                plan.phase.name,
+                phase_cycles,
+                compute_s,
+                memory_s,
+                max(compute_s, memory_s),
+                traffic,
+                plan.buffer_values * value_bytes,
+            )
+        )
+        for tensor, (r, w, s) in plan.tallies.items():
+            acc = tensor_totals.setdefault(tensor, [0.0, 0.0, 0.0])
+            acc[0] += r * value_bytes * instances
+            acc[1] += w * value_bytes * instances
+            acc[2] += s * value_bytes * instances
+    latency = sum(p.latency_s for p in phases)
+    traffic = sum(p.traffic_bytes for p in phases)
+    total_cycles = latency * f
+    util = []
+    for array in arch.arrays:
+        busy = sum(c.cycles for c in costs if c.array == array.name) * instances
+        util.append((array.name, busy / total_cycles if total_cycles else 0.0))
+    per_einsum = tuple(
+        (c.einsum, c.array, c.cycles * instances / total_cycles if total_cycles else 0.0)
+        for c in costs
+    )
+    two, one = array_roles(arch)
+    util_map = dict(util)
+    factor_names = [name for name, _ in mapping.factors]
+    for comps in partitions.values():
+        factor_names += [c for c in comps if c not in factor_names]
+    return Result(
+        accelerator=mapping.name,
+        label=mapping.label,
+        model=workload.label,
+        seq_len=workload.seq_len,
+        instances=instances,
+        latency_s=latency,
+        traffic_bytes=traffic,
+        cycles=total_cycles,
+        util=tuple(util),
+        util_2d=util_map.get(two, 0.0) if two else 0.0,
+        util_1d=util_map.get(one, 0.0) if one else 0.0,
+        util_per_einsum=per_einsum,
+        phases=tuple(phases),
+        einsums=tuple(costs),
+        tensors=tuple(TensorTraffic(t, *v) for t, v in sorted(tensor_totals.items())),
+        factors=tuple((n, extents[n]) for n in factor_names if n in extents),
+    )

@@ -1,0 +1,64 @@
+"""The result of evaluating one configuration at one workload point (engine-independent)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class EinsumCost:
+    einsum: str
+    array: str
+    phase: str
+    points: int  # iteration-space points per (batch, head) instance
+    cycles_per_point: float  # on one PE of its array
+    parallelism: int  # PEs working on it at once
+    cycles: float  # per instance
+
+
+@dataclass(frozen=True)
+class TensorTraffic:
+    tensor: str
+    read_bytes: float
+    write_bytes: float
+    spill_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.read_bytes + self.write_bytes + self.spill_bytes
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    name: str
+    compute_cycles: float  # per instance, from the schedule
+    compute_s: float
+    memory_s: float
+    latency_s: float
+    traffic_bytes: float
+    buffer_bytes: float  # buffer the phase's tiles occupy
+
+
+@dataclass(frozen=True)
+class Result:
+    accelerator: str  # mapping name (unfused, flat, cascade, arch, binding, ...)
+    label: str
+    model: str
+    seq_len: int
+    instances: int
+    latency_s: float
+    traffic_bytes: float
+    cycles: float  # total, at the architecture's clock
+    util: tuple[tuple[str, float], ...]  # per array
+    util_2d: float
+    util_1d: float
+    util_per_einsum: tuple[tuple[str, str, float], ...]  # (einsum, array, share of time)
+    phases: tuple[PhaseCost, ...]
+    einsums: tuple[EinsumCost, ...]
+    tensors: tuple[TensorTraffic, ...]
+    factors: tuple[tuple[str, int], ...]  # tile extents chosen
+    engine: str = "analytic"
+    notes: tuple[str, ...] = field(default=())
+
+    def util_2d_per_einsum(self, array_2d: str) -> dict[str, float]:
+        return {e: u for e, a, u in self.util_per_einsum if a == array_2d}

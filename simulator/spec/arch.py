@@ -1,0 +1,513 @@
+"""Architecture specs: a Timeloop v0.4 tree of containers and components -> `Architecture`.
+
+The tree is read the way Timeloop reads it: a `nodes:` list is a hierarchy (each node sits
+inside the containers before it), `!Parallel` holds sibling sub-trees, and a container's
+`spatial: {meshX, meshY}` replicates everything below it. From the tree the loader takes:
+
+* DRAM (class `DRAM`): access width, and `bandwidth_bytes_per_s`;
+* the global buffer (the `*SRAM*`/`*buffer*` storage outside every spatial container);
+* each PE array: a spatial container whose sub-tree holds a compute component with an
+  `operations` table (cycles per operation, functional unit, Accelergy actions), and the
+  registers (storage) of one PE;
+* the clock (`frequency_hz` or Timeloop's `global_cycle_seconds`) and value width.
+
+Attribute values may be arithmetic expressions over the file's top-level `variables:` and
+the node's own attributes (`depth: 16 * 1024`), evaluated by the restricted evaluator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import Loc, SpecError
+from simulator.spec import expr, yamlio
+from simulator.spec.yamlio import LocDict, LocList
+
+NODE_KEYS = (
+    "name",
+    "class",
+    "subclass",
+    "attributes",
+    "spatial",
+    "nodes",
+    "required_actions",
+    "area_share",
+    "constraints",
+    "enabled",
+)
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One operation a PE executes: cycles it occupies `unit`, and the actions it triggers."""
+
+    name: str
+    cycles: float
+    unit: str
+    actions: tuple[tuple[str, float], ...]  # (action component, count) per operation
+
+
+@dataclass(frozen=True)
+class Array:
+    name: str
+    mesh_x: int
+    mesh_y: int
+    register_words: int
+    operations: tuple[OpCost, ...]
+    compute_component: str = ""
+    register_component: str = ""
+
+    @property
+    def pes(self) -> int:
+        return self.mesh_x * self.mesh_y
+
+    def op(self, kind: str) -> OpCost | None:
+        for op in self.operations:
+            if op.name == kind:
+                return op
+        return None
+
+
+@dataclass(frozen=True)
+class Memory:
+    name: str
+    klass: str
+    width_bits: int  # bits per access
+    depth: int  # rows (0 for DRAM: unbounded)
+    datawidth_bits: int
+    bandwidth_bytes_per_s: float = 0.0
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.depth * self.width_bits // 8
+
+    @property
+    def values_per_access(self) -> int:
+        return max(1, self.width_bits // self.datawidth_bits)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    path: str
+    frequency_hz: float
+    datawidth_bits: int
+    dram: Memory
+    buffer: Memory
+    arrays: tuple[Array, ...]
+    technology: str = ""
+    components: tuple[tuple[str, str, int], ...] = field(default=())  # (name, class, instances)
+
+    @property
+    def value_bytes(self) -> float:
+        return self.datawidth_bits / 8
+
+    @property
+    def buffer_values(self) -> int:
+        return int(self.buffer.capacity_bytes // self.value_bytes)
+
+    def array(self, name: str) -> Array:
+        for a in self.arrays:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def parameters(self) -> dict[str, float]:
+        """Names usable in mapping expressions (`PE2D.meshX`, `global_buffer.capacity_bytes`)."""
+        out: dict[str, float] = {
+            "frequency_hz": self.frequency_hz,
+            "datawidth": self.datawidth_bits,
+            f"{self.buffer.name}.capacity_bytes": self.buffer.capacity_bytes,
+            f"{self.buffer.name}.capacity_values": self.buffer_values,
+            f"{self.dram.name}.bandwidth_bytes_per_s": self.dram.bandwidth_bytes_per_s,
+        }
+        for a in self.arrays:
+            out[f"{a.name}.meshX"] = a.mesh_x
+            out[f"{a.name}.meshY"] = a.mesh_y
+            out[f"{a.name}.pes"] = a.pes
+            out[f"{a.name}.registers"] = a.register_words
+        return out
+
+    def with_overrides(
+        self,
+        pe_dim: int | None = None,
+        buffer_bytes: int | None = None,
+        bandwidth_bytes_per_s: float | None = None,
+    ) -> Architecture:
+        """The same design with a resized PE array (2D: pe_dim^2, 1D: pe_dim), buffer or DRAM."""
+        arch = self
+        if pe_dim is not None:
+            arrays = tuple(
+                dataclasses.replace(a, mesh_x=pe_dim, mesh_y=pe_dim if a.mesh_y > 1 else 1)
+                for a in arch.arrays
+            )
+            arch = dataclasses.replace(arch, arrays=arrays)
+        if buffer_bytes is not None:
+            row_bytes = arch.buffer.width_bits // 8
+            if buffer_bytes % row_bytes:
+                raise SpecError(
+                    f"--buffer-bytes {buffer_bytes} is not a multiple of the buffer "
+                    f"row ({row_bytes} bytes)"
+                )
+            arch = dataclasses.replace(
+                arch, buffer=dataclasses.replace(arch.buffer, depth=buffer_bytes // row_bytes)
+            )
+        if bandwidth_bytes_per_s is not None:
+            arch = dataclasses.replace(
+                arch,
+                dram=dataclasses.replace(
+                    arch.dram, bandwidth_bytes_per_s=float(bandwidth_bytes_per_s)
+                ),
+            )
+        return arch
+
+
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    tag: str
+    name: str
+    klass: str
+    attrs: dict[str, Any]
+    mesh: tuple[int, int]
+    loc: Loc
+    spatial_path: tuple[str, ...]  # enclosing spatial containers, outermost first
+    instances: int
+
+
+def load_architecture(path: str | Path) -> Architecture:
+    data = yamlio.load(path)
+    return build_architecture(data, str(path))
+
+
+def build_architecture(data: Any, source: str) -> Architecture:
+    top = Loc(source, 1, 1)
+    if not isinstance(data, LocDict) or "architecture" not in data:
+        raise SpecError("an architecture file must have a top-level 'architecture:' key", top)
+    for key in data:
+        if key not in ("architecture", "variables"):
+            raise SpecError(
+                f"unknown top-level key '{key}' (allowed: architecture, variables)",
+                data.key_locs[key],
+            )
+    variables = _variables(data.get("variables"), data.loc_of("variables"))
+    spec = data["architecture"]
+    if not isinstance(spec, LocDict):
+        raise SpecError(
+            "'architecture:' must be a mapping with 'nodes:'", data.loc_of("architecture")
+        )
+    for key in spec:
+        if key not in ("version", "nodes", "subtree", "local"):
+            raise SpecError(
+                f"unknown key '{key}' in architecture (allowed: version, nodes)", spec.key_locs[key]
+            )
+    version = spec.get("version")
+    if version is not None and str(version) not in ("0.4", "0.4.0"):
+        raise SpecError(
+            f"architecture version {version} is not supported (use 0.4)", spec.loc_of("version")
+        )
+    if "nodes" not in spec:
+        raise SpecError("architecture has no 'nodes:' list", spec.loc)
+    nodes: list[_Node] = []
+    _walk(spec["nodes"], spec.loc_of("nodes"), variables, (), 1, nodes)
+    return _assemble(nodes, Path(source).stem, source, top)
+
+
+def _variables(raw: Any, loc: Loc) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, LocDict):
+        raise SpecError("'variables:' must map names to numbers or expressions", loc)
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if isinstance(value, str) and not expr.is_arithmetic(value):
+            continue  # strings such as technology names are not arithmetic variables
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            out[str(key)] = expr.evaluate(value, out, raw.loc_of(key))
+    return out
+
+
+def _attributes(raw: Any, loc: Loc, variables: dict[str, float]) -> dict[str, Any]:
+    """Evaluate a node's attributes: arithmetic text is evaluated (attributes may refer to
+    each other and to `variables:`), other text (`LPDDR4`, `45nm`) stays a string."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, LocDict):
+        raise SpecError("'attributes' must be a mapping", loc)
+    ctx = dict(variables)
+    out: dict[str, Any] = {}
+    pending: dict[str, str] = {}
+    for key, value in raw.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = ctx[key] = value
+        elif isinstance(value, str) and expr.is_arithmetic(value):
+            pending[key] = value
+        else:
+            out[key] = value
+    while pending:
+        progressed = False
+        for key, text in list(pending.items()):
+            names = expr.names_in(text)
+            if any(n in pending and n != key for n in names):
+                continue
+            if all(n in ctx for n in names):
+                out[key] = ctx[key] = expr.evaluate(text, ctx, raw.loc_of(key))
+            elif text.strip().isidentifier():
+                out[key] = text  # a bare word such as a memory type
+            else:
+                expr.evaluate(text, ctx, raw.loc_of(key))  # raises, naming the unknown name
+            del pending[key]
+            progressed = True
+        if not progressed:
+            key = next(iter(pending))
+            raise SpecError(f"attribute '{key}' depends on itself", raw.loc_of(key))
+    return out
+
+
+def _walk(
+    raw: Any,
+    loc: Loc,
+    variables: dict[str, float],
+    path: tuple[str, ...],
+    instances: int,
+    out: list[_Node],
+) -> tuple[tuple[str, ...], int]:
+    """Walk a hierarchical `nodes:` list; returns the spatial path/instances after it."""
+    if not isinstance(raw, LocList):
+        raise SpecError("'nodes:' must be a list of !Container / !Component / !Parallel", loc)
+    for i, node in enumerate(raw):
+        nloc = raw.loc_of(i)
+        if not isinstance(node, LocDict) or getattr(node, "tag", None) is None:
+            raise SpecError(
+                "each node must be tagged !Container, !Component, !Parallel or !Hierarchical", nloc
+            )
+        for key in node:
+            if key not in NODE_KEYS:
+                raise SpecError(
+                    f"unknown key '{key}' in !{node.tag} (allowed: {', '.join(NODE_KEYS)})",
+                    node.key_locs[key],
+                )
+        if node.tag in ("Parallel", "Hierarchical"):
+            if "nodes" not in node:
+                raise SpecError(f"!{node.tag} needs 'nodes:'", nloc)
+            if node.tag == "Hierarchical":
+                path, instances = _walk(
+                    node["nodes"], node.loc_of("nodes"), variables, path, instances, out
+                )
+            else:
+                children = node["nodes"]
+                if not isinstance(children, LocList):
+                    raise SpecError("!Parallel 'nodes:' must be a list", node.loc_of("nodes"))
+                for j, child in enumerate(children):
+                    sub = LocList([child])
+                    sub.loc, sub.item_locs = children.loc, [children.loc_of(j)]
+                    if isinstance(child, LocDict) and child.tag == "Hierarchical":
+                        _walk(
+                            child["nodes"], child.loc_of("nodes"), variables, path, instances, out
+                        )
+                    else:
+                        _walk(sub, children.loc, variables, path, instances, out)
+            continue
+        name = node.get("name")
+        if not isinstance(name, str) or not name:
+            raise SpecError(f"!{node.tag} needs a 'name'", nloc)
+        attrs = _attributes(node.get("attributes"), node.loc_of("attributes"), variables)
+        mesh = (1, 1)
+        if "spatial" in node:
+            spatial = node["spatial"]
+            if not isinstance(spatial, LocDict):
+                raise SpecError("'spatial' must be {meshX: N, meshY: M}", node.loc_of("spatial"))
+            for key in spatial:
+                if key not in ("meshX", "meshY"):
+                    raise SpecError(
+                        f"unknown key '{key}' in spatial (allowed: meshX, meshY)",
+                        spatial.key_locs[key],
+                    )
+            mx = expr.as_int(
+                expr.evaluate(spatial.get("meshX", 1), variables, spatial.loc_of("meshX")),
+                "meshX",
+                spatial.loc,
+            )
+            my = expr.as_int(
+                expr.evaluate(spatial.get("meshY", 1), variables, spatial.loc_of("meshY")),
+                "meshY",
+                spatial.loc,
+            )
+            if mx <= 0 or my <= 0:
+                raise SpecError("meshX and meshY must be positive", node.loc_of("spatial"))
+            mesh = (mx, my)
+        klass = str(node.get("class", "")) if node.tag == "Component" else ""
+        if node.tag == "Component" and not klass:
+            raise SpecError(f"component '{name}' needs a 'class'", nloc)
+        if node.tag == "Container" and mesh != (1, 1):
+            path = path + (name,)
+            instances *= mesh[0] * mesh[1]
+        out.append(_Node(node.tag, name, klass, attrs, mesh, nloc, path, instances))
+    return path, instances
+
+
+def _int_attr(node: _Node, key: str, default: int | None = None) -> int:
+    value = node.attrs.get(key, default)
+    if value is None:
+        raise SpecError(f"component '{node.name}' needs attribute '{key}'", node.loc)
+    if isinstance(value, str) or isinstance(value, bool):
+        raise SpecError(
+            f"attribute '{key}' of '{node.name}' must be a number, got {value!r}", node.loc
+        )
+    result = expr.as_int(value, f"attribute '{key}' of '{node.name}'", node.loc)
+    if result <= 0:
+        raise SpecError(f"attribute '{key}' of '{node.name}' must be positive", node.loc)
+    return result
+
+
+def _operations(node: _Node) -> tuple[OpCost, ...]:
+    raw = node.attrs.get("operations")
+    if not isinstance(raw, LocDict) or not raw:
+        raise SpecError(
+            f"compute component '{node.name}' needs an 'operations' table "
+            "(e.g. mac: {cycles: 1, unit: mac})",
+            node.loc,
+        )
+    ops = []
+    for kind, entry in raw.items():
+        eloc = raw.loc_of(kind)
+        if not isinstance(entry, LocDict):
+            raise SpecError(
+                f"operation '{kind}' of '{node.name}' must be a mapping like "
+                "{cycles: 1, unit: mac}",
+                eloc,
+            )
+        for key in entry:
+            if key not in ("cycles", "unit", "actions"):
+                raise SpecError(
+                    f"unknown key '{key}' in operation '{kind}' (allowed: cycles, unit, actions)",
+                    entry.key_locs[key],
+                )
+        cycles = expr.evaluate(entry.get("cycles", 1), {}, entry.loc_of("cycles"))
+        if cycles <= 0:
+            raise SpecError(
+                f"operation '{kind}' of '{node.name}' must take positive cycles",
+                entry.loc_of("cycles"),
+            )
+        unit = str(entry.get("unit", kind))
+        actions_raw = entry.get("actions")
+        if actions_raw is None:
+            actions: tuple[tuple[str, float], ...] = ((unit, 1.0),)
+        elif isinstance(actions_raw, LocDict):
+            actions = tuple(
+                (str(k), float(expr.evaluate(v, {}, actions_raw.loc_of(k))))
+                for k, v in actions_raw.items()
+            )
+        else:
+            raise SpecError(
+                f"'actions' of operation '{kind}' must map components to counts",
+                entry.loc_of("actions"),
+            )
+        ops.append(OpCost(str(kind), float(cycles), unit, actions))
+    return tuple(ops)
+
+
+def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architecture:
+    frequency = None
+    datawidth = None
+    technology = ""
+    for node in nodes:
+        if node.tag == "Container" and not node.spatial_path:
+            if "frequency_hz" in node.attrs:
+                frequency = float(node.attrs["frequency_hz"])
+            elif "global_cycle_seconds" in node.attrs:
+                frequency = 1.0 / float(node.attrs["global_cycle_seconds"])
+            if "datawidth" in node.attrs:
+                datawidth = _int_attr(node, "datawidth")
+            technology = str(node.attrs.get("technology", technology))
+    drams = [n for n in nodes if n.tag == "Component" and n.klass.upper() == "DRAM"]
+    if len(drams) != 1:
+        raise SpecError(f"expected exactly one DRAM component, found {len(drams)}", top)
+    dram_node = drams[0]
+    dw = _int_attr(dram_node, "datawidth", datawidth or 16)
+    bandwidth = dram_node.attrs.get("bandwidth_bytes_per_s")
+    if bandwidth is None or isinstance(bandwidth, str) or bandwidth <= 0:
+        raise SpecError("DRAM needs a positive 'bandwidth_bytes_per_s'", dram_node.loc)
+    dram = Memory(
+        dram_node.name, dram_node.klass, _int_attr(dram_node, "width", 64), 0, dw, float(bandwidth)
+    )
+    buffers = [
+        n
+        for n in nodes
+        if n.tag == "Component"
+        and not n.spatial_path
+        and n is not dram_node
+        and ("sram" in n.klass.lower() or "buffer" in n.klass.lower() or "buffer" in n.name.lower())
+    ]
+    if len(buffers) != 1:
+        raise SpecError(
+            f"expected one global buffer (a *SRAM* storage outside the PE arrays), "
+            f"found {len(buffers)}",
+            top,
+        )
+    bnode = buffers[0]
+    buffer = Memory(
+        bnode.name,
+        bnode.klass,
+        _int_attr(bnode, "width"),
+        _int_attr(bnode, "depth"),
+        _int_attr(bnode, "datawidth", datawidth or dw),
+    )
+    if frequency is None:
+        raise SpecError("the top container needs 'frequency_hz' (or 'global_cycle_seconds')", top)
+    arrays: list[Array] = []
+    computes = [
+        n for n in nodes if n.tag == "Component" and n.spatial_path and "operations" in n.attrs
+    ]
+    for comp in computes:
+        path = comp.spatial_path
+        containers = [n for n in nodes if n.tag == "Container" and n.name in path]
+        mx = my = 1
+        for c in containers:
+            mx *= c.mesh[0]
+            my *= c.mesh[1]
+        regs = [
+            n
+            for n in nodes
+            if n.tag == "Component"
+            and n.spatial_path == path
+            and n.klass in ("storage", "regfile", "SRAM")
+            or (
+                n.tag == "Component"
+                and n.spatial_path == path
+                and "depth" in n.attrs
+                and n is not comp
+            )
+        ]
+        words = sum(_int_attr(r, "depth") for r in regs)
+        arrays.append(
+            Array(
+                path[0], mx, my, words, _operations(comp), comp.name, regs[0].name if regs else ""
+            )
+        )
+    if not arrays:
+        raise SpecError(
+            "no PE array: a spatial container with a compute component that has "
+            "an 'operations' table",
+            top,
+        )
+    names = [a.name for a in arrays]
+    if len(set(names)) != len(names):
+        raise SpecError(f"PE arrays need distinct names, got {', '.join(names)}", top)
+    components = tuple((n.name, n.klass, n.instances) for n in nodes if n.tag == "Component")
+    return Architecture(
+        name,
+        source,
+        frequency,
+        datawidth or dw,
+        dram,
+        buffer,
+        tuple(arrays),
+        technology,
+        components,
+    )

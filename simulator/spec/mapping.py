@@ -1,0 +1,552 @@
+"""Mapping + binding specs: how a cascade runs on an architecture (`mappings/*.yaml`).
+
+A mapping names its cascade and architecture and says:
+
+* `factors` / `partitions`: how ranks split into tiles (`P: [P2, P1, P0]`); a factor is an
+  arithmetic expression (`PE2D.meshX`) or `search` (chosen by the model: least DRAM traffic
+  that fits the buffer);
+* `spatial`: which rank components each array spreads over its PEs;
+* `binding`: which array runs each Einsum, and `chaining` (sequential or pipelined use of a
+  PE's functional units);
+* `tensors`: where each tensor lives -- `home` DRAM, buffer or registers; `keep`: the loop
+  below which its tile stays in the buffer (`stream`: no reuse, `top`: whole tensor);
+  `copies` (double buffering); `spill` (fraction of its buffer accesses going to DRAM, or
+  `auto` when it does not fit);
+* `phases`: groups of Einsums that run together, each with temporal `loops` (outermost
+  first), per-Einsum overrides, and a `schedule` tree combining per-Einsum cycles (a list
+  runs in sequence, `par` overlaps branches, `stall` adds cycles).
+
+Per-point choices can come from a data table (`dataflow:`): `{select: dataflow.COLUMN,
+VALUE: ...}` anywhere picks the branch named by the point's row. This module loads and
+checks the file; :func:`resolve` fixes it for one workload point.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import Loc, SpecError
+from simulator.spec import expr, yamlio
+from simulator.spec.yamlio import LocDict, LocList, LocStr
+from simulator.units import parse_count
+
+TOP_KEYS = (
+    "label",
+    "description",
+    "cascade",
+    "architecture",
+    "dataflow",
+    "factors",
+    "partitions",
+    "spatial",
+    "binding",
+    "chaining",
+    "tensors",
+    "phases",
+)
+PLACEMENT_KEYS = ("home", "keep", "copies", "spill")
+HOMES = ("DRAM", "buffer", "register")
+PHASE_KEYS = ("name", "loops", "einsums", "tensors", "schedule")
+EINSUM_KEYS = ("loops", "inner", "spatial")
+CHAINING = ("sequential", "pipelined")
+
+
+@dataclass(frozen=True)
+class Placement:
+    tensor: str
+    home: str  # DRAM | buffer | register
+    keep: str | None  # a loop (rank component), "stream", "top", or None
+    copies: int = 1
+    spill: float | str | None = None  # fraction, "auto", or None
+    loc: Loc | None = None
+
+
+@dataclass(frozen=True)
+class EinsumMap:
+    einsum: str
+    array: str
+    loops: tuple[str, ...] | None  # None: the phase's loops (those the Einsum iterates)
+    inner: tuple[str, ...] | None  # None: remaining temporal components, in rank order
+    spatial: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    kind: str  # seq | par | einsum | stall
+    children: tuple[Schedule, ...] = ()
+    name: str = ""  # the Einsum, or the stall expression
+    loc: Loc | None = None
+
+    def einsums(self) -> list[str]:
+        if self.kind == "einsum":
+            return [self.name]
+        return [n for c in self.children for n in c.einsums()]
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    loops: tuple[str, ...]
+    einsums: tuple[EinsumMap, ...]
+    placements: tuple[Placement, ...]
+    schedule: Schedule
+    loc: Loc | None = None
+
+    def placement(self, tensor: str) -> Placement | None:
+        for p in self.placements:
+            if p.tensor == tensor:
+                return p
+        return None
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """A mapping fixed for one workload point (selects applied; `search` factors open)."""
+
+    name: str
+    label: str
+    description: str
+    path: str
+    cascade: str
+    architecture: str
+    factors: tuple[tuple[str, Any], ...]  # component -> expression text/number or "search"
+    partitions: tuple[tuple[str, tuple[str, ...]], ...]
+    binding: tuple[tuple[str, str], ...]  # einsum -> array
+    chaining: tuple[tuple[str, str], ...]  # array -> mode
+    phases: tuple[Phase, ...]
+    dataflow: tuple[tuple[str, Any], ...] = ()  # the table row used, if any
+    factor_locs: tuple[tuple[str, Loc], ...] = ()
+
+    def array_of(self, einsum: str) -> str:
+        return dict(self.binding)[einsum]
+
+    def chaining_of(self, array: str) -> str:
+        return dict(self.chaining).get(array, "sequential")
+
+    def context(self) -> dict[str, float]:
+        """Numeric dataflow values usable in expressions (`dataflow.P1`)."""
+        out = {}
+        for key, value in self.dataflow:
+            try:
+                out[f"dataflow.{key}"] = float(value)
+            except (TypeError, ValueError):
+                continue
+        return out
+
+
+@dataclass(frozen=True)
+class MappingSpec:
+    """A loaded mapping file, not yet fixed to a point."""
+
+    name: str
+    path: str
+    data: LocDict
+    table: tuple[dict[str, str], ...]
+    table_path: str
+
+    @property
+    def label(self) -> str:
+        return str(self.data.get("label", self.name))
+
+    @property
+    def cascade(self) -> str:
+        return str(self.data["cascade"])
+
+    @property
+    def architecture(self) -> str:
+        return str(self.data["architecture"])
+
+
+def load_mapping(path: str | Path) -> MappingSpec:
+    data = yamlio.load(path)
+    source = str(path)
+    if not isinstance(data, LocDict) or not isinstance(data.get("mapping"), LocDict):
+        raise SpecError(
+            "a mapping file must have a top-level 'mapping:' section", Loc(source, 1, 1)
+        )
+    for key in data:
+        if key != "mapping":
+            raise SpecError(
+                f"unknown top-level key '{key}' (expected 'mapping:')", data.key_locs[key]
+            )
+    body = data["mapping"]
+    _check_keys(body, TOP_KEYS, "mapping")
+    for key in ("cascade", "architecture", "phases"):
+        if key not in body:
+            raise SpecError(f"mapping needs '{key}'", body.loc)
+    table: list[dict[str, str]] = []
+    table_path = ""
+    if "dataflow" in body:
+        df = body["dataflow"]
+        if not isinstance(df, LocDict) or "table" not in df or "match" not in df:
+            raise SpecError(
+                "dataflow needs 'table:' (a CSV file) and 'match:' ({column: workload field})",
+                body.loc_of("dataflow"),
+            )
+        _check_keys(df, ("table", "match", "where"), "dataflow")
+        table_file = Path(source).parent / str(df["table"])
+        table_path = str(table_file)
+        table = _read_table(table_file, df.loc_of("table"))
+    return MappingSpec(Path(source).stem, source, body, tuple(table), table_path)
+
+
+def _read_table(path: Path, loc: Loc) -> list[dict[str, str]]:
+    try:
+        lines = [
+            ln
+            for ln in path.read_text(encoding="utf-8").splitlines()
+            if ln.strip() and not ln.startswith("#")
+        ]
+    except FileNotFoundError:
+        raise SpecError(f"dataflow table {path} not found", loc) from None
+    rows = list(csv.DictReader(lines))
+    if not rows:
+        raise SpecError(f"dataflow table {path} is empty", loc)
+    return rows
+
+
+def _check_keys(mapping: Any, allowed: tuple[str, ...], what: str) -> None:
+    if not isinstance(mapping, LocDict):
+        raise SpecError(f"{what} must be a mapping", getattr(mapping, "loc", None))
+    for key in mapping:
+        if key not in allowed:
+            raise SpecError(
+                f"unknown key '{key}' in {what} (allowed: {', '.join(allowed)})",
+                mapping.key_locs[key],
+            )
+
+
+# --------------------------------------------------------------------------------------
+# Fixing a mapping to one point
+
+
+def find_row(spec: MappingSpec, workload_fields: dict[str, Any]) -> dict[str, str]:
+    """The dataflow table row for a workload (`match` maps table columns to its fields)."""
+    df = spec.data["dataflow"]
+    match, where = df["match"], df.get("where") or {}
+    if not isinstance(match, LocDict) or not isinstance(where, dict):
+        raise SpecError("dataflow 'match' and 'where' must be mappings", df.loc)
+    for row in spec.table:
+        if any(str(row.get(col, "")) != str(val) for col, val in where.items()):
+            continue
+        ok = True
+        for col, field in match.items():
+            if col not in row:
+                raise SpecError(f"dataflow table has no column '{col}'", match.key_locs[col])
+            if field not in workload_fields:
+                raise SpecError(
+                    f"unknown workload field '{field}' (known: "
+                    f"{', '.join(sorted(workload_fields))})",
+                    match.loc_of(col),
+                )
+            want = workload_fields[field]
+            have = row[col]
+            if isinstance(want, int):
+                try:
+                    ok &= parse_count(have) == want
+                except SpecError:
+                    ok = False
+            else:
+                ok &= str(have).lower() == str(want).lower()
+        if ok:
+            return row
+    described = ", ".join(f"{f}={workload_fields[f]}" for f in match.values())
+    raise SpecError(
+        f"the dataflow table {Path(spec.table_path).name} has no row for "
+        f"{described}; mapping '{spec.name}' is only defined at its published points",
+        df.loc_of("table"),
+    )
+
+
+def _apply_selects(node: Any, row: dict[str, str] | None, where: str) -> Any:
+    """Replace every `{select: dataflow.COL, VALUE: branch}` by the row's branch."""
+    if isinstance(node, LocDict):
+        if "select" in node:
+            key = str(node["select"])
+            if not key.startswith("dataflow."):
+                raise SpecError(
+                    f"select must name a dataflow column (dataflow.COLUMN), got '{key}'",
+                    node.loc_of("select"),
+                )
+            if row is None:
+                raise SpecError(
+                    f"'select: {key}' needs a 'dataflow:' table in the mapping",
+                    node.loc_of("select"),
+                )
+            column = key.split(".", 1)[1]
+            if column not in row:
+                raise SpecError(f"dataflow table has no column '{column}'", node.loc_of("select"))
+            value = row[column]
+            if value not in node:
+                options = ", ".join(str(k) for k in node if k != "select")
+                raise SpecError(
+                    f"{where}: no branch for {column} = '{value}' (branches: {options})",
+                    node.loc_of("select"),
+                )
+            return _apply_selects(node[value], row, where)
+        out = LocDict()
+        out.loc, out.tag = node.loc, node.tag
+        out.key_locs, out.value_locs = dict(node.key_locs), dict(node.value_locs)
+        for k, v in node.items():
+            out[k] = _apply_selects(v, row, f"{where}.{k}")
+        return out
+    if isinstance(node, LocList):
+        out_list = LocList(_apply_selects(v, row, where) for v in node)
+        out_list.loc, out_list.item_locs = node.loc, list(node.item_locs)
+        return out_list
+    return node
+
+
+def _names(raw: Any, loc: Loc, what: str) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+        raise SpecError(f"{what} must be a list of names", loc)
+    return tuple(str(x) for x in raw)
+
+
+def _placement(tensor: str, raw: Any, loc: Loc, context: dict[str, float]) -> Placement:
+    if not isinstance(raw, LocDict):
+        raise SpecError(
+            f"placement of '{tensor}' must be a mapping like {{home: DRAM, keep: P2}}", loc
+        )
+    _check_keys(raw, PLACEMENT_KEYS, f"placement of '{tensor}'")
+    home = str(raw.get("home", "register"))
+    if home not in HOMES:
+        raise SpecError(
+            f"home of '{tensor}' must be one of {', '.join(HOMES)}, got '{home}'",
+            raw.loc_of("home"),
+        )
+    keep = raw.get("keep")
+    keep = None if keep is None else str(keep)
+    copies = raw.get("copies", 1)
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise SpecError(f"copies of '{tensor}' must be a positive integer", raw.loc_of("copies"))
+    spill: float | str | None = None
+    if "spill" in raw:
+        value = raw["spill"]
+        if str(value) == "auto":
+            spill = "auto"
+        else:
+            spill = float(expr.evaluate(value, context, raw.loc_of("spill")))
+            if not 0 <= spill <= 1:
+                raise SpecError(
+                    f"spill of '{tensor}' must be a fraction in [0, 1], got {spill}",
+                    raw.loc_of("spill"),
+                )
+    if home == "register" and (keep is not None or spill is not None):
+        raise SpecError(f"'{tensor}' lives in registers: 'keep' and 'spill' do not apply", raw.loc)
+    return Placement(tensor, home, keep, copies, spill, raw.loc)
+
+
+def _schedule(raw: Any, loc: Loc) -> Schedule:
+    if isinstance(raw, LocStr) or isinstance(raw, str):
+        return Schedule("einsum", name=str(raw), loc=getattr(raw, "loc", loc))
+    if isinstance(raw, LocList):
+        return Schedule(
+            "seq", tuple(_schedule(x, raw.loc_of(i)) for i, x in enumerate(raw)), loc=raw.loc
+        )
+    if isinstance(raw, LocDict) and len(raw) == 1:
+        ((key, value),) = raw.items()
+        if key == "par":
+            if not isinstance(value, LocList) or not value:
+                raise SpecError("'par' takes a list of branches", raw.loc_of("par"))
+            branches = []
+            for i, branch in enumerate(value):
+                if not isinstance(branch, LocList):
+                    branch_list = LocList([branch])
+                    branch_list.loc, branch_list.item_locs = value.loc_of(i), [value.loc_of(i)]
+                    branch = branch_list
+                branches.append(_schedule(branch, value.loc_of(i)))
+            return Schedule("par", tuple(branches), loc=raw.loc)
+        if key == "seq":
+            return _schedule(value, raw.loc_of("seq"))
+        if key == "stall":
+            if not isinstance(value, str | int | float) or isinstance(value, bool):
+                raise SpecError(
+                    "'stall' takes an arithmetic expression of cycles", raw.loc_of("stall")
+                )
+            return Schedule("stall", name=str(value), loc=raw.loc_of("stall"))
+    raise SpecError(
+        "a schedule item is an Einsum name, a list (in sequence), "
+        "{par: [[...], [...]]} or {stall: EXPRESSION}",
+        getattr(raw, "loc", loc),
+    )
+
+
+def resolve(
+    spec: MappingSpec,
+    workload_fields: dict[str, Any],
+    context: dict[str, float],
+    einsum_names: list[str],
+    array_names: list[str],
+) -> Mapping:
+    """Fix a mapping to one point: pick its table row, apply selects, check names."""
+    row = find_row(spec, workload_fields) if spec.table else None
+    body = _apply_selects(spec.data, row, spec.name)
+    ctx = dict(context)
+    if row is not None:
+        for key, value in row.items():
+            try:
+                ctx[f"dataflow.{key}"] = float(value)
+            except ValueError:
+                pass
+
+    factors_raw = body.get("factors") or LocDict()
+    if not isinstance(factors_raw, LocDict):
+        raise SpecError("factors must map rank components to expressions", body.loc_of("factors"))
+    factors = tuple((str(k), v) for k, v in factors_raw.items())
+    factor_locs = tuple((str(k), factors_raw.loc_of(k)) for k in factors_raw)
+    partitions_raw = body.get("partitions") or LocDict()
+    if not isinstance(partitions_raw, LocDict):
+        raise SpecError(
+            "partitions must map a rank to its components, e.g. P: [P2, P1, P0]",
+            body.loc_of("partitions"),
+        )
+    partitions = tuple(
+        (str(k), _names(v, partitions_raw.loc_of(k), f"partition of {k}"))
+        for k, v in partitions_raw.items()
+    )
+
+    binding_raw = body.get("binding")
+    if not isinstance(binding_raw, LocDict):
+        raise SpecError(
+            "binding must map each array to the Einsums it runs", body.loc_of("binding")
+        )
+    binding: dict[str, str] = {}
+    for array, names in binding_raw.items():
+        if array not in array_names:
+            raise SpecError(
+                f"unknown array '{array}' (the architecture has {', '.join(array_names)})",
+                binding_raw.key_locs[array],
+            )
+        for name in _names(names, binding_raw.loc_of(array), f"Einsums of {array}"):
+            if name not in einsum_names:
+                raise SpecError(
+                    f"unknown Einsum '{name}' (the cascade has {', '.join(einsum_names)})",
+                    binding_raw.loc_of(array),
+                )
+            if name in binding:
+                raise SpecError(
+                    f"Einsum '{name}' is bound to both {binding[name]} and {array}",
+                    binding_raw.loc_of(array),
+                )
+            binding[name] = str(array)
+    missing = [e for e in einsum_names if e not in binding]
+    if missing:
+        raise SpecError(
+            f"Einsum(s) {', '.join(missing)} are not bound to any array", body.loc_of("binding")
+        )
+
+    chaining_raw = body.get("chaining") or LocDict()
+    chaining = []
+    for array, mode in chaining_raw.items():
+        if array not in array_names:
+            raise SpecError(f"unknown array '{array}'", chaining_raw.key_locs[array])
+        if mode not in CHAINING:
+            raise SpecError(
+                f"chaining must be one of {', '.join(CHAINING)}, got '{mode}'",
+                chaining_raw.loc_of(array),
+            )
+        chaining.append((str(array), str(mode)))
+
+    spatial_raw = body.get("spatial") or LocDict()
+    spatial: dict[str, tuple[str, ...]] = {}
+    for array, comps in spatial_raw.items():
+        if array not in array_names:
+            raise SpecError(f"unknown array '{array}'", spatial_raw.key_locs[array])
+        spatial[str(array)] = _names(comps, spatial_raw.loc_of(array), f"spatial of {array}")
+
+    base_placements: dict[str, Placement] = {}
+    tensors_raw = body.get("tensors") or LocDict()
+    if not isinstance(tensors_raw, LocDict):
+        raise SpecError("tensors must map tensor names to placements", body.loc_of("tensors"))
+    for tensor, raw in tensors_raw.items():
+        base_placements[str(tensor)] = _placement(str(tensor), raw, tensors_raw.loc_of(tensor), ctx)
+
+    phases_raw = body["phases"]
+    if not isinstance(phases_raw, LocList) or not phases_raw:
+        raise SpecError("phases must be a non-empty list", body.loc_of("phases"))
+    phases = []
+    scheduled: dict[str, str] = {}
+    for i, praw in enumerate(phases_raw):
+        ploc = phases_raw.loc_of(i)
+        _check_keys(praw, PHASE_KEYS, "a phase")
+        pname = str(praw.get("name", f"phase{i + 1}"))
+        if "schedule" not in praw:
+            raise SpecError(f"phase '{pname}' needs a 'schedule'", praw.loc)
+        loops = _names(praw.get("loops", []), praw.loc_of("loops"), "loops")
+        sched = _schedule(praw["schedule"], praw.loc_of("schedule"))
+        names = sched.einsums()
+        for name in names:
+            if name not in einsum_names:
+                raise SpecError(
+                    f"schedule of phase '{pname}' names unknown Einsum '{name}'",
+                    praw.loc_of("schedule"),
+                )
+            if name in scheduled:
+                raise SpecError(
+                    f"Einsum '{name}' is scheduled twice (also in phase '{scheduled[name]}')",
+                    praw.loc_of("schedule"),
+                )
+            scheduled[name] = pname
+        overrides = praw.get("einsums") or LocDict()
+        if not isinstance(overrides, LocDict):
+            raise SpecError("einsums must map Einsum names to overrides", praw.loc_of("einsums"))
+        for name in overrides:
+            if name not in names:
+                raise SpecError(
+                    f"override for Einsum '{name}', which phase '{pname}' does not schedule",
+                    overrides.key_locs[name],
+                )
+        maps = []
+        for name in names:
+            over = overrides.get(name) or LocDict()
+            _check_keys(over, EINSUM_KEYS, f"overrides of '{name}'")
+            array = binding[name]
+            maps.append(
+                EinsumMap(
+                    name,
+                    array,
+                    _names(over["loops"], over.loc_of("loops"), "loops")
+                    if "loops" in over
+                    else None,
+                    _names(over["inner"], over.loc_of("inner"), "inner")
+                    if "inner" in over
+                    else None,
+                    _names(over["spatial"], over.loc_of("spatial"), "spatial")
+                    if "spatial" in over
+                    else spatial.get(array, ()),
+                )
+            )
+        placements = dict(base_placements)
+        ptensors = praw.get("tensors") or LocDict()
+        if not isinstance(ptensors, LocDict):
+            raise SpecError("tensors must map tensor names to placements", praw.loc_of("tensors"))
+        for tensor, raw in ptensors.items():
+            placements[str(tensor)] = _placement(str(tensor), raw, ptensors.loc_of(tensor), ctx)
+        phases.append(Phase(pname, loops, tuple(maps), tuple(placements.values()), sched, ploc))
+    unscheduled = [e for e in einsum_names if e not in scheduled]
+    if unscheduled:
+        raise SpecError(
+            f"Einsum(s) {', '.join(unscheduled)} appear in no phase's schedule",
+            body.loc_of("phases"),
+        )
+    return Mapping(
+        name=spec.name,
+        label=spec.label,
+        description=str(body.get("description", "")),
+        path=spec.path,
+        cascade=spec.cascade,
+        architecture=spec.architecture,
+        factors=factors,
+        partitions=partitions,
+        binding=tuple(binding.items()),
+        chaining=tuple(chaining),
+        phases=tuple(phases),
+        dataflow=tuple(row.items()) if row else (),
+        factor_locs=factor_locs,
+    )

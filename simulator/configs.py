@@ -11,7 +11,7 @@ from pathlib import Path
 
 from simulator.cascade.ir import Cascade
 from simulator.cascade.parse import load_cascade
-from simulator.errors import Loc, SpecError
+from simulator.errors import SpecError
 from simulator.model.perf import evaluate_mapping
 from simulator.model.result import Result
 from simulator.paths import data_dir, resolve_spec
@@ -72,8 +72,10 @@ class Specs:
         try:
             return resolve_spec(kind, name)
         except SpecError:
+            key = "architecture" if kind == "arch" else "cascade"
             raise SpecError(
-                f"mapping '{spec.name}' names {kind} '{name}', which does not exist", Loc(spec.path)
+                f"mapping '{spec.name}' names {kind} '{name}', which does not exist",
+                spec.data.loc_of(key),
             ) from None
 
 

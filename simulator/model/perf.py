@@ -338,7 +338,7 @@ def cycles_per_point(e: Einsum, array: Array, chaining: str, mapping: Mapping) -
                 f"Einsum '{e.name}' needs '{kind}', which the PEs of array "
                 f"'{array.name}' do not support (operations: "
                 f"{', '.join(o.name for o in array.operations)})",
-                Loc(mapping.path),
+                mapping.binding_loc(e.name),
             )
         total += n * op.cycles
         per_unit[op.unit] = per_unit.get(op.unit, 0.0) + n * op.cycles
@@ -360,14 +360,14 @@ def einsum_costs(
         e = by_name[em.einsum]
         array = arch.array(em.array)
         nest = plan.nests[em.einsum]
+        _check_mesh(nest, array, extents, mapping)
         parallel = math.prod(extents[c] for c in nest.spatial)
         if parallel > array.pes:
             raise SpecError(
                 f"Einsum '{e.name}' spreads {' x '.join(nest.spatial)} = {parallel} "
                 f"over array {array.name}, which has only {array.pes} PEs",
-                Loc(mapping.path),
+                mapping.binding_loc(e.name),
             )
-        _check_mesh(nest, array, extents, mapping)
         points = count_points(facts.cascade, e, extents)
         cpp = cycles_per_point(e, array, mapping.chaining_of(array.name), mapping)
         out.append(
@@ -385,7 +385,7 @@ def _check_mesh(nest: Nest, array: Array, extents: dict[str, int], mapping: Mapp
             raise SpecError(
                 f"spatial {comp}={extents[comp]} of '{nest.einsum}' exceeds "
                 f"{array.name}'s {'meshX' if i == 0 else 'meshY'}={dims[i]}",
-                Loc(mapping.path),
+                mapping.binding_loc(nest.einsum),
             )
 
 
@@ -566,4 +566,7 @@ def evaluate_mapping(
         einsums=tuple(costs),
         tensors=tuple(TensorTraffic(t, *v) for t, v in sorted(tensor_totals.items())),
         factors=tuple((n, extents[n]) for n in factor_names if n in extents),
+        array_2d=two,
+        array_1d=one,
+        notes=mapping.notes,
     )

@@ -57,8 +57,11 @@ class Result:
     einsums: tuple[EinsumCost, ...]
     tensors: tuple[TensorTraffic, ...]
     factors: tuple[tuple[str, int], ...]  # tile extents chosen
+    array_2d: str | None = None  # the array reported as util_2d (meshY > 1)
+    array_1d: str | None = None
     engine: str = "analytic"
     notes: tuple[str, ...] = field(default=())
 
-    def util_2d_per_einsum(self, array_2d: str) -> dict[str, float]:
-        return {e: u for e, a, u in self.util_per_einsum if a == array_2d}
+    def util_2d_per_einsum(self) -> dict[str, float]:
+        """Share of the total time each Einsum keeps the 2D array busy."""
+        return {e: u for e, a, u in self.util_per_einsum if a == self.array_2d}

@@ -24,6 +24,7 @@ checks the file; :func:`resolve` fixes it for one workload point.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,11 @@ class Mapping:
     phases: tuple[Phase, ...]
     dataflow: tuple[tuple[str, Any], ...] = ()  # the table row used, if any
     factor_locs: tuple[tuple[str, Loc], ...] = ()
+    notes: tuple[str, ...] = ()
+    binding_locs: tuple[tuple[str, Loc], ...] = ()
+
+    def binding_loc(self, einsum: str) -> Loc:
+        return dict(self.binding_locs).get(einsum, Loc(self.path))
 
     def array_of(self, einsum: str) -> str:
         return dict(self.binding)[einsum]
@@ -186,7 +192,7 @@ def load_mapping(path: str | Path) -> MappingSpec:
                 "dataflow needs 'table:' (a CSV file) and 'match:' ({column: workload field})",
                 body.loc_of("dataflow"),
             )
-        _check_keys(df, ("table", "match", "where"), "dataflow")
+        _check_keys(df, ("table", "match", "where", "nearest"), "dataflow")
         table_file = Path(source).parent / str(df["table"])
         table_path = str(table_file)
         table = _read_table(table_file, df.loc_of("table"))
@@ -223,8 +229,13 @@ def _check_keys(mapping: Any, allowed: tuple[str, ...], what: str) -> None:
 # Fixing a mapping to one point
 
 
-def find_row(spec: MappingSpec, workload_fields: dict[str, Any]) -> dict[str, str]:
-    """The dataflow table row for a workload (`match` maps table columns to its fields)."""
+def find_row(
+    spec: MappingSpec, workload_fields: dict[str, Any]
+) -> tuple[dict[str, str], str | None]:
+    """The dataflow table row for a workload (`match` maps table columns to its fields).
+
+    Without an exact match, `nearest:` (numeric columns -> workload fields) picks the row
+    closest in log scale; the returned note says which row was borrowed."""
     df = spec.data["dataflow"]
     match, where = df["match"], df.get("where") or {}
     if not isinstance(match, LocDict) or not isinstance(where, dict):
@@ -252,8 +263,35 @@ def find_row(spec: MappingSpec, workload_fields: dict[str, Any]) -> dict[str, st
             else:
                 ok &= str(have).lower() == str(want).lower()
         if ok:
-            return row
+            return row, None
     described = ", ".join(f"{f}={workload_fields[f]}" for f in match.values())
+    nearest = df.get("nearest")
+    if isinstance(nearest, LocDict) and nearest:
+        best, best_key = None, None
+        for row in spec.table:
+            if any(str(row.get(col, "")) != str(val) for col, val in where.items()):
+                continue
+            distance = 0.0
+            for col, field in nearest.items():
+                try:
+                    have = parse_count(row[col]) if col in row else None
+                except SpecError:
+                    have = None
+                want = workload_fields.get(field)
+                if have is None or not isinstance(want, int) or want <= 0:
+                    raise SpecError(
+                        f"nearest: column '{col}' / field '{field}' must be positive counts",
+                        nearest.loc_of(col),
+                    )
+                distance += abs(math.log2(have / want))
+            if best_key is None or distance < best_key:
+                best, best_key = row, distance
+        if best is not None:
+            which = ", ".join(f"{c}={best[c]}" for c in match)
+            return best, (
+                f"{spec.label}: no published dataflow for {described}; using the "
+                f"nearest published row ({which})"
+            )
     raise SpecError(
         f"the dataflow table {Path(spec.table_path).name} has no row for "
         f"{described}; mapping '{spec.name}' is only defined at its published points",
@@ -385,7 +423,7 @@ def resolve(
     array_names: list[str],
 ) -> Mapping:
     """Fix a mapping to one point: pick its table row, apply selects, check names."""
-    row = find_row(spec, workload_fields) if spec.table else None
+    row, note = find_row(spec, workload_fields) if spec.table else (None, None)
     body = _apply_selects(spec.data, row, spec.name)
     ctx = dict(context)
     if row is not None:
@@ -417,6 +455,7 @@ def resolve(
             "binding must map each array to the Einsums it runs", body.loc_of("binding")
         )
     binding: dict[str, str] = {}
+    binding_locs: dict[str, Loc] = {}
     for array, names in binding_raw.items():
         if array not in array_names:
             raise SpecError(
@@ -435,6 +474,7 @@ def resolve(
                     binding_raw.loc_of(array),
                 )
             binding[name] = str(array)
+            binding_locs[name] = binding_raw.loc_of(array)
     missing = [e for e in einsum_names if e not in binding]
     if missing:
         raise SpecError(
@@ -549,4 +589,6 @@ def resolve(
         phases=tuple(phases),
         dataflow=tuple(row.items()) if row else (),
         factor_locs=factor_locs,
+        notes=(note,) if note else (),
+        binding_locs=tuple(binding_locs.items()),
     )

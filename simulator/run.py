@@ -1,0 +1,317 @@
+"""`python -m simulator.run`: compare accelerator configurations on one attention workload.
+
+    python -m simulator.run --model bert --seq 1M
+    python -m simulator.run --model xlm --seq 64K --accel flat,fusemax --format json
+    python -m simulator.run --heads 32 --embed 128 --seq 16K --pe-dim 128
+    python -m simulator.run --mapping my-mapping.yaml --seq 4K     # a user's configuration
+
+Each configuration is a mapping file (`mappings/*.yaml`) naming its cascade and
+architecture; all of them go through the same model. Speedups are against the unfused
+baseline and FLAT at the same point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from dataclasses import dataclass
+
+from simulator.cli import guarded
+from simulator.configs import ALIASES, Specs, evaluate, shipped_configs
+from simulator.errors import SpecError
+from simulator.model.result import Result
+from simulator.spec.workload import make_workload
+from simulator.textfmt import table
+from simulator.units import parse_bytes, parse_count
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SpecError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m simulator.run",
+        description="Latency, speedup, utilisation and DRAM traffic of attention "
+        "accelerator configurations at one workload point.",
+    )
+    p.add_argument("--model", default=None, help="bert, trxl, t5, xlm or custom (default: bert)")
+    p.add_argument("--seq", default="1M", help="sequence length: 1K, 64k, 1M, 1048576 ...")
+    p.add_argument(
+        "--accel",
+        default=None,
+        help="comma-separated configurations (default: all shipped: "
+        "unfused,flat,cascade,arch,binding; fusemax = binding)",
+    )
+    p.add_argument(
+        "--mapping",
+        action="append",
+        default=[],
+        help="a mapping file to evaluate (repeatable); replaces --accel's default",
+    )
+    p.add_argument("--arch", help="architecture file replacing each mapping's own")
+    p.add_argument("--cascade", help="cascade file replacing each mapping's own")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    for name, help_text in (
+        ("batch", "batch size B"),
+        ("heads", "heads H"),
+        ("embed", "per-head embedding E (= F)"),
+        ("ffn", "FFN width S"),
+        ("dmodel", "model width D"),
+    ):
+        p.add_argument(f"--{name}", type=_positive_int, help=help_text)
+    p.add_argument(
+        "--pe-dim",
+        type=_positive_int,
+        help="PE array dimension: 2D arrays become N x N, 1D arrays N",
+    )
+    p.add_argument("--buffer-bytes", type=_bytes, help="global buffer size (e.g. 8MB)")
+    p.add_argument(
+        "--bandwidth", type=_bandwidth, help="DRAM bandwidth in bytes/s (e.g. 400GiB or 4.3e11)"
+    )
+    return p
+
+
+def _positive_int(text: str) -> int:
+    return parse_count(text, what="value")
+
+
+def _bytes(text: str) -> int:
+    return parse_bytes(text, what="--buffer-bytes")
+
+
+def _bandwidth(text: str) -> float:
+    stripped = text.strip().removesuffix("/s")
+    try:
+        value = float(stripped)
+    except ValueError:
+        value = float(parse_bytes(stripped, what="--bandwidth"))
+    if value <= 0:
+        raise SpecError(f"--bandwidth must be positive, got {text}")
+    return value
+
+
+@dataclass(frozen=True)
+class Row:
+    result: Result
+    speedup_vs_unfused: float | None
+    speedup_vs_flat: float | None
+
+
+def compare(
+    specs: Specs, configs: list[str], workload, pe_dim=None, buffer_bytes=None, bandwidth=None
+) -> tuple[list[Row], list[str]]:
+    """Evaluate configurations and their speedups over the unfused baseline and FLAT."""
+    kwargs = dict(pe_dim=pe_dim, buffer_bytes=buffer_bytes, bandwidth=bandwidth)
+    results = [evaluate(specs, c, workload, **kwargs) for c in configs]
+    notes: list[str] = []
+    baselines: dict[str, Result | None] = {}
+    for base in ("unfused", "flat"):
+        found = next((r for r in results if r.accelerator == base), None)
+        if found is None and specs.cascade_override is None and specs.arch_override is None:
+            try:
+                found = evaluate(specs, base, workload, **kwargs)
+            except SpecError as err:
+                notes.append(f"no {base} baseline at this point: {err}")
+        baselines[base] = found
+    rows = []
+    for r in results:
+        rows.append(Row(r, _ratio(baselines["unfused"], r), _ratio(baselines["flat"], r)))
+        notes += [n for n in r.notes if n not in notes]
+    for b in baselines.values():
+        if b is not None:
+            notes += [n for n in b.notes if n not in notes]
+    return rows, notes
+
+
+def _ratio(base: Result | None, r: Result) -> float | None:
+    return base.latency_s / r.latency_s if base is not None and r.latency_s > 0 else None
+
+
+def record(row: Row) -> dict:
+    r = row.result
+    return {
+        "accelerator": r.accelerator,
+        "label": r.label,
+        "model": r.model,
+        "seq_len": r.seq_len,
+        "latency_s": r.latency_s,
+        "traffic_bytes": r.traffic_bytes,
+        "util_2d": r.util_2d,
+        "util_1d": r.util_1d,
+        "util_2d_per_einsum": r.util_2d_per_einsum(),
+        "speedup_vs_unfused": row.speedup_vs_unfused,
+        "speedup_vs_flat": row.speedup_vs_flat,
+        "cycles": r.cycles,
+        "engine": r.engine,
+        "util": dict(r.util),
+        "factors": dict(r.factors),
+        "phases": [
+            {
+                "name": p.name,
+                "latency_s": p.latency_s,
+                "compute_s": p.compute_s,
+                "memory_s": p.memory_s,
+                "traffic_bytes": p.traffic_bytes,
+                "buffer_bytes": p.buffer_bytes,
+            }
+            for p in r.phases
+        ],
+        "traffic_per_tensor": {
+            t.tensor: {
+                "read_bytes": t.read_bytes,
+                "write_bytes": t.write_bytes,
+                "spill_bytes": t.spill_bytes,
+            }
+            for t in r.tensors
+        },
+    }
+
+
+def _fmt_x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _fmt_bytes(value: float) -> str:
+    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def render_table(rows: list[Row], notes: list[str], workload) -> str:
+    lines = [f"{workload.describe()}: attention"]
+    body = []
+    for row in rows:
+        r = row.result
+        body.append(
+            (
+                r.label,
+                f"{r.latency_s:.4g}",
+                _fmt_x(row.speedup_vs_unfused),
+                _fmt_x(row.speedup_vs_flat),
+                f"{100 * r.util_2d:.1f}%",
+                f"{100 * r.util_1d:.1f}%",
+                _fmt_bytes(r.traffic_bytes),
+            )
+        )
+    lines.append(
+        table(
+            [
+                "config",
+                "latency (s)",
+                "vs unfused",
+                "vs FLAT",
+                "util 2D",
+                "util 1D",
+                "DRAM traffic",
+            ],
+            body,
+            right=[False, True, True, True, True, True, True],
+        )
+    )
+    einsums: list[str] = []
+    per = []
+    for row in rows:
+        shares = row.result.util_2d_per_einsum()
+        per.append(shares)
+        einsums += [e for e in shares if e not in einsums]
+    if einsums:
+        lines.append("")
+        lines.append("2D-array utilisation per Einsum (share of total time)")
+        lines.append(
+            table(
+                ["config", *einsums],
+                [
+                    (row.result.label, *[f"{100 * s[e]:.1f}%" if e in s else "-" for e in einsums])
+                    for row, s in zip(rows, per, strict=True)
+                ],
+                right=[False] + [True] * len(einsums),
+            )
+        )
+    for note in notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def render_csv(records: list[dict]) -> str:
+    einsums: list[str] = []
+    for rec in records:
+        einsums += [e for e in rec["util_2d_per_einsum"] if e not in einsums]
+    columns = [
+        "accelerator",
+        "label",
+        "model",
+        "seq_len",
+        "latency_s",
+        "traffic_bytes",
+        "util_2d",
+        "util_1d",
+        "speedup_vs_unfused",
+        "speedup_vs_flat",
+    ]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns + [f"util_2d_{e}" for e in einsums])
+    for rec in records:
+        writer.writerow(
+            [_csv(rec[c]) for c in columns]
+            + [_csv(rec["util_2d_per_einsum"].get(e, 0.0)) for e in einsums]
+        )
+    return out.getvalue().rstrip("\n")
+
+
+def _csv(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+@guarded
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m simulator.run`."""
+    args = build_parser().parse_args(argv)
+    overrides = {
+        "batch": args.batch,
+        "heads": args.heads,
+        "embed": args.embed,
+        "ffn": args.ffn,
+        "dmodel": args.dmodel,
+    }
+    model = args.model or ("custom" if args.heads and args.embed and not args.model else "bert")
+    workload = make_workload(model, args.seq, overrides)
+    specs = Specs(cascade_override=args.cascade, arch_override=args.arch)
+    if args.mapping:
+        configs = list(args.mapping)
+    elif args.accel:
+        configs = [ALIASES.get(c.strip(), c.strip()) for c in args.accel.split(",") if c.strip()]
+        known = shipped_configs()
+        for c in configs:
+            if c not in known:
+                raise SpecError(
+                    f"--accel: unknown configuration '{c}' (known: {', '.join(known)}, fusemax)"
+                )
+    else:
+        configs = shipped_configs()
+    rows, notes = compare(specs, configs, workload, args.pe_dim, args.buffer_bytes, args.bandwidth)
+    if args.format == "table":
+        print(render_table(rows, notes, workload))
+        return 0
+    records = [record(r) for r in rows]
+    if args.format == "json":
+        print(json.dumps(records, indent=2, sort_keys=False))
+    else:
+        print(render_csv(records))
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""`python -m simulator.run`: formats, other points, user specs, and clean errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+
+import pytest
+
+from simulator import configs as configs_module
+from simulator.run import main
+
+from .conftest import ROOT
+
+REQUIRED = {
+    "accelerator",
+    "model",
+    "seq_len",
+    "latency_s",
+    "traffic_bytes",
+    "util_2d",
+    "util_1d",
+    "util_2d_per_einsum",
+    "speedup_vs_unfused",
+    "speedup_vs_flat",
+}
+
+
+def _json(run_cli, *argv):
+    code, out, err = run_cli(main, [*argv, "--format", "json"])
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_default_runs_the_five_configurations(run_cli):
+    code, out, err = run_cli(main, ["--model", "bert", "--seq", "1M"])
+    assert code == 0, err
+    for label in ("Unfused", "FLAT", "+Cascade", "+Architecture", "+Binding"):
+        assert label in out
+    assert "2D-array utilisation per Einsum" in out
+
+
+def test_json_records(run_cli):
+    records = _json(run_cli, "--model", "bert", "--seq", "1M")
+    assert [r["accelerator"] for r in records] == ["unfused", "flat", "cascade", "arch", "binding"]
+    for r in records:
+        assert REQUIRED <= set(r)
+        assert r["seq_len"] == 2**20 and r["model"] == "BERT"
+    by = {r["accelerator"]: r for r in records}
+    assert by["unfused"]["speedup_vs_unfused"] == pytest.approx(1.0)
+    assert by["flat"]["speedup_vs_flat"] == pytest.approx(1.0)
+    fuse = by["binding"]
+    assert fuse["speedup_vs_flat"] == pytest.approx(by["flat"]["latency_s"] / fuse["latency_s"])
+    assert set(fuse["util_2d_per_einsum"]) == {"QK", "LM", "SLN", "SLD", "SLNV"}
+
+
+def test_fusemax_alias_and_subset(run_cli):
+    records = _json(run_cli, "--model", "t5", "--seq", "64k", "--accel", "flat,fusemax")
+    assert [r["accelerator"] for r in records] == ["flat", "binding"]
+    assert records[1]["speedup_vs_unfused"] is not None  # baseline evaluated on the side
+
+
+def test_csv_is_deterministic(run_cli):
+    first = run_cli(main, ["--model", "xlm", "--seq", "16K", "--format", "csv"])
+    second = run_cli(main, ["--model", "xlm", "--seq", "16K", "--format", "csv"])
+    assert first == second
+    table = list(csv.DictReader(io.StringIO(first[1])))
+    assert len(table) == 5 and "util_2d_QK" in table[0]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--seq", "2M"],
+        ["--seq", "8K"],
+        ["--heads", "32", "--embed", "128", "--seq", "16K"],
+        ["--pe-dim", "128", "--seq", "64K"],
+        ["--model", "xlm", "--seq", "1048576"],
+        ["--buffer-bytes", "8MB", "--seq", "256K", "--accel", "binding"],
+        ["--bandwidth", "100e9", "--seq", "4K"],
+    ],
+)
+def test_other_points(run_cli, argv):
+    records = _json(run_cli, *argv)
+    for r in records:
+        assert r["latency_s"] > 0 and 0 < r["util_2d"] <= 1 + 1e-9 and r["util_1d"] <= 1 + 1e-9
+
+
+def test_pe_dim_scales_compute_bound_latency(run_cli):
+    big = _json(run_cli, "--seq", "64K", "--accel", "binding")[0]
+    small = _json(run_cli, "--seq", "64K", "--accel", "binding", "--pe-dim", "128")[0]
+    assert small["factors"]["P0"] == 128 and small["factors"]["M0"] == 128
+    # A quarter of the PEs: about 4x the cycles while compute-bound.
+    assert small["latency_s"] / big["latency_s"] == pytest.approx(4.0, rel=0.05)
+
+
+def test_smaller_buffer_means_more_kv_rereads(run_cli):
+    full = _json(run_cli, "--seq", "1M", "--accel", "binding")[0]
+    small = _json(run_cli, "--seq", "1M", "--accel", "binding", "--buffer-bytes", "4MB")[0]
+    assert small["factors"]["P1"] < full["factors"]["P1"]
+    assert small["traffic_bytes"] > full["traffic_bytes"]
+
+
+def test_unpublished_flat_point_says_where_its_dataflow_comes_from(run_cli):
+    code, out, err = run_cli(main, ["--seq", "2M", "--accel", "flat"])
+    assert code == 0 and "nearest published row" in out
+
+
+def test_new_architecture_and_mapping_need_no_code(tmp_path, run_cli):
+    # A 128 x 128 FuseMax with an 8 MB buffer: new YAML files only.
+    arch = (ROOT / "arch" / "fusemax.yaml").read_text()
+    arch = arch.replace("meshX: 256, meshY: 256", "meshX: 128, meshY: 128")
+    arch = arch.replace("meshX: 256}", "meshX: 128}").replace("depth: 32768", "depth: 16384")
+    (tmp_path / "fusemax-128.yaml").write_text(arch)
+    mapping = (ROOT / "mappings" / "binding.yaml").read_text()
+    mapping = mapping.replace("architecture: fusemax", "architecture: ./fusemax-128.yaml")
+    mapping = mapping.replace("label: +Binding", "label: FuseMax-128")
+    (tmp_path / "fusemax-128-map.yaml").write_text(mapping)
+    records = _json(run_cli, "--mapping", str(tmp_path / "fusemax-128-map.yaml"), "--seq", "64K")
+    assert records[0]["label"] == "FuseMax-128"
+    assert records[0]["factors"]["P0"] == 128
+    assert records[0]["util_2d"] > 0.95
+
+
+def test_deleting_a_mapping_file_removes_that_configuration(tmp_path, monkeypatch, run_cli):
+    copy = tmp_path / "mappings"
+    shutil.copytree(ROOT / "mappings", copy)
+    (copy / "cascade.yaml").unlink()
+    real = configs_module.data_dir
+    monkeypatch.setattr(
+        configs_module, "data_dir", lambda kind: copy if kind == "mappings" else real(kind)
+    )
+    monkeypatch.setattr(
+        "simulator.paths.data_dir", lambda kind: copy if kind == "mappings" else real(kind)
+    )
+    records = _json(run_cli, "--seq", "4K")
+    assert [r["accelerator"] for r in records] == ["unfused", "flat", "arch", "binding"]
+
+
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["--model", "gpt"], "unknown model 'gpt'"),
+        (["--seq", "banana"], "'banana' is not a count"),
+        (["--seq", "0"], "must be positive"),
+        (["--seq", "1000"], "not divisible"),
+        (["--accel", "tpu"], "unknown configuration 'tpu'"),
+        (["--pe-dim", "-3"], "is not a count"),
+        (["--buffer-bytes", "lots"], "not a size"),
+        (["--heads", "8"], ""),  # a bert variant with 8 heads is fine -> exit 0, checked below
+    ],
+)
+def test_bad_arguments(run_cli, argv, fragment):
+    code, out, err = run_cli(main, argv)
+    if not fragment:
+        assert code == 0
+        return
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and fragment in err
+
+
+def _mapping_with(tmp_path, old: str, new: str, name: str = "binding") -> str:
+    text = (ROOT / "mappings" / f"{name}.yaml").read_text()
+    assert old in text, old
+    path = tmp_path / f"bad-{name}.yaml"
+    path.write_text(text.replace(old, new))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "old,new,fragment",
+    [
+        (
+            "    PE2D: [QK, LM, SLN, SLD, SLNV]",
+            "    PE2D: [QK, LM, SLN, SLD, SLNV, RM]",
+            "bound to both",
+        ),
+        (
+            "    PE2D: [QK, LM, SLN, SLD, SLNV]\n    PE1D: [RM, PRM, SPD, SPNV, RD, RNV, AV]",
+            "    PE2D: [QK, LM, SLN, SLD, SLNV, AV]\n    PE1D: [RM, PRM, SPD, SPNV, RD, RNV]",
+            "needs 'divide'",
+        ),
+        ("        - RM\n", "        - RMX\n", "unknown Einsum 'RMX'"),
+        ("        - RM\n", "", "appear in no phase"),
+        ("    P1: search", "    P1: banana * 2", "unknown name 'banana'"),
+        ("    Q: {home: DRAM, keep: P2}", "    Q: {home: SSD, keep: P2}", "home of 'Q'"),
+        ("  architecture: fusemax", "  architecture: nonexistent", "does not exist"),
+        ("    P0: PE2D.meshX", "    P0: 512", "exceeds PE2D"),
+        ("  binding:", "  bindings:", "unknown key 'bindings'"),
+        ("      loops: [P2, M1, P1]", "      loops: [P2, M1, P1\n", "YAML syntax error"),
+    ],
+)
+def test_bad_mapping_files(tmp_path, run_cli, old, new, fragment):
+    path = _mapping_with(tmp_path, old, new)
+    code, out, err = run_cli(main, ["--mapping", path, "--seq", "4K"])
+    assert code == 2 and out == "", err
+    assert err.count("\n") == 1 and fragment in err, err
+    assert re.search(r"bad-binding\.yaml:\d+(:\d+)?: ", err), err
+
+
+@pytest.mark.parametrize(
+    "old,new,fragment",
+    [
+        ("      depth: 32768", "      depth: -5", "must be positive"),
+        (
+            "      bandwidth_bytes_per_s: 400 * 2**30",
+            "      bandwidth_bytes_per_s: __import__('os')",
+            "bandwidth_bytes_per_s",
+        ),
+        ("        name: PE2D", "        name: PE2D\n        colour: red", "unknown key 'colour'"),
+        ("  - !Component\n    name: DRAM", "  - !Widget\n    name: DRAM", "unsupported YAML tag"),
+        (
+            "            exp: {cycles: 6, unit: mac, actions: {mac: 6}}\n    - !Hierarchical",
+            "            exp: {cycles: 0, unit: mac}\n    - !Hierarchical",
+            "positive cycles",
+        ),
+    ],
+)
+def test_bad_architecture_files(tmp_path, run_cli, old, new, fragment):
+    text = (ROOT / "arch" / "fusemax.yaml").read_text()
+    assert old in text, old
+    (tmp_path / "bad-arch.yaml").write_text(text.replace(old, new, 1))
+    code, out, err = run_cli(
+        main, ["--arch", str(tmp_path / "bad-arch.yaml"), "--accel", "binding", "--seq", "4K"]
+    )
+    assert code == 2 and out == "", err
+    assert "bad-arch.yaml:" in err and fragment in err and err.count("\n") == 1, err

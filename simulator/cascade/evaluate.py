@@ -33,7 +33,7 @@ from simulator.cascade.ir import (
     index_vars,
     rank_of,
 )
-from simulator.cascade.ops import iteration_extents
+from simulator.cascade.ops import filter_mask, index_grid, iteration_extents
 from simulator.cascade.shapes import resolve_shapes
 from simulator.errors import Loc, SpecError
 
@@ -55,14 +55,6 @@ _REDUCE: dict[str, Callable[..., np.ndarray]] = {
     "prod": np.prod,
     "max": np.max,
     "min": np.min,
-}
-_COMPARE = {
-    "<=": np.less_equal,
-    "<": np.less,
-    ">=": np.greater_equal,
-    ">": np.greater,
-    "==": np.equal,
-    "!=": np.not_equal,
 }
 
 
@@ -149,15 +141,6 @@ def _run(
         raise SpecError(f"Einsum '{e.name}' indexes outside a tensor: {err}", e.loc) from None
 
 
-def _grid(vars_: list[str], extents: Mapping[str, int]) -> dict[str, np.ndarray]:
-    env = {}
-    for i, v in enumerate(vars_):
-        shape = [1] * len(vars_)
-        shape[i] = extents[v]
-        env[v] = np.arange(extents[v]).reshape(shape)
-    return env
-
-
 def _run_unchecked(
     cascade: Cascade,
     e: Einsum,
@@ -171,7 +154,7 @@ def _run_unchecked(
     reduced_axes = tuple(i for i, v in enumerate(free) if v in e.reduced)
     env: dict[str, object] = dict(shapes)
     env.update(fixed)
-    env.update(_grid(free, extents))
+    env.update(index_grid(free, extents))
 
     def gather(access: Access) -> np.ndarray:
         idx = tuple(eval_index(pos.expr, env) for pos in access.indices)
@@ -187,9 +170,7 @@ def _run_unchecked(
         if filters or reduced_axes:
             values = np.broadcast_to(values, full)
         if filters:
-            mask = np.ones(full, dtype=bool)
-            for f in filters:
-                mask &= _COMPARE[f.op](eval_index(f.left, env), eval_index(f.right, env))
+            mask = filter_mask(filters, env, full)
             identity = _identity(cascade, e.reduce_op) if reduced_axes else 0.0
             values = np.where(mask, values, identity)
         if reduced_axes:
@@ -197,7 +178,7 @@ def _run_unchecked(
         result = values
     out_env: dict[str, object] = dict(shapes)
     out_env.update(fixed)
-    out_env.update(_grid(out_free, extents))
+    out_env.update(index_grid(out_free, extents))
     out_shape = tuple(extents[v] for v in out_free)
     result = np.broadcast_to(result, out_shape) if out_shape else np.asarray(result).reshape(())
     idx = tuple(eval_index(pos.expr, out_env) for pos in e.output.indices)

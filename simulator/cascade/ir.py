@@ -357,6 +357,16 @@ class Cascade:
                 return self.rank_group(parent)
         return rank
 
+    def rank_groups(self) -> tuple[str, ...]:
+        """The original ranks of the cascade, in declaration order (M, not M1 and M0)."""
+        groups: list[str] = []
+        for t in self.tensors:
+            for r in t.ranks:
+                g = self.rank_group(r)
+                if g not in groups:
+                    groups.append(g)
+        return tuple(groups)
+
     def group_components(self, group: str) -> tuple[str, ...]:
         """Leaf ranks of a rank group: `M -> (M1, M0)`; an unpartitioned rank is its own leaf."""
         parts = self.partition_map.get(group)

@@ -75,6 +75,51 @@ def _map_ops(expr: Expr, ops_by_name: Mapping[str, Expr] | None = None) -> Count
     return counts
 
 
+COMPARE = {
+    "<=": np.less_equal,
+    "<": np.less,
+    ">=": np.greater_equal,
+    ">": np.greater,
+    "==": np.equal,
+    "!=": np.not_equal,
+}
+
+
+def index_grid(vars_: list[str], extents: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Each variable as an arange along its own axis, broadcastable against the others."""
+    env = {}
+    for i, v in enumerate(vars_):
+        shape = [1] * len(vars_)
+        shape[i] = extents[v]
+        env[v] = np.arange(extents[v]).reshape(shape)
+    return env
+
+
+def filter_mask(filters: list, env: Mapping[str, object], shape: tuple[int, ...]) -> np.ndarray:
+    """Points of the grid that every filter keeps."""
+    mask = np.ones(shape, dtype=bool)
+    for f in filters:
+        mask &= COMPARE[f.op](eval_index(f.left, env), eval_index(f.right, env))
+    return mask
+
+
+def ops_per_point(cascade: Cascade, e: Einsum) -> Counter[str]:
+    """Operations one point of a compute Einsum performs, by kind (reduction included)."""
+    per_point = _map_ops(e.expr)
+    if e.reduced:
+        if e.reduce_op in REDUCE_OPS:
+            kind = REDUCE_OPS[e.reduce_op][0]
+            if kind == "add" and isinstance(e.expr, Op) and e.expr.name == "mul":
+                per_point["mul"] -= 1
+                per_point["mac"] += 1
+            else:
+                per_point[kind] += 1
+        else:
+            user = next(op for op in cascade.operators if op.name == e.reduce_op)
+            per_point += _map_ops(user.body)
+    return +per_point
+
+
 def iteration_extents(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> dict[str, int]:
     """Extent of each iteration variable (an iterative variable runs 0 .. bound-1)."""
     extents = {}
@@ -105,21 +150,8 @@ def count_points(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> int:
             f"filter in '{e.name}' spans {grid_size} points; too many to count exactly", e.loc
         )
     env: dict[str, object] = dict(shapes)
-    for i, v in enumerate(fvars):
-        shape = [1] * len(fvars)
-        shape[i] = extents[v]
-        env[v] = np.arange(extents[v]).reshape(shape)
-    mask = np.ones([extents[v] for v in fvars], dtype=bool)
-    for f in filters:
-        left, right = eval_index(f.left, env), eval_index(f.right, env)
-        mask &= {
-            "<=": np.less_equal,
-            "<": np.less,
-            ">=": np.greater_equal,
-            ">": np.greater,
-            "==": np.equal,
-            "!=": np.not_equal,
-        }[f.op](left, right)
+    env.update(index_grid(fvars, extents))
+    mask = filter_mask(filters, env, tuple(extents[v] for v in fvars))
     rest = 1
     for v, n in extents.items():
         if v not in fvars:
@@ -131,18 +163,7 @@ def einsum_ops(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> Einsum
     points = count_points(cascade, e, shapes)
     if e.kind != "compute":
         return EinsumOps(e.name, e.kind, points, ())
-    per_point = _map_ops(e.expr)
-    if e.reduced:
-        if e.reduce_op in REDUCE_OPS:
-            kind = REDUCE_OPS[e.reduce_op][0]
-            if kind == "add" and isinstance(e.expr, Op) and e.expr.name == "mul":
-                per_point["mul"] -= 1
-                per_point["mac"] += 1
-            else:
-                per_point[kind] += 1
-        else:
-            user = next(op for op in cascade.operators if op.name == e.reduce_op)
-            per_point += _map_ops(user.body)
+    per_point = ops_per_point(cascade, e)
     counts = tuple((k, per_point[k] * points) for k in KINDS if per_point[k] > 0)
     return EinsumOps(e.name, e.kind, points, counts)
 

@@ -173,12 +173,7 @@ def _traverses(cascade: Cascade, acc: Access, group: str) -> bool:
 
 
 def analyze_passes(cascade: Cascade) -> PassReport:
-    groups: list[str] = []
-    for t in cascade.tensors:
-        for r in t.ranks:
-            g = cascade.rank_group(r)
-            if g not in groups:
-                groups.append(g)
+    groups = cascade.rank_groups()
     per_rank = []
     fibers: list[FiberPasses] = []
     for group in groups:
@@ -255,12 +250,7 @@ def pass_index(cascade: Cascade) -> dict[str, int]:
 
     Two Einsums in the same pass can hand values over directly; a value read in a later
     pass must have been stored."""
-    groups: list[str] = []
-    for t in cascade.tensors:
-        for r in t.ranks:
-            g = cascade.rank_group(r)
-            if g not in groups:
-                groups.append(g)
+    groups = cascade.rank_groups()
     out = {e.name: 0 for e in cascade.einsums}
     for group in groups:
         _, start = _states(cascade, group)

@@ -31,7 +31,7 @@ from collections.abc import Mapping as TMapping
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade, Einsum, Read
-from simulator.cascade.ops import _map_ops, count_points
+from simulator.cascade.ops import count_points, ops_per_point
 from simulator.cascade.passes import pass_index
 from simulator.errors import Loc, SpecError
 from simulator.model.nest import (
@@ -315,18 +315,11 @@ def _buffer_accesses(
 # Cycles
 
 
-def cycles_per_point(e: Einsum, array: Array, chaining: str, mapping: Mapping) -> float:
-    counts = _map_ops(e.expr)
-    if e.reduced:
-        from simulator.cascade.ir import REDUCE_OPS
-
-        if e.reduce_op in REDUCE_OPS:
-            kind = REDUCE_OPS[e.reduce_op][0]
-            if kind == "add" and getattr(e.expr, "name", None) == "mul":
-                counts["mul"] -= 1
-                counts["mac"] += 1
-            else:
-                counts[kind] += 1
+def cycles_per_point(
+    cascade: Cascade, e: Einsum, array: Array, chaining: str, mapping: Mapping
+) -> float:
+    """PE cycles of one point: operations summed, or per functional unit when pipelined."""
+    counts = ops_per_point(cascade, e)
     per_unit: dict[str, float] = {}
     total = 0.0
     for kind, n in counts.items():
@@ -369,7 +362,7 @@ def einsum_costs(
                 mapping.binding_loc(e.name),
             )
         points = count_points(facts.cascade, e, extents)
-        cpp = cycles_per_point(e, array, mapping.chaining_of(array.name), mapping)
+        cpp = cycles_per_point(facts.cascade, e, array, mapping.chaining_of(array.name), mapping)
         out.append(
             EinsumCost(
                 e.name, array.name, plan.phase.name, points, cpp, parallel, points * cpp / parallel

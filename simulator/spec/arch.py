@@ -26,6 +26,8 @@ from simulator.errors import Loc, SpecError
 from simulator.spec import expr, yamlio
 from simulator.spec.yamlio import LocDict, LocList
 
+TEXT_SUFFIXES = ("_table", "_file", "_path")
+TEXT_KEYS = ("type", "technology", "class", "subclass")
 NODE_KEYS = (
     "name",
     "class",
@@ -100,6 +102,30 @@ class Architecture:
     arrays: tuple[Array, ...]
     technology: str = ""
     components: tuple[tuple[str, str, int], ...] = field(default=())  # (name, class, instances)
+    energy_table: str | None = None  # path of the ERT
+    area_table: str | None = None  # path of the ART
+
+    def priced_components(self) -> dict[str, int]:
+        """Every component the energy and area models price, with its instance count."""
+        out = {self.dram.name: 1, self.buffer.name: 1}
+        for a in self.arrays:
+            if a.register_component:
+                out[a.register_component] = a.pes
+            for op in a.operations:
+                for unit, _count in op.actions:
+                    out[f"{a.name}.{unit}"] = a.pes
+        return out
+
+    def required_actions(self) -> dict[str, tuple[str, ...]]:
+        storage = ("read", "write", "update")
+        out: dict[str, tuple[str, ...]] = {self.dram.name: storage, self.buffer.name: storage}
+        for a in self.arrays:
+            if a.register_component:
+                out[a.register_component] = storage
+            for op in a.operations:
+                for unit, _count in op.actions:
+                    out[f"{a.name}.{unit}"] = ("compute",)
+        return out
 
     @property
     def value_bytes(self) -> float:
@@ -245,6 +271,8 @@ def _attributes(raw: Any, loc: Loc, variables: dict[str, float]) -> dict[str, An
     for key, value in raw.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[key] = ctx[key] = value
+        elif str(key).endswith(TEXT_SUFFIXES) or key in TEXT_KEYS:
+            out[key] = str(value)  # file names and kinds are text, never arithmetic
         elif isinstance(value, str) and expr.is_arithmetic(value):
             pending[key] = value
         else:
@@ -416,6 +444,7 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
     frequency = None
     datawidth = None
     technology = ""
+    tables: dict[str, str | None] = {"energy_table": None, "area_table": None}
     for node in nodes:
         if node.tag == "Container" and not node.spatial_path:
             if "frequency_hz" in node.attrs:
@@ -425,6 +454,9 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
             if "datawidth" in node.attrs:
                 datawidth = _int_attr(node, "datawidth")
             technology = str(node.attrs.get("technology", technology))
+            for key in tables:
+                if key in node.attrs:
+                    tables[key] = str(Path(source).parent / str(node.attrs[key]))
     drams = [n for n in nodes if n.tag == "Component" and n.klass.upper() == "DRAM"]
     if len(drams) != 1:
         raise SpecError(f"expected exactly one DRAM component, found {len(drams)}", top)
@@ -510,4 +542,6 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
         tuple(arrays),
         technology,
         components,
+        tables["energy_table"],
+        tables["area_table"],
     )

@@ -180,7 +180,8 @@ class PhasePlan:
         return sum(r + w + s for r, w, s in self.tallies.values())
 
 
-def _placement(phase: Phase, facts: CascadeFacts, tensor: str) -> Placement:
+def placement_of(phase: Phase, facts: CascadeFacts, tensor: str) -> Placement:
+    """Where a tensor lives in a phase: its placement, an alias's, or the default."""
     canonical = _canonical(facts, tensor)
     for name in (tensor, canonical):
         p = phase.placement(name)
@@ -225,7 +226,7 @@ def plan_phase(
             accesses.setdefault(_canonical(facts, acc.tensor), []).append((e.name, False))
         accesses.setdefault(_canonical(facts, e.output.tensor), []).append((e.name, True))
     for tensor, uses in accesses.items():
-        place = _placement(phase, facts, tensor)
+        place = placement_of(phase, facts, tensor)
         if place.home == "register":
             continue
         comps, iterative = tensor_components(cascade, tensor, partitions)
@@ -268,7 +269,7 @@ def plan_phase(
         auto_fraction = max(0.0, 1.0 - room / total_auto) if total_auto else 0.0
     # Spills: the fraction of buffer accesses that go to DRAM.
     for tensor, uses in accesses.items():
-        place = _placement(phase, facts, tensor)
+        place = placement_of(phase, facts, tensor)
         if place.home == "register" or place.spill is None:
             continue
         fraction = auto_fraction if place.spill == "auto" else float(place.spill)

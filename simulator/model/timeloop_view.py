@@ -1,0 +1,152 @@
+"""Each Einsum of a configuration as a Timeloop problem + mapping (the per-Einsum view).
+
+The performance model reasons about a whole phase; energy (and the Timeloop export) needs
+each Einsum on its own, as Timeloop sees it: a problem (its rank components as dimensions,
+each tensor it touches as a data space) and a mapping over the storage hierarchy
+
+    DRAM  ->  global buffer  ->  (spatial fan-out over the array)  ->  PE registers
+
+* DRAM: the batch and head loops, then the tile loops down to the innermost keep point of
+  the Einsum's buffered tensors; it keeps the DRAM-homed tensors;
+* global buffer: the remaining tile loops, then the Einsum's inner temporal loops (operands
+  stream from the buffer to the PEs every step); it keeps tensors with a keep point (tiles)
+  and buffer-homed tensors; `stream` tensors bypass it;
+* spatial fan-out: the mapping's spatial components for the Einsum's array, plus any
+  component the mapping leaves out of the loops (held inside the array, e.g. E when K is
+  stationary in the PEs);
+* PE registers: no loops; they keep every tensor the Einsum touches (one value at a time).
+
+A tensor read twice by one Einsum (PRM reads RM[m1] and RM[m1+1]) is two data spaces. A
+DRAM-homed tile that an earlier Einsum of the same phase already brought on chip (`shared`)
+is kept by the buffer only: its data is not fetched twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.cascade.ir import Cascade, Einsum
+from simulator.model.accesses import DataSpace, LevelMapping, Loop, Problem
+from simulator.model.nest import Nest, tensor_components
+from simulator.spec.mapping import Placement
+
+BATCH_DIMS = (("B", "batch"), ("H", "heads"))
+LEVELS = ("DRAM", "buffer", "registers")
+
+
+@dataclass(frozen=True)
+class EinsumView:
+    einsum: str
+    array: str
+    problem: Problem
+    mapping: tuple[LevelMapping, ...]
+    dataspace_tensor: tuple[tuple[str, str], ...]  # data space -> canonical tensor
+
+
+def einsum_view(
+    cascade: Cascade,
+    e: Einsum,
+    nest: Nest,
+    array: str,
+    placements: dict[str, Placement],
+    canonical: dict[str, str],
+    partitions: dict[str, tuple[str, ...]],
+    extents: dict[str, int],
+    batch: int,
+    heads: int,
+    mesh: tuple[int, int],
+    shared: frozenset[str] = frozenset(),
+) -> EinsumView:
+    accesses = [(a.tensor, False) for a in e.reads()] + [(e.output.tensor, True)]
+    dataspaces: list[DataSpace] = []
+    names: list[tuple[str, str]] = []
+    keep_dram: set[str] = set()
+    keep_buffer: set[str] = set()
+    keep_points: list[int] = []
+    for tensor, is_output in accesses:
+        canon = canonical.get(tensor, tensor)
+        base = canon if not any(n == canon for n, _ in names) else f"{canon}_{len(names)}"
+        comps, _ = tensor_components(cascade, tensor, partitions)
+        dims = ("B", "H") + tuple(c for c in comps if c in nest.comps)
+        dataspaces.append(DataSpace(base, dims, read_write=is_output))
+        names.append((base, canon))
+        place = placements[canon]
+        if place.home == "DRAM" and canon in shared and not is_output:
+            keep_buffer.add(base)
+        elif place.home == "DRAM":
+            keep_dram.add(base)
+            if place.keep not in (None, "stream"):
+                keep_buffer.add(base)
+                if place.keep in nest.tile_loops:
+                    keep_points.append(nest.tile_loops.index(place.keep))
+        elif place.home == "buffer":
+            keep_buffer.add(base)
+    boundary = max(keep_points) + 1 if keep_points else len(nest.tile_loops)
+    dram_loops = tuple(Loop(d, v) for d, v in (("B", batch), ("H", heads))) + tuple(
+        Loop(c, extents[c]) for c in nest.tile_loops[:boundary]
+    )
+    buffer_loops = tuple(Loop(c, extents[c]) for c in nest.tile_loops[boundary:] + nest.inner)
+    covered = set(nest.tile_loops) | set(nest.spatial) | set(nest.inner)
+    leftover = tuple(c for c in nest.comps if c not in covered)  # inside the array, unordered
+    axes = ("X", "Y")
+    spatial = []
+    for i, c in enumerate(nest.spatial + leftover):
+        spatial.append(Loop(c, extents[c], axes[min(i, 1)] if mesh[1] > 1 else "X"))
+    register_loops: tuple[Loop, ...] = ()
+    instance = (("B", batch), ("H", heads)) + tuple((c, extents[c]) for c in nest.comps)
+    every = frozenset(n for n, _ in names)
+    mapping = (
+        LevelMapping("DRAM", dram_loops, (), frozenset(keep_dram)),
+        LevelMapping("buffer", buffer_loops, tuple(spatial), frozenset(keep_buffer)),
+        LevelMapping("registers", register_loops, (), every),
+    )
+    return EinsumView(
+        e.name, array, Problem(e.name, instance, tuple(dataspaces)), mapping, tuple(names)
+    )
+
+
+def phase_views(plan, mapping, facts, arch, extents, partitions, workload) -> list[EinsumView]:
+    """The Timeloop view of every Einsum of one planned phase (see module docstring)."""
+    from simulator.model.nest import reuse_signature
+    from simulator.model.perf import placement_of
+
+    cascade = facts.cascade
+    places: dict[str, Placement] = {}
+    for em in plan.phase.einsums:
+        e = cascade.einsum(em.einsum)
+        for tensor in [a.tensor for a in e.reads()] + [e.output.tensor]:
+            places[facts.aliases.get(tensor, tensor)] = placement_of(plan.phase, facts, tensor)
+    seen: set[tuple] = set()
+    views = []
+    for em in plan.phase.einsums:
+        e = cascade.einsum(em.einsum)
+        nest = plan.nests[em.einsum]
+        shared = set()
+        for acc in e.reads():
+            canon = facts.aliases.get(acc.tensor, acc.tensor)
+            place = places[canon]
+            if place.home != "DRAM" or place.keep in (None, "stream"):
+                continue
+            comps, _ = tensor_components(cascade, acc.tensor, partitions)
+            signature = (canon, reuse_signature(nest, comps, place.keep, extents))
+            if signature in seen:
+                shared.add(canon)
+            seen.add(signature)
+        array = arch.array(em.array)
+        views.append(
+            einsum_view(
+                cascade,
+                e,
+                nest,
+                em.array,
+                places,
+                facts.aliases,
+                partitions,
+                extents,
+                workload.batch,
+                workload.heads,
+                (array.mesh_x, array.mesh_y),
+                frozenset(shared),
+            )
+        )
+    return views

@@ -1,0 +1,47 @@
+"""One source of truth: the per-Einsum Timeloop views of a configuration move exactly the
+DRAM data the phase-level traffic model counts (spills aside)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.configs import Specs, evaluate, workload_fields
+from simulator.model.accesses import analyze
+from simulator.model.perf import cascade_facts, choose_extents
+from simulator.model.timeloop_view import phase_views
+from simulator.spec.mapping import resolve
+from simulator.spec.workload import make_workload
+
+
+@pytest.mark.parametrize("config", ["unfused", "flat", "cascade", "arch", "binding"])
+@pytest.mark.parametrize(
+    "model,seq", [("bert", "1K"), ("bert", "1M"), ("xlm", "4K"), ("t5", "64K")]
+)
+def test_views_reproduce_dram_traffic(config, model, seq):
+    specs = Specs()
+    workload = make_workload(model, seq)
+    spec = specs.mapping(config)
+    cascade, arch = specs.cascade(spec), specs.architecture(spec)
+    context = dict(arch.parameters()) | workload.attention_shapes()
+    mapping = resolve(
+        spec,
+        workload_fields(workload),
+        context,
+        [e.name for e in cascade.einsums if e.kind == "compute"],
+        [a.name for a in arch.arrays],
+    )
+    facts = cascade_facts(cascade)
+    extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
+    from_views: dict[str, list[int]] = {}
+    for plan in plans:
+        for view in phase_views(plan, mapping, facts, arch, extents, partitions, workload):
+            report = analyze(view.problem, view.mapping)
+            for dataspace, tensor in view.dataspace_tensor:
+                counts = report.of("DRAM", dataspace)
+                acc = from_views.setdefault(tensor, [0, 0])
+                acc[0] += counts.reads
+                acc[1] += counts.updates
+    result = evaluate(specs, config, workload)
+    for t in result.tensors:
+        read, write = from_views.get(t.tensor, [0, 0])
+        assert (read * 2, write * 2) == (t.read_bytes, t.write_bytes), t.tensor

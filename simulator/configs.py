@@ -17,6 +17,13 @@ from simulator.model.result import Result
 from simulator.paths import data_dir, resolve_spec
 from simulator.spec.arch import Architecture, load_architecture
 from simulator.spec.mapping import MappingSpec, load_mapping, resolve
+from simulator.spec.tables import (
+    AreaTable,
+    EnergyTable,
+    check_tables,
+    load_area_table,
+    load_energy_table,
+)
 from simulator.spec.workload import Workload
 
 # The five configurations of the paper's evaluation, in its order.
@@ -39,6 +46,18 @@ class Specs:
     _cascades: dict[str, Cascade] = field(default_factory=dict)
     _archs: dict[str, Architecture] = field(default_factory=dict)
     _mappings: dict[str, MappingSpec] = field(default_factory=dict)
+    _tables: dict[str, tuple[EnergyTable, AreaTable]] = field(default_factory=dict)
+
+    def tables(self, arch: Architecture) -> tuple[EnergyTable, AreaTable] | None:
+        """The architecture's energy and area tables, checked against it (None if it has none)."""
+        if arch.energy_table is None or arch.area_table is None:
+            return None
+        key = f"{arch.energy_table}|{arch.area_table}"
+        if key not in self._tables:
+            ert, art = load_energy_table(arch.energy_table), load_area_table(arch.area_table)
+            check_tables(ert, art, arch.required_actions(), set(arch.priced_components()))
+            self._tables[key] = (ert, art)
+        return self._tables[key]
 
     def mapping(self, name_or_path: str) -> MappingSpec:
         name = ALIASES.get(name_or_path, name_or_path)
@@ -99,6 +118,7 @@ def evaluate(
     pe_dim: int | None = None,
     buffer_bytes: int | None = None,
     bandwidth: float | None = None,
+    accounting: str = "corrected",
 ) -> Result:
     """One configuration (a mapping file) at one workload point."""
     spec = specs.mapping(config)
@@ -110,4 +130,4 @@ def evaluate(
     mapping = resolve(
         spec, workload_fields(workload), context, compute, [a.name for a in arch.arrays]
     )
-    return evaluate_mapping(cascade, mapping, arch, workload)
+    return evaluate_mapping(cascade, mapping, arch, workload, specs.tables(arch), accounting)

@@ -34,6 +34,8 @@ from simulator.cascade.ir import Cascade, Einsum, Read
 from simulator.cascade.ops import count_points, ops_per_point
 from simulator.cascade.passes import pass_index
 from simulator.errors import Loc, SpecError
+from simulator.model.area import chip_area
+from simulator.model.energy import action_counts, price
 from simulator.model.nest import (
     Nest,
     build_nest,
@@ -46,9 +48,11 @@ from simulator.model.nest import (
     transfer_factor,
 )
 from simulator.model.result import EinsumCost, PhaseCost, Result, TensorTraffic
+from simulator.model.timeloop_view import phase_views
 from simulator.spec import expr
 from simulator.spec.arch import Architecture, Array
 from simulator.spec.mapping import Mapping, Phase, Placement, Schedule
+from simulator.spec.tables import AreaTable, EnergyTable
 from simulator.spec.workload import Workload
 
 MAX_SEARCH_POINTS = 100_000
@@ -490,8 +494,14 @@ def array_roles(arch: Architecture) -> tuple[str | None, str | None]:
 
 
 def evaluate_mapping(
-    cascade: Cascade, mapping: Mapping, arch: Architecture, workload: Workload
+    cascade: Cascade,
+    mapping: Mapping,
+    arch: Architecture,
+    workload: Workload,
+    tables: tuple[EnergyTable, AreaTable] | None = None,
+    accounting: str = "corrected",
 ) -> Result:
+    """Performance (and, given the architecture's ERT/ART, energy and area) of one point."""
     facts = cascade_facts(cascade)
     extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
     value_bytes = arch.value_bytes
@@ -563,4 +573,54 @@ def evaluate_mapping(
         array_2d=two,
         array_1d=one,
         notes=mapping.notes,
+        **_energy_and_area(
+            cascade,
+            mapping,
+            arch,
+            workload,
+            facts,
+            extents,
+            partitions,
+            plans,
+            costs,
+            total_cycles,
+            tables,
+            accounting,
+        ),
     )
+
+
+def _energy_and_area(
+    cascade,
+    mapping,
+    arch,
+    workload,
+    facts,
+    extents,
+    partitions,
+    plans,
+    costs,
+    total_cycles,
+    tables,
+    accounting,
+) -> dict:
+    if tables is None:
+        return {}
+    ert, art = tables
+    views = []
+    for plan in plans:
+        views += phase_views(plan, mapping, facts, arch, extents, partitions, workload)
+    spill = sum(s for plan in plans for _r, _w, s in plan.tallies.values())
+    points = {c.einsum: c.points for c in costs}
+    counts = action_counts(
+        views, arch, cascade, points, workload.instances, spill, accounting, total_cycles
+    )
+    report = price(counts, ert, accounting, frozenset(mapping.unpriced))
+    area = chip_area(arch, art)
+    return {
+        "energy_pj": report.total_pj,
+        "energy_accounting": accounting,
+        "energy_per_component": report.per_component,
+        "area_um2": area.total_um2,
+        "area_per_component": tuple((name, um2) for name, _n, um2 in area.per_component),
+    }

@@ -61,6 +61,11 @@ class Result:
     array_1d: str | None = None
     engine: str = "analytic"
     notes: tuple[str, ...] = field(default=())
+    energy_pj: float | None = None
+    energy_accounting: str = ""
+    energy_per_component: tuple[tuple[str, float], ...] = ()
+    area_um2: float | None = None
+    area_per_component: tuple[tuple[str, float], ...] = ()
 
     def util_2d_per_einsum(self) -> dict[str, float]:
         """Share of the total time each Einsum keeps the 2D array busy."""

@@ -122,6 +122,7 @@ class Mapping:
     factor_locs: tuple[tuple[str, Loc], ...] = ()
     notes: tuple[str, ...] = ()
     binding_locs: tuple[tuple[str, Loc], ...] = ()
+    unpriced: tuple[str, ...] = ()  # components the published accounting left unpriced
 
     def binding_loc(self, einsum: str) -> Loc:
         return dict(self.binding_locs).get(einsum, Loc(self.path))
@@ -575,7 +576,13 @@ def resolve(
             f"Einsum(s) {', '.join(unscheduled)} appear in no phase's schedule",
             body.loc_of("phases"),
         )
+    published = body.get("published") or LocDict()
+    _check_keys(published, ("unpriced",), "published")
+    unpriced = _names(
+        published.get("unpriced", []), published.loc_of("unpriced"), "published.unpriced"
+    )
     return Mapping(
+        unpriced=unpriced,
         name=spec.name,
         label=spec.label,
         description=str(body.get("description", "")),

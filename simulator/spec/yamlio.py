@@ -56,6 +56,11 @@ class LocDict(dict):
     key_locs: dict[Any, Loc]
     value_locs: dict[Any, Loc]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.loc, self.tag = Loc("<unknown>"), None
+        self.key_locs, self.value_locs = {}, {}
+
     def loc_of(self, key: Any) -> Loc:
         return self.value_locs.get(key, self.key_locs.get(key, self.loc))
 
@@ -65,6 +70,10 @@ class LocList(list):
 
     loc: Loc
     item_locs: list[Loc]
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.loc, self.item_locs = Loc("<unknown>"), []
 
     def loc_of(self, index: int) -> Loc:
         return self.item_locs[index] if 0 <= index < len(self.item_locs) else self.loc

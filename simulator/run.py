@@ -73,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--bandwidth", type=_bandwidth, help="DRAM bandwidth in bytes/s (e.g. 400GiB or 4.3e11)"
     )
+    p.add_argument(
+        "--accounting",
+        choices=["corrected", "published"],
+        default="corrected",
+        help="energy accounting: corrected (default) or the FuseMax artifact's (published)",
+    )
+    p.add_argument("--breakdown", action="store_true", help="energy per component (table format)")
     return p
 
 
@@ -100,13 +107,23 @@ class Row:
     result: Result
     speedup_vs_unfused: float | None
     speedup_vs_flat: float | None
+    energy_vs_unfused: float | None = None  # this energy / the baseline's
+    energy_vs_flat: float | None = None
 
 
 def compare(
-    specs: Specs, configs: list[str], workload, pe_dim=None, buffer_bytes=None, bandwidth=None
+    specs: Specs,
+    configs: list[str],
+    workload,
+    pe_dim=None,
+    buffer_bytes=None,
+    bandwidth=None,
+    accounting: str = "corrected",
 ) -> tuple[list[Row], list[str]]:
-    """Evaluate configurations and their speedups over the unfused baseline and FLAT."""
-    kwargs = dict(pe_dim=pe_dim, buffer_bytes=buffer_bytes, bandwidth=bandwidth)
+    """Evaluate configurations, their speedups and energy ratios to unfused and FLAT."""
+    kwargs = dict(
+        pe_dim=pe_dim, buffer_bytes=buffer_bytes, bandwidth=bandwidth, accounting=accounting
+    )
     results = [evaluate(specs, c, workload, **kwargs) for c in configs]
     notes: list[str] = []
     baselines: dict[str, Result | None] = {}
@@ -120,7 +137,16 @@ def compare(
         baselines[base] = found
     rows = []
     for r in results:
-        rows.append(Row(r, _ratio(baselines["unfused"], r), _ratio(baselines["flat"], r)))
+        unfused, flat = baselines["unfused"], baselines["flat"]
+        rows.append(
+            Row(
+                r,
+                _ratio(unfused, r),
+                _ratio(flat, r),
+                _energy_ratio(r, unfused),
+                _energy_ratio(r, flat),
+            )
+        )
         notes += [n for n in r.notes if n not in notes]
     for b in baselines.values():
         if b is not None:
@@ -130,6 +156,12 @@ def compare(
 
 def _ratio(base: Result | None, r: Result) -> float | None:
     return base.latency_s / r.latency_s if base is not None and r.latency_s > 0 else None
+
+
+def _energy_ratio(r: Result, base: Result | None) -> float | None:
+    if base is None or r.energy_pj is None or not base.energy_pj:
+        return None
+    return r.energy_pj / base.energy_pj
 
 
 def record(row: Row) -> dict:
@@ -146,6 +178,12 @@ def record(row: Row) -> dict:
         "util_2d_per_einsum": r.util_2d_per_einsum(),
         "speedup_vs_unfused": row.speedup_vs_unfused,
         "speedup_vs_flat": row.speedup_vs_flat,
+        "energy_pj": r.energy_pj,
+        "energy_vs_unfused": row.energy_vs_unfused,
+        "energy_vs_flat": row.energy_vs_flat,
+        "energy_accounting": r.energy_accounting,
+        "energy_per_component_pj": dict(r.energy_per_component),
+        "area_um2": r.area_um2,
         "cycles": r.cycles,
         "engine": r.engine,
         "util": dict(r.util),
@@ -183,6 +221,28 @@ def _fmt_bytes(value: float) -> str:
     return f"{value:.0f} B"
 
 
+def _fmt_pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def render_breakdown(rows: list[Row]) -> str:
+    """Energy per component (pJ) of every configuration, and its share."""
+    lines = []
+    for row in rows:
+        r = row.result
+        if r.energy_pj is None:
+            continue
+        lines.append("")
+        lines.append(f"{r.label}: energy by component ({r.energy_accounting} accounting)")
+        body = [
+            (name, f"{pj:.4g}", f"{100 * pj / r.energy_pj:.1f}%")
+            for name, pj in sorted(r.energy_per_component, key=lambda x: -x[1])
+        ]
+        body.append(("total", f"{r.energy_pj:.4g}", "100.0%"))
+        lines.append(table(["component", "energy (pJ)", "share"], body, [False, True, True]))
+    return "\n".join(lines)
+
+
 def render_table(rows: list[Row], notes: list[str], workload) -> str:
     lines = [f"{workload.describe()}: attention"]
     body = []
@@ -197,6 +257,10 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
                 f"{100 * r.util_2d:.1f}%",
                 f"{100 * r.util_1d:.1f}%",
                 _fmt_bytes(r.traffic_bytes),
+                "-" if r.energy_pj is None else f"{r.energy_pj * 1e-12:.4g}",
+                _fmt_pct(row.energy_vs_unfused),
+                _fmt_pct(row.energy_vs_flat),
+                "-" if r.area_um2 is None else f"{r.area_um2 * 1e-6:.1f}",
             )
         )
     lines.append(
@@ -209,9 +273,13 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
                 "util 2D",
                 "util 1D",
                 "DRAM traffic",
+                "energy (J)",
+                "E/unfused",
+                "E/FLAT",
+                "area (mm2)",
             ],
             body,
-            right=[False, True, True, True, True, True, True],
+            right=[False] + [True] * 10,
         )
     )
     einsums: list[str] = []
@@ -233,6 +301,12 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
                 right=[False] + [True] * len(einsums),
             )
         )
+    accountings = sorted({row.result.energy_accounting for row in rows} - {""})
+    if accountings:
+        lines.append(
+            f"energy accounting: {', '.join(accountings)} (--accounting published "
+            "reproduces the FuseMax artifact's)"
+        )
     for note in notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
@@ -253,6 +327,10 @@ def render_csv(records: list[dict]) -> str:
         "util_1d",
         "speedup_vs_unfused",
         "speedup_vs_flat",
+        "energy_pj",
+        "energy_vs_unfused",
+        "energy_vs_flat",
+        "area_um2",
     ]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -299,9 +377,19 @@ def main(argv: list[str] | None = None) -> int:
                 )
     else:
         configs = shipped_configs()
-    rows, notes = compare(specs, configs, workload, args.pe_dim, args.buffer_bytes, args.bandwidth)
+    rows, notes = compare(
+        specs,
+        configs,
+        workload,
+        args.pe_dim,
+        args.buffer_bytes,
+        args.bandwidth,
+        args.accounting,
+    )
     if args.format == "table":
         print(render_table(rows, notes, workload))
+        if args.breakdown:
+            print(render_breakdown(rows))
         return 0
     records = [record(r) for r in rows]
     if args.format == "json":

@@ -47,6 +47,7 @@ TOP_KEYS = (
     "chaining",
     "tensors",
     "phases",
+    "published",
 )
 PLACEMENT_KEYS = ("home", "keep", "copies", "spill")
 HOMES = ("DRAM", "buffer", "register")

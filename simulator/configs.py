@@ -48,16 +48,24 @@ class Specs:
     _mappings: dict[str, MappingSpec] = field(default_factory=dict)
     _tables: dict[str, tuple[EnergyTable, AreaTable]] = field(default_factory=dict)
 
-    def tables(self, arch: Architecture) -> tuple[EnergyTable, AreaTable] | None:
-        """The architecture's energy and area tables, checked against it (None if it has none)."""
-        if arch.energy_table is None or arch.area_table is None:
+    def tables(
+        self, arch: Architecture, accounting: str = "corrected"
+    ) -> tuple[EnergyTable, AreaTable] | None:
+        """The architecture's energy and area tables for an accounting, bound to it and checked
+        (None when it names none). `published` uses its published tables if it has them."""
+        energy, area = arch.energy_table, arch.area_table
+        if accounting == "published" and arch.published_energy_table:
+            energy, area = arch.published_energy_table, arch.published_area_table or area
+        if energy is None or area is None:
             return None
-        key = f"{arch.energy_table}|{arch.area_table}"
+        key = f"{energy}|{area}"
         if key not in self._tables:
-            ert, art = load_energy_table(arch.energy_table), load_area_table(arch.area_table)
-            check_tables(ert, art, arch.required_actions(), set(arch.priced_components()))
-            self._tables[key] = (ert, art)
-        return self._tables[key]
+            self._tables[key] = (load_energy_table(energy), load_area_table(area))
+        ert, art = self._tables[key]
+        attributes = arch.component_attributes()
+        ert, art = ert.bind(attributes), art.bind(attributes)
+        check_tables(ert, art, arch.required_actions(), set(arch.priced_components()))
+        return ert, art
 
     def mapping(self, name_or_path: str) -> MappingSpec:
         name = ALIASES.get(name_or_path, name_or_path)
@@ -130,4 +138,6 @@ def evaluate(
     mapping = resolve(
         spec, workload_fields(workload), context, compute, [a.name for a in arch.arrays]
     )
-    return evaluate_mapping(cascade, mapping, arch, workload, specs.tables(arch), accounting)
+    return evaluate_mapping(
+        cascade, mapping, arch, workload, specs.tables(arch, accounting), accounting
+    )

@@ -38,8 +38,9 @@ def test_energy_ratios_and_area(run_cli):
 
 def test_published_accounting_leaves_cascade_exp_unpriced(run_cli):
     corrected = _run_json(run_cli, "--seq", "1K", "--accel", "cascade")[0]
-    published = _run_json(run_cli, "--seq", "1K", "--accel", "cascade", "--accounting",
-                          "published")[0]
+    published = _run_json(
+        run_cli, "--seq", "1K", "--accel", "cascade", "--accounting", "published"
+    )[0]
     assert corrected["energy_per_component_pj"]["PE1D.exponential"] > 0
     assert "PE1D.exponential" not in published["energy_per_component_pj"]
 
@@ -60,14 +61,31 @@ def _arch_with_table(tmp_path, old: str, new: str, kind: str = "ERT") -> str:
     return str(tmp_path / "fusemax.yaml")
 
 
-@pytest.mark.parametrize("kind,old,new,fragment", [
-    ("ERT", "    - {name: read, energy: 484.97271}\n", "", "'global_buffer' lacks action(s) read"),
-    ("ERT", "{name: compute, energy: 17.1645}", "{name: compute, energy: -1.0}",
-     "negative energy"),
-    ("ERT", "  - name: PE2D.max\n", "  - name: PE2D.maximum\n", "component 'PE2D.maximum'"),
-    ("ART", "{name: PE2D.mac, area: 1545.0}", "{name: PE2D.mac, area: -3}", "'PE2D.mac'"),
-    ("ART", "  - {name: PE1D.divide, area: 23740.9375}\n", "", "no entry for component 'PE1D.divide'"),
-])
+@pytest.mark.parametrize(
+    "kind,old,new,fragment",
+    [
+        (
+            "ERT",
+            "    - {name: read, energy: 484.97271}\n",
+            "",
+            "'global_buffer' lacks action(s) read",
+        ),
+        (
+            "ERT",
+            "{name: compute, energy: 17.1645}",
+            "{name: compute, energy: -1.0}",
+            "negative energy",
+        ),
+        ("ERT", "  - name: PE2D.max\n", "  - name: PE2D.maximum\n", "component 'PE2D.maximum'"),
+        ("ART", "{name: PE2D.mac, area: 1545.0}", "{name: PE2D.mac, area: -3}", "'PE2D.mac'"),
+        (
+            "ART",
+            "  - {name: PE1D.divide, area: 23740.9375}\n",
+            "",
+            "no entry for component 'PE1D.divide'",
+        ),
+    ],
+)
 def test_malformed_tables_are_clean_errors(tmp_path, run_cli, kind, old, new, fragment):
     arch = _arch_with_table(tmp_path, old, new, kind)
     code, out, err = run_cli(main, ["--arch", arch, "--accel", "binding", "--seq", "4K"])

@@ -540,14 +540,19 @@ def evaluate_mapping(
     latency = sum(p.latency_s for p in phases)
     traffic = sum(p.traffic_bytes for p in phases)
     total_cycles = latency * f
-    util = []
-    for array in arch.arrays:
-        busy = sum(c.cycles for c in costs if c.array == array.name) * instances
-        util.append((array.name, busy / total_cycles if total_cycles else 0.0))
-    per_einsum = tuple(
-        (c.einsum, c.array, c.cycles * instances / total_cycles if total_cycles else 0.0)
-        for c in costs
-    )
+
+    # Utilisation = useful PE-cycles / available PE-cycles: an Einsum that occupies only part
+    # of its array (FLAT's 64-row AV) keeps it busy longer but not fully utilised.
+    def share(c: EinsumCost) -> float:
+        if not total_cycles:
+            return 0.0
+        useful = c.cycles * c.parallelism / arch.array(c.array).pes
+        return useful * instances / total_cycles
+
+    per_einsum = tuple((c.einsum, c.array, share(c)) for c in costs)
+    util = [
+        (array.name, sum(u for _e, a, u in per_einsum if a == array.name)) for array in arch.arrays
+    ]
     two, one = array_roles(arch)
     util_map = dict(util)
     factor_names = [name for name, _ in mapping.factors]

@@ -17,6 +17,8 @@ each tensor it touches as a data space) and a mapping over the storage hierarchy
 * PE registers: no loops; they keep every tensor the Einsum touches (one value at a time).
 
 A tensor read twice by one Einsum (PRM reads RM[m1] and RM[m1+1]) is two data spaces. A
+buffer-homed value read on its producer's array in the producer's pass (SD reading SN) is
+`forwarded`: the PEs pass it on without the buffer. A
 DRAM-homed tile that an earlier Einsum of the same phase already brought on chip (`shared`)
 is kept by the buffer only: its data is not fetched twice.
 """
@@ -56,6 +58,7 @@ def einsum_view(
     heads: int,
     mesh: tuple[int, int],
     shared: frozenset[str] = frozenset(),
+    forwarded: frozenset[str] = frozenset(),
 ) -> EinsumView:
     accesses = [(a.tensor, False) for a in e.reads()] + [(e.output.tensor, True)]
     dataspaces: list[DataSpace] = []
@@ -75,11 +78,14 @@ def einsum_view(
             keep_buffer.add(base)
         elif place.home == "DRAM":
             keep_dram.add(base)
-            if place.keep not in (None, "stream"):
+            # A keep point this Einsum does not loop over means it streams the tensor (the
+            # traffic model's rule): only `top` and its own tile loops buffer it.
+            if place.keep == "top":
                 keep_buffer.add(base)
-                if place.keep in nest.tile_loops:
-                    keep_points.append(nest.tile_loops.index(place.keep))
-        elif place.home == "buffer":
+            elif place.keep in nest.tile_loops:
+                keep_buffer.add(base)
+                keep_points.append(nest.tile_loops.index(place.keep))
+        elif place.home == "buffer" and canon not in forwarded:
             keep_buffer.add(base)
     boundary = max(keep_points) + 1 if keep_points else len(nest.tile_loops)
     dram_loops = tuple(Loop(d, v) for d, v in (("B", batch), ("H", heads))) + tuple(
@@ -132,6 +138,17 @@ def phase_views(plan, mapping, facts, arch, extents, partitions, workload) -> li
             if signature in seen:
                 shared.add(canon)
             seen.add(signature)
+        forwarded = set()
+        for acc in e.reads():
+            canon = facts.aliases.get(acc.tensor, acc.tensor)
+            producer = facts.producers.get(canon)
+            if (
+                places[canon].home == "buffer"
+                and producer is not None
+                and mapping.array_of(producer) == em.array
+                and facts.passes[producer] == facts.passes[e.name]
+            ):
+                forwarded.add(canon)
         array = arch.array(em.array)
         views.append(
             einsum_view(
@@ -147,6 +164,7 @@ def phase_views(plan, mapping, facts, arch, extents, partitions, workload) -> li
                 workload.heads,
                 (array.mesh_x, array.mesh_y),
                 frozenset(shared),
+                frozenset(forwarded),
             )
         )
     return views

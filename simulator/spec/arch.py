@@ -104,6 +104,27 @@ class Architecture:
     components: tuple[tuple[str, str, int], ...] = field(default=())  # (name, class, instances)
     energy_table: str | None = None  # path of the ERT
     area_table: str | None = None  # path of the ART
+    published_energy_table: str | None = None  # the tables the FuseMax artifact's numbers used
+    published_area_table: str | None = None
+
+    def component_attributes(self) -> dict[str, dict[str, float]]:
+        """Attributes table expressions may use, per priced component."""
+        out: dict[str, dict[str, float]] = {
+            self.dram.name: {"width": self.dram.width_bits, "datawidth": self.dram.datawidth_bits},
+            self.buffer.name: {
+                "depth": self.buffer.depth,
+                "width": self.buffer.width_bits,
+                "datawidth": self.buffer.datawidth_bits,
+            },
+        }
+        for a in self.arrays:
+            if a.register_component:
+                out[a.register_component] = {
+                    "depth": a.register_words,
+                    "width": self.datawidth_bits,
+                    "datawidth": self.datawidth_bits,
+                }
+        return out
 
     def priced_components(self) -> dict[str, int]:
         """Every component the energy and area models price, with its instance count."""
@@ -444,7 +465,12 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
     frequency = None
     datawidth = None
     technology = ""
-    tables: dict[str, str | None] = {"energy_table": None, "area_table": None}
+    tables: dict[str, str | None] = {
+        "energy_table": None,
+        "area_table": None,
+        "published_energy_table": None,
+        "published_area_table": None,
+    }
     for node in nodes:
         if node.tag == "Container" and not node.spatial_path:
             if "frequency_hz" in node.attrs:
@@ -544,4 +570,6 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
         components,
         tables["energy_table"],
         tables["area_table"],
+        tables["published_energy_table"],
+        tables["published_area_table"],
     )

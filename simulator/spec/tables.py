@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import Loc, SpecError
-from simulator.spec import yamlio
+from simulator.spec import expr, yamlio
 from simulator.spec.yamlio import LocDict, LocList
 
 STORAGE_ACTIONS = ("read", "write", "update")
@@ -28,7 +28,18 @@ COMPUTE_ACTIONS = ("compute",)
 @dataclass(frozen=True)
 class EnergyTable:
     path: str
-    entries: tuple[tuple[str, tuple[tuple[str, float], ...]], ...]  # component -> actions
+    entries: tuple[tuple[str, tuple[tuple[str, float | str], ...]], ...]  # component -> actions
+
+    def bind(self, attributes: dict[str, dict[str, float]]) -> EnergyTable:
+        """Numbers for one architecture: expressions evaluated over component attributes."""
+        entries = []
+        for name, actions in self.entries:
+            bound = []
+            for action, value in actions:
+                number = _value(value, attributes.get(name, {}), self.path, name, action)
+                bound.append((action, number))
+            entries.append((name, tuple(bound)))
+        return EnergyTable(self.path, tuple(entries))
 
     def energy(self, component: str, action: str) -> float:
         for name, actions in self.entries:
@@ -46,13 +57,37 @@ class EnergyTable:
 @dataclass(frozen=True)
 class AreaTable:
     path: str
-    entries: tuple[tuple[str, float], ...]
+    entries: tuple[tuple[str, float | str], ...]
+
+    def bind(self, attributes: dict[str, dict[str, float]]) -> AreaTable:
+        return AreaTable(
+            self.path,
+            tuple(
+                (name, _value(v, attributes.get(name, {}), self.path, name, "area"))
+                for name, v in self.entries
+            ),
+        )
 
     def area(self, component: str) -> float:
         return dict(self.entries)[component]
 
     def components(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.entries)
+
+
+def _value(
+    value: float | str, context: dict[str, float], path: str, component: str, what: str
+) -> float:
+    if isinstance(value, str):
+        try:
+            number = float(expr.evaluate(value, context, Loc(path)))
+        except SpecError as err:
+            raise SpecError(f"component '{component}', {what}: {err.message}", Loc(path)) from None
+    else:
+        number = float(value)
+    if number < 0:
+        raise SpecError(f"component '{component}', {what}: negative value {number}", Loc(path))
+    return number
 
 
 def _component_name(raw: str) -> str:
@@ -95,6 +130,9 @@ def load_energy_table(path: str | Path) -> EnergyTable:
             if not isinstance(action, LocDict) or "name" not in action or "energy" not in action:
                 raise SpecError(f"component '{name}': each action needs 'name' and 'energy'", aloc)
             energy = action["energy"]
+            if isinstance(energy, str) and expr.is_arithmetic(energy):
+                parsed.append((str(action["name"]), energy))  # evaluated per architecture
+                continue
             if isinstance(energy, bool) or not isinstance(energy, int | float):
                 raise SpecError(
                     f"component '{name}', action '{action['name']}': energy must "
@@ -125,6 +163,9 @@ def load_area_table(path: str | Path) -> AreaTable:
             raise SpecError(f"component '{name}' appears twice", loc)
         seen.add(name)
         area = table["area"]
+        if isinstance(area, str) and expr.is_arithmetic(area):
+            entries.append((name, area))
+            continue
         if isinstance(area, bool) or not isinstance(area, int | float) or area < 0:
             raise SpecError(
                 f"component '{name}': area must be a non-negative number of um^2, got {area!r}",

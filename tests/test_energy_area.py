@@ -66,7 +66,7 @@ def _arch_with_table(tmp_path, old: str, new: str, kind: str = "ERT") -> str:
     [
         (
             "ERT",
-            "    - {name: read, energy: 484.97271}\n",
+            "    - {name: read, energy: 12512.78}\n",
             "",
             "'global_buffer' lacks action(s) read",
         ),

@@ -96,8 +96,12 @@ def resolve_extents(
     partitions: Mapping[str, tuple[str, ...]],
     where: str,
     loc: Loc | None = None,
+    padded: frozenset[str] = frozenset(),
 ) -> dict[str, int]:
-    """Fill in partition components (one unknown per partition) and check divisibility."""
+    """Fill in partition components (one unknown per partition) and check divisibility.
+
+    A rank listed in `padded` may be rounded up to a whole number of tiles (its last tile
+    partly empty); any other rank the tiles do not divide is an error, never truncated."""
     out = dict(known)
     changed = True
     while changed:
@@ -106,6 +110,10 @@ def resolve_extents(
             missing = [c for c in comps if c not in out]
             if rank in out and len(missing) == 1:
                 rest = math.prod(out[c] for c in comps if c != missing[0])
+                if rest > 0 and rank in padded and out[rank] % rest:
+                    out[missing[0]] = -(-out[rank] // rest)
+                    changed = True
+                    continue
                 if rest <= 0 or out[rank] % rest:
                     raise SpecError(
                         f"{where}: {rank}={out[rank]} is not divisible by "
@@ -120,7 +128,10 @@ def resolve_extents(
                 changed = True
     for rank, comps in partitions.items():
         if rank in out and all(c in out for c in comps):
-            if math.prod(out[c] for c in comps) != out[rank]:
+            product = math.prod(out[c] for c in comps)
+            if rank in padded and product >= out[rank]:
+                continue
+            if product != out[rank]:
                 raise SpecError(
                     f"{where}: {rank}={out[rank]} but "
                     f"{' x '.join(f'{c}={out[c]}' for c in comps)} = "

@@ -136,7 +136,9 @@ def fixed_extents(
         if not pending:
             break
         if not progressed:
-            known = resolve_extents(known, partitions, mapping.name, Loc(mapping.path))
+            known = resolve_extents(
+                known, partitions, mapping.name, Loc(mapping.path), frozenset(mapping.padded)
+            )
     if pending:
         name = next(iter(pending))
         expr.evaluate(pending[name], _factor_context(arch, mapping, known), locs.get(name))
@@ -414,7 +416,9 @@ def choose_extents(
     cascade: Cascade, mapping: Mapping, facts: CascadeFacts, arch: Architecture, workload: Workload
 ) -> tuple[dict[str, int], dict[str, tuple[str, ...]], list[PhasePlan]]:
     known, search, partitions = fixed_extents(cascade, mapping, arch, workload)
-    known = resolve_extents(known, partitions, mapping.name, Loc(mapping.path))
+    known = resolve_extents(
+        known, partitions, mapping.name, Loc(mapping.path), frozenset(mapping.padded)
+    )
     locs = dict(mapping.factor_locs)
     if not search:
         extents = _complete(known, partitions, cascade, mapping)
@@ -432,7 +436,10 @@ def choose_extents(
         trial.update(zip(search, combo, strict=True))
         try:
             extents = _complete(
-                resolve_extents(trial, partitions, mapping.name), partitions, cascade, mapping
+                resolve_extents(trial, partitions, mapping.name, None, frozenset(mapping.padded)),
+                partitions,
+                cascade,
+                mapping,
             )
         except SpecError:
             continue
@@ -445,7 +452,13 @@ def choose_extents(
             best = (key, extents, plans)
     if best is None:
         extents = _complete(
-            resolve_extents({**known, **{n: 1 for n in search}}, partitions, mapping.name),
+            resolve_extents(
+                {**known, **{n: 1 for n in search}},
+                partitions,
+                mapping.name,
+                None,
+                frozenset(mapping.padded),
+            ),
             partitions,
             cascade,
             mapping,

@@ -61,6 +61,26 @@ class Array:
     operations: tuple[OpCost, ...]
     compute_component: str = ""
     register_component: str = ""
+    # Timing of the array's interconnect, used by the cycle engine (cycles). `None` means the
+    # default: a spatial reduction down a column takes meshY cycles (a chain), a broadcast
+    # from the 1D array into a column takes 1 (a bus), and operands enter skewed by one
+    # cycle per row and column.
+    reduction_latency: int | None = None
+    broadcast_latency: int | None = None
+    operand_latches: int = 2  # registers that hold the operands streaming through a PE
+
+    @property
+    def skew(self) -> int:
+        """Cycles between the first and the last PE starting a wavefront."""
+        return (self.mesh_x - 1) + (self.mesh_y - 1)
+
+    @property
+    def reduce_cycles(self) -> int:
+        return self.mesh_y if self.reduction_latency is None else self.reduction_latency
+
+    @property
+    def broadcast_cycles(self) -> int:
+        return 1 if self.broadcast_latency is None else self.broadcast_latency
 
     @property
     def pes(self) -> int:
@@ -543,9 +563,21 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
             )
         ]
         words = sum(_int_attr(r, "depth") for r in regs)
+        top = next(c for c in containers if c.name == path[0])
+        timing = {}
+        for key in ("reduction_latency", "broadcast_latency", "operand_latches"):
+            if key in top.attrs:
+                timing[key] = _int_attr(top, key)
         arrays.append(
             Array(
-                path[0], mx, my, words, _operations(comp), comp.name, regs[0].name if regs else ""
+                path[0],
+                mx,
+                my,
+                words,
+                _operations(comp),
+                comp.name,
+                regs[0].name if regs else "",
+                **timing,
             )
         )
     if not arrays:

@@ -48,10 +48,12 @@ TOP_KEYS = (
     "tensors",
     "phases",
     "published",
+    "padded",
 )
 PLACEMENT_KEYS = ("home", "keep", "copies", "spill")
 HOMES = ("DRAM", "buffer", "register")
-PHASE_KEYS = ("name", "loops", "einsums", "tensors", "schedule")
+PHASE_KEYS = ("name", "loops", "einsums", "tensors", "schedule", "pipeline")
+PIPELINE_KEYS = ("tiles_in_flight",)
 EINSUM_KEYS = ("loops", "inner", "spatial")
 CHAINING = ("sequential", "pipelined")
 
@@ -96,6 +98,10 @@ class Phase:
     placements: tuple[Placement, ...]
     schedule: Schedule
     loc: Loc | None = None
+    # Cycle engine: a pipelined waterfall of tiles (epochs) instead of per-Einsum phases;
+    # `tiles_in_flight` bounds the tiles the 2D array works on at once (None: registers).
+    pipeline: bool = False
+    tiles_in_flight: int | None = None
 
     def placement(self, tensor: str) -> Placement | None:
         for p in self.placements:
@@ -124,6 +130,7 @@ class Mapping:
     notes: tuple[str, ...] = ()
     binding_locs: tuple[tuple[str, Loc], ...] = ()
     unpriced: tuple[str, ...] = ()  # components the published accounting left unpriced
+    padded: tuple[str, ...] = ()  # ranks rounded up to a whole number of tiles
 
     def binding_loc(self, einsum: str) -> Loc:
         return dict(self.binding_locs).get(einsum, Loc(self.path))
@@ -570,7 +577,38 @@ def resolve(
             raise SpecError("tensors must map tensor names to placements", praw.loc_of("tensors"))
         for tensor, raw in ptensors.items():
             placements[str(tensor)] = _placement(str(tensor), raw, ptensors.loc_of(tensor), ctx)
-        phases.append(Phase(pname, loops, tuple(maps), tuple(placements.values()), sched, ploc))
+        pipeline = praw.get("pipeline")
+        tiles_in_flight = None
+        if pipeline is not None:
+            if not isinstance(pipeline, LocDict):
+                raise SpecError(
+                    "pipeline must be a mapping, e.g. {tiles_in_flight: 1} or {}",
+                    praw.loc_of("pipeline"),
+                )
+            _check_keys(pipeline, PIPELINE_KEYS, "pipeline")
+            if "tiles_in_flight" in pipeline:
+                tiles_in_flight = pipeline["tiles_in_flight"]
+                if (
+                    isinstance(tiles_in_flight, bool)
+                    or not isinstance(tiles_in_flight, int)
+                    or (tiles_in_flight < 1)
+                ):
+                    raise SpecError(
+                        "tiles_in_flight must be a positive integer",
+                        pipeline.loc_of("tiles_in_flight"),
+                    )
+        phases.append(
+            Phase(
+                pname,
+                loops,
+                tuple(maps),
+                tuple(placements.values()),
+                sched,
+                ploc,
+                pipeline is not None,
+                tiles_in_flight,
+            )
+        )
     unscheduled = [e for e in einsum_names if e not in scheduled]
     if unscheduled:
         raise SpecError(
@@ -582,7 +620,9 @@ def resolve(
     unpriced = _names(
         published.get("unpriced", []), published.loc_of("unpriced"), "published.unpriced"
     )
+    padded = _names(body.get("padded", []), body.loc_of("padded"), "padded")
     return Mapping(
+        padded=padded,
         unpriced=unpriced,
         name=spec.name,
         label=spec.label,

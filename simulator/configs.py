@@ -127,6 +127,7 @@ def evaluate(
     buffer_bytes: int | None = None,
     bandwidth: float | None = None,
     accounting: str = "corrected",
+    engine: str = "analytic",
 ) -> Result:
     """One configuration (a mapping file) at one workload point."""
     spec = specs.mapping(config)
@@ -139,5 +140,5 @@ def evaluate(
         spec, workload_fields(workload), context, compute, [a.name for a in arch.arrays]
     )
     return evaluate_mapping(
-        cascade, mapping, arch, workload, specs.tables(arch, accounting), accounting
+        cascade, mapping, arch, workload, specs.tables(arch, accounting), accounting, engine
     )

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="energy accounting: corrected (default) or the FuseMax artifact's (published)",
     )
     p.add_argument("--breakdown", action="store_true", help="energy per component (table format)")
+    p.add_argument(
+        "--engine",
+        choices=["cycle", "analytic"],
+        default="cycle",
+        help="timing: the cycle-level simulator (default) or the analytic schedule model",
+    )
     return p
 
 
@@ -119,10 +125,15 @@ def compare(
     buffer_bytes=None,
     bandwidth=None,
     accounting: str = "corrected",
+    engine: str = "cycle",
 ) -> tuple[list[Row], list[str]]:
     """Evaluate configurations, their speedups and energy ratios to unfused and FLAT."""
     kwargs = dict(
-        pe_dim=pe_dim, buffer_bytes=buffer_bytes, bandwidth=bandwidth, accounting=accounting
+        pe_dim=pe_dim,
+        buffer_bytes=buffer_bytes,
+        bandwidth=bandwidth,
+        accounting=accounting,
+        engine=engine,
     )
     results = [evaluate(specs, c, workload, **kwargs) for c in configs]
     notes: list[str] = []
@@ -186,6 +197,7 @@ def record(row: Row) -> dict:
         "area_um2": r.area_um2,
         "cycles": r.cycles,
         "engine": r.engine,
+        "stall_cycles": {f"{a}:{why}": n for a, why, n in r.stalls},
         "util": dict(r.util),
         "factors": dict(r.factors),
         "phases": [
@@ -385,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         args.buffer_bytes,
         args.bandwidth,
         args.accounting,
+        args.engine,
     )
     if args.format == "table":
         print(render_table(rows, notes, workload))

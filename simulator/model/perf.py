@@ -56,6 +56,7 @@ from simulator.spec.tables import AreaTable, EnergyTable
 from simulator.spec.workload import Workload
 
 MAX_SEARCH_POINTS = 100_000
+ENGINES = ("cycle", "analytic")
 
 
 # --------------------------------------------------------------------------------------
@@ -513,8 +514,14 @@ def evaluate_mapping(
     workload: Workload,
     tables: tuple[EnergyTable, AreaTable] | None = None,
     accounting: str = "corrected",
+    engine: str = "analytic",
 ) -> Result:
-    """Performance (and, given the architecture's ERT/ART, energy and area) of one point."""
+    """Performance (and, given the architecture's ERT/ART, energy and area) of one point.
+
+    `engine="cycle"` times each phase with the cycle-level simulator
+    (:mod:`simulator.engine`) instead of the schedule tree's closed form."""
+    if engine not in ENGINES:
+        raise SpecError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
     facts = cascade_facts(cascade)
     extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
     value_bytes = arch.value_bytes
@@ -524,23 +531,34 @@ def evaluate_mapping(
     phases: list[PhaseCost] = []
     costs: list[EinsumCost] = []
     tensor_totals: dict[str, list[float]] = {}
+    sims = []
     for plan in plans:
         einsums = einsum_costs(plan, mapping, facts, arch, extents)
         costs += einsums
         cycles = {c.einsum: c.cycles for c in einsums}
         ctx = _factor_context(arch, mapping, extents)
         ctx["tiles"] = math.prod(extents[lp] for lp in plan.phase.loops if lp in extents)
-        phase_cycles = schedule_cycles(plan.phase.schedule, cycles, ctx)
         traffic = plan.traffic_values * value_bytes * instances
-        compute_s = phase_cycles * instances / f
         memory_s = traffic / bandwidth
+        if engine == "cycle":
+            from simulator.engine.simulate import simulate_phase  # the engine builds on this
+
+            sim = simulate_phase(plan, mapping, facts, arch, extents, partitions, instances, ctx)
+            sims.append(sim)
+            phase_cycles = sim.cycles / instances
+            compute_s = sim.cycles / f
+            phase_latency = compute_s  # DRAM is part of the simulation
+        else:
+            phase_cycles = schedule_cycles(plan.phase.schedule, cycles, ctx)
+            compute_s = phase_cycles * instances / f
+            phase_latency = max(compute_s, memory_s)
         phases.append(
             PhaseCost(
                 plan.phase.name,
                 phase_cycles,
                 compute_s,
                 memory_s,
-                max(compute_s, memory_s),
+                phase_latency,
                 traffic,
                 plan.buffer_values * value_bytes,
             )
@@ -591,6 +609,10 @@ def evaluate_mapping(
         array_2d=two,
         array_1d=one,
         notes=mapping.notes,
+        engine=engine,
+        stalls=_stall_totals(sims),
+        epochs=sum(s.epochs for s in sims),
+        simulated_epochs=sum(s.simulated_epochs for s in sims),
         **_energy_and_area(
             cascade,
             mapping,
@@ -606,6 +628,14 @@ def evaluate_mapping(
             accounting,
         ),
     )
+
+
+def _stall_totals(sims: list) -> tuple[tuple[str, str, int], ...]:
+    totals: dict[tuple[str, str], int] = {}
+    for sim in sims:
+        for array, reason, n in sim.stalls:
+            totals[(array, reason)] = totals.get((array, reason), 0) + n
+    return tuple((a, why, n) for (a, why), n in sorted(totals.items()))
 
 
 def _energy_and_area(

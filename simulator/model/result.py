@@ -66,6 +66,10 @@ class Result:
     energy_per_component: tuple[tuple[str, float], ...] = ()
     area_um2: float | None = None
     area_per_component: tuple[tuple[str, float], ...] = ()
+    # Cycle engine only: idle cycles of each array by reason, and how much was simulated.
+    stalls: tuple[tuple[str, str, int], ...] = ()  # (array, reason, cycles)
+    epochs: int = 0
+    simulated_epochs: int = 0
 
     def util_2d_per_einsum(self) -> dict[str, float]:
         """Share of the total time each Einsum keeps the 2D array busy."""

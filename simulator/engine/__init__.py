@@ -1,0 +1,1 @@
+"""The cycle-level engine: waterfall programs of pipelined phases and their simulation."""

@@ -1,0 +1,171 @@
+"""The cycle engine's view of a phase: its simulated cycles, busy time and stalls.
+
+Two kinds of phase, both from the mapping file:
+
+* a **pipelined** phase (`pipeline:` in the mapping, FuseMax's +Architecture and +Binding)
+  runs as a waterfall of tiles (:mod:`simulator.engine.waterfall`): every Einsum of a tile
+  is one operation on its array, with the dependencies, reduction and broadcast latencies,
+  register-bounded tiles in flight and DRAM bandwidth simulated cycle by cycle;
+* a **plain** phase (FLAT, +Cascade, unfused) runs each Einsum as a stream of its tiles on
+  its array, the next tile's wavefront trailing the previous one (outputs leave the PEs as
+  they complete), so each Einsum pays its array's fill and drain (the wavefront skew) once;
+  the schedule tree combines Einsums (sequence adds, `par` overlaps arrays) and DRAM
+  streams under the compute, double-buffered: the phase takes the longer of the two.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.cascade.ops import count_points
+from simulator.engine.program import OpSpec, Program, build_program
+from simulator.engine.waterfall import Waterfall, WaterfallResult
+from simulator.model.perf import CascadeFacts, PhasePlan, cycles_per_point, schedule_cycles
+from simulator.spec.arch import Architecture
+from simulator.spec.mapping import Mapping
+
+
+@dataclass(frozen=True)
+class PhaseSim:
+    phase: str
+    cycles: int  # all (batch, head) instances
+    busy: tuple[tuple[str, int], ...]  # einsum -> issue cycles on its array
+    stalls: tuple[tuple[str, str, int], ...]  # (array, reason, cycles)
+    epochs: int
+    simulated_epochs: int
+
+
+def phase_program(
+    plan: PhasePlan,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
+    instances: int,
+) -> Program:
+    """The waterfall program of a pipelined phase."""
+    return build_program(
+        plan.phase,
+        mapping,
+        facts,
+        arch,
+        extents,
+        partitions,
+        plan.nests,
+        instances,
+        plan.traffic_values * instances,
+    )
+
+
+def simulate_phase(
+    plan: PhasePlan,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
+    instances: int,
+    ctx: dict[str, float],
+) -> PhaseSim:
+    if plan.phase.pipeline:
+        program = phase_program(plan, mapping, facts, arch, extents, partitions, instances)
+        r = Waterfall(program).run()
+        return _phase_sim(plan.phase.name, r.cycles, r)
+    return _plain_phase(plan, mapping, facts, arch, extents, instances, ctx)
+
+
+def _phase_sim(name: str, cycles: int, r: WaterfallResult) -> PhaseSim:
+    return PhaseSim(
+        name,
+        cycles,
+        tuple(sorted(r.busy.items())),
+        tuple(sorted((a, why, n) for (a, why), n in r.stalls.items() if n)),
+        r.epochs,
+        r.simulated_epochs,
+    )
+
+
+def einsum_stream(
+    plan: PhasePlan,
+    einsum: str,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    instances: int,
+) -> Program:
+    """One Einsum of a plain phase as a stream of identical tiles on its array."""
+    cascade = facts.cascade
+    e = cascade.einsum(einsum)
+    nest = plan.nests[einsum]
+    array = arch.array(mapping.array_of(einsum))
+    tiles = math.prod(extents[c] for c in nest.tile_loops)
+    points = count_points(cascade, e, extents)
+    parallel = math.prod(extents[c] for c in nest.spatial)
+    cpp = cycles_per_point(cascade, e, array, mapping.chaining_of(array.name), mapping)
+    steps = max(1, math.ceil(points / tiles * cpp / parallel)) if points else 0
+    op = OpSpec(einsum, array.name, 0, steps, points // tiles, (), (), array.mesh_y > 1)
+    skew = array.skew if array.mesh_y > 1 else 0
+    return Program(
+        plan.phase.name,
+        (("tiles", tiles),),
+        instances,
+        (op,),
+        tiles_in_flight=2,  # the next tile trails the one finishing
+        live_registers=1,
+        skew={array.name: skew},
+        reduce_cycles=0,
+        broadcast_cycles=0,
+        dram_cycles_per_epoch=0.0,
+    )
+
+
+def _plain_phase(
+    plan: PhasePlan,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    instances: int,
+    ctx: dict[str, float],
+) -> PhaseSim:
+    busy: dict[str, int] = {}
+    span: dict[str, float] = {}
+    epochs = simulated = 0
+    for em in plan.phase.einsums:
+        program = einsum_stream(plan, em.einsum, mapping, facts, arch, extents, instances)
+        if not program.ops[0].steps:
+            span[em.einsum] = 0.0
+            continue
+        r = Waterfall(program).run()
+        busy[em.einsum] = r.busy.get(em.einsum, 0)
+        span[em.einsum] = float(r.cycles)
+        epochs += r.epochs
+        simulated += r.simulated_epochs
+    compute = math.ceil(schedule_cycles(plan.phase.schedule, span, _totals(ctx, instances)))
+    bytes_per_cycle = arch.dram.bandwidth_bytes_per_s / arch.frequency_hz
+    memory = math.ceil(plan.traffic_values * instances * arch.value_bytes / bytes_per_cycle)
+    cycles = max(compute, memory)
+    stalls = []
+    for array in sorted({mapping.array_of(n) for n in busy}):
+        mine = [n for n in busy if mapping.array_of(n) == array]
+        work = sum(busy[n] for n in mine)
+        fill = sum(int(span[n]) - busy[n] for n in mine)
+        waiting = cycles - compute
+        idle = cycles - work - fill - waiting
+        stalls += [(array, "fill/drain", fill), (array, "memory", waiting), (array, "idle", idle)]
+    return PhaseSim(
+        plan.phase.name,
+        cycles,
+        tuple(sorted(busy.items())),
+        tuple(s for s in stalls if s[2] > 0),
+        epochs,
+        simulated,
+    )
+
+
+def _totals(ctx: dict[str, float], instances: int) -> dict[str, float]:
+    """The schedule's `stall:` expressions count per instance; the streams count all."""
+    return {**ctx, "tiles": ctx.get("tiles", 1) * instances}

@@ -1,0 +1,546 @@
+"""Cycle-level simulation of a pipelined (waterfall) phase.
+
+Time advances in whole cycles from event to event. Each array issues one operation at a
+time; when it is free it starts, among the operations whose inputs have arrived, the one of
+the oldest epoch (then program order) -- so while an old tile waits for a reduction to drain
+or a value to come back from the other array, the array works on younger tiles: the
+waterfall. Timing of one operation started at cycle s with `steps` cycles of work:
+
+* its array's issue slot is busy over [s, s + steps);
+* on a 2D array it is a wavefront: PE (i, j) works over [s + i + j, s + i + j + steps), so it
+  completes everywhere at s + steps + skew (skew = rows + columns - 2);
+* a consumer on the same array may start at s + steps (its wavefront trails this one), a
+  consumer on the 1D array after the reduction down the columns (s + steps + reduction), a
+  2D consumer of a 1D value after the broadcast (s + steps + broadcast).
+
+Registers bound the tiles in flight: a tile holds registers in every 2D PE from its first
+2D operation until its last one has completed everywhere; a new tile starts only when one
+of `tiles_in_flight` slots is free (one slot: strictly sequential tiles, fill and drain
+exposed). DRAM delivers each epoch's data at the phase's average rate, at most a few epochs
+ahead (double buffering).
+
+Steady state: at the start of every epoch the scheduler's state, relative to that moment,
+is compared with the previous epoch's; when equal and the coming epochs are of the same
+kind (same first/last position in the loops that matter), the run repeats exactly, and the
+simulation jumps to the end of the run, advancing time, epochs and every counter by whole
+periods. Whole blocks (an outer-loop iteration, e.g. one P2 block or head) are skipped the
+same way. The result equals a full simulation exactly (tested), and the cost does not grow
+with the sequence length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from simulator.engine.program import DepKind, OpSpec, Program
+
+DRAM_RESOLUTION = 64  # DRAM time kept in 1/64 cycle
+MAX_BLOCK_PERIOD = 4  # block periods looked for (the state may alternate)
+REASONS = ("dependencies", "memory", "fill/drain", "idle")
+
+
+@dataclass
+class _Op:
+    spec: OpSpec
+    epoch: int
+    unresolved: int = 0
+    ready: int = 0
+    start: int | None = None
+    dependents: list = field(default_factory=list)  # (key, kind)
+
+
+@dataclass
+class TraceEvent:
+    array: str
+    einsum: str
+    epoch: int
+    start: int
+    end: int  # issue end (start + steps)
+    complete: int  # completes everywhere (wavefront skew included)
+
+
+@dataclass
+class WaterfallResult:
+    cycles: int
+    epochs: int
+    simulated_epochs: int  # epochs actually stepped through (the rest extrapolated)
+    busy: dict[str, int]  # einsum -> issue cycles
+    stalls: dict[tuple[str, str], int]  # (array, reason) -> cycles
+    trace: list[TraceEvent]
+    periods: list[tuple[int, int, int]]  # (epoch, period cycles, epochs skipped)
+
+
+class Waterfall:
+    def __init__(
+        self,
+        program: Program,
+        functional=None,
+        trace_epochs: int = 0,
+        extrapolate: bool = True,
+        broken: tuple[str, str] | None = None,
+    ) -> None:
+        self.p = program
+        self.functional = functional
+        self.trace_epochs = trace_epochs
+        self.extrapolate = extrapolate and functional is None
+        self.broken = broken  # (consumer, source) dependency dropped on purpose (tests)
+        self.arrays = sorted({s.array for s in program.ops})
+        self.names = [n for n, _ in program.loops]
+        self.extent = dict(program.loops)
+        self.stride = {}
+        acc = 1
+        for name, n in reversed(program.loops):
+            self.stride[name] = acc
+            acc *= n
+        self.spec_of = {s.einsum: s for s in program.ops}
+        self.two_d_first = next((s.einsum for s in program.ops if s.two_d), None)
+        self.two_d_last = next((s.einsum for s in reversed(program.ops) if s.two_d), None)
+        relevant = set()
+        for s in program.ops:
+            relevant.update(loop for loop, _ in s.presence)
+            for d in s.deps:
+                relevant.update(loop for loop, how in d.rule if how != "same")
+        self.relevant = [n for n in self.names if n in relevant]
+        self.block = (
+            math.prod(self.extent[n] for n in self.names[self.names.index(self.relevant[0]) :])
+            if self.relevant
+            else program.epochs_per_instance
+        )
+        self.max_period = 2 * program.tiles_in_flight + 8
+        self.max_back = max(
+            [
+                self.stride[loop]
+                for s in program.ops
+                for d in s.deps
+                for loop, how in d.rule
+                if how == "prev"
+            ]
+            or [0]
+        )
+
+    # ---------------------------------------------------------------- epoch structure
+    def _coords(self, epoch: int) -> dict[str, int]:
+        return self.p.coords(epoch)
+
+    def _present(self, spec: OpSpec, c: dict[str, int]) -> bool:
+        for loop, how in spec.presence:
+            want = self.extent[loop] - 1 if how == "last" else 0
+            if c[loop] != want:
+                return False
+        return True
+
+    def _target(self, spec: OpSpec, dep, epoch: int, c: dict[str, int]) -> int | None:
+        t = dict(c)
+        for loop, how in dep.rule:
+            if how == "prev":
+                if c[loop] == 0:
+                    return None  # the previous step is the initialisation
+                t[loop] = c[loop] - 1
+            elif how == "last":
+                t[loop] = self.extent[loop] - 1
+            elif how == "first":
+                t[loop] = 0
+        src = self.spec_of[dep.source]
+        if not self._present(src, t):
+            for loop, how in src.presence:
+                t[loop] = self.extent[loop] - 1 if how == "last" else 0
+        idx = self.p.index(t)
+        if idx > epoch or (idx == epoch and dep.source == spec.einsum):
+            return None
+        return idx
+
+    def _class(self, epoch: int) -> tuple:
+        c = self._coords(epoch)
+        return tuple((c[n] == 0, c[n] == self.extent[n] - 1) for n in self.relevant)
+
+    # ---------------------------------------------------------------- latency
+    def _avail(self, start: int, spec: OpSpec, kind: DepKind) -> int:
+        end = start + spec.steps
+        if kind is DepKind.REDUCE:
+            return end + self.p.reduce_cycles
+        if kind is DepKind.BROADCAST:
+            return end + self.p.broadcast_cycles
+        return end
+
+    # ---------------------------------------------------------------- main loop
+    def run(self) -> WaterfallResult:
+        p = self.p
+        total = p.total_epochs
+        self.t = 0
+        self.free = dict.fromkeys(self.arrays, 0)
+        self.ops: dict[tuple[int, str], _Op] = {}
+        self.by_epoch: dict[int, list[_Op]] = {}
+        self.unstarted: dict[int, int] = {}  # epoch -> operations not yet started
+        self.oldest = 0  # oldest epoch still holding records
+        self.recent: deque[_Op] = deque()  # started operations, in start order
+        self.max_steps = max(s.steps for s in p.ops)
+        self.pending = {a: [] for a in self.arrays}
+        self.open_tiles: dict[int, int | None] = {}  # epoch -> close time (None: unknown)
+        self.dram_done: dict[int, int] = {}
+        self.next_epoch = 0
+        self.lowest = 0  # oldest epoch with an unstarted operation
+        self.busy: dict[str, int] = defaultdict(int)
+        self.stalls: dict[tuple[str, str], int] = defaultdict(int)
+        self.trace: list[TraceEvent] = []
+        self.checkpoints: dict[int, tuple] = {}
+        self.periods: list[tuple[int, int, int]] = []
+        self.simulated = 0
+        self.end_time = 0
+        self.started_first: set[int] = set()
+        window = p.tiles_in_flight + 2
+        # DRAM time per epoch as an exact fraction of a cycle (1/64 resolution), so a
+        # memory-bound stream neither gains nor loses time by rounding and still repeats.
+        self.dram_step = Fraction(p.dram_cycles_per_epoch).limit_denominator(DRAM_RESOLUTION)
+        self.dram_free = Fraction(0)
+        while True:
+            while self.next_epoch < min(total, self.lowest + window):
+                self._materialize(self.next_epoch)
+                self.next_epoch += 1
+            self._issue_dram(total)
+            started = True
+            while started:
+                started = False
+                for array in self.arrays:
+                    if self.free[array] <= self.t:
+                        op = self._pick(array)
+                        if op is not None:
+                            self._start(op)
+                            started = True
+                            if self.extrapolate and op.spec.order == 0:
+                                self._maybe_jump(op.epoch, total)
+            nxt = self._next_time()
+            if nxt is None:
+                break
+            self._account(nxt)
+            self.t = nxt
+        cycles = max(self.end_time, self.t)
+        return WaterfallResult(
+            cycles,
+            total,
+            self.simulated,
+            dict(self.busy),
+            dict(self.stalls),
+            self.trace,
+            self.periods,
+        )
+
+    def _materialize(self, epoch: int) -> None:
+        c = self._coords(epoch)
+        created = []
+        for spec in self.p.ops:
+            if self._present(spec, c):
+                op = _Op(spec, epoch)
+                self.ops[(epoch, spec.einsum)] = op
+                created.append(op)
+        self.by_epoch[epoch] = created
+        self.unstarted[epoch] = len(created)
+        for op in created:
+            spec = op.spec
+            for dep in spec.deps:
+                if self.broken == (spec.einsum, dep.source):
+                    continue
+                target = self._target(spec, dep, epoch, c)
+                if target is None:
+                    continue
+                src = self.ops.get((target, dep.source))
+                if src is None:
+                    continue  # retired long ago: its value is there
+                if src.start is not None:
+                    op.ready = max(op.ready, self._avail(src.start, src.spec, dep.kind))
+                else:
+                    src.dependents.append(((epoch, spec.einsum), dep.kind))
+                    op.unresolved += 1
+        for op in created:
+            if op.unresolved == 0:
+                self.pending[op.spec.array].append(op)
+
+    def _issue_dram(self, total: int) -> None:
+        if not self.dram_step:
+            return
+        ahead = self.p.tiles_in_flight + 1
+        for epoch in range(self.lowest, min(total, self.lowest + ahead + 1)):
+            if epoch in self.dram_done:
+                continue
+            # double buffering: data for an epoch may arrive `ahead` epochs before it runs
+            if epoch - ahead > 0 and (epoch - ahead) not in self.started_first:
+                break
+            start = max(self.dram_free, Fraction(self.t))
+            self.dram_free = start + self.dram_step
+            self.dram_done[epoch] = math.ceil(self.dram_free)
+
+    def _blocked(self, op: _Op) -> str | None:
+        if op.ready > self.t:
+            return "dependencies"
+        if self.dram_step and op.spec.order == 0:
+            done = self.dram_done.get(op.epoch)
+            if done is None:  # not requested yet: the pipeline ahead holds the buffers
+                return "dependencies"
+            if done > self.t:
+                return "memory"
+        if op.spec.two_d and op.spec.einsum == self.two_d_first and op.epoch not in self.open_tiles:
+            busy = sum(1 for close in self.open_tiles.values() if close is None or close > self.t)
+            if busy >= self.p.tiles_in_flight:
+                return "fill/drain"
+        return None
+
+    def _pick(self, array: str) -> _Op | None:
+        best = None
+        for op in self.pending[array]:
+            if self._blocked(op) is None and (
+                best is None or (op.epoch, op.spec.order) < (best.epoch, best.spec.order)
+            ):
+                best = op
+        return best
+
+    def _start(self, op: _Op) -> None:
+        t = self.t
+        spec = op.spec
+        op.start = t
+        self.pending[spec.array].remove(op)
+        self.recent.append(op)
+        self.unstarted[op.epoch] -= 1
+        self.free[spec.array] = t + spec.steps
+        self.busy[spec.einsum] += spec.steps
+        skew = self.p.skew.get(spec.array, 0)
+        complete = t + spec.steps + skew
+        self.end_time = max(self.end_time, complete)
+        if spec.order == 0:
+            self.started_first.add(op.epoch)
+        if spec.two_d and spec.einsum == self.two_d_first:
+            self.open_tiles[op.epoch] = None
+        if spec.two_d and spec.einsum == self.two_d_last:
+            # Every PE frees the tile's registers when its own share of the last operation
+            # ends; the wavefront skew shifts a PE's first and last use alike, so the slot
+            # is free for the next tile's (equally skewed) wavefront at issue end -- plus,
+            # if the outputs leave the array, the cycles to shift them out.
+            self.open_tiles[op.epoch] = t + spec.steps + self.p.drain_cycles
+        if op.epoch < self.trace_epochs:
+            self.trace.append(
+                TraceEvent(spec.array, spec.einsum, op.epoch, t, t + spec.steps, complete)
+            )
+        if self.functional is not None:
+            self.functional.execute(spec, op.epoch, t, self._avail(t, spec, DepKind.CHAIN))
+        for dkey, kind in op.dependents:
+            dep = self.ops.get(dkey)
+            if dep is None:
+                continue
+            dep.ready = max(dep.ready, self._avail(t, spec, kind))
+            dep.unresolved -= 1
+            if dep.unresolved == 0:
+                self.pending[dep.spec.array].append(dep)
+        op.dependents = []
+        # retire: the oldest epoch with unstarted operations, and records nobody needs
+        while self.lowest < self.next_epoch and not self.unstarted.get(self.lowest):
+            self.lowest += 1
+        horizon = self.lowest - self.max_back - 1
+        while self.oldest < horizon:
+            for old in self.by_epoch.pop(self.oldest, ()):
+                del self.ops[(old.epoch, old.spec.einsum)]
+            self.unstarted.pop(self.oldest, None)
+            self.oldest += 1
+        latency = self.max_steps + max(self.p.reduce_cycles, self.p.broadcast_cycles) + 1
+        while self.recent and self.recent[0].start + latency <= t:
+            self.recent.popleft()
+        for e in [e for e, close in self.open_tiles.items() if close is not None and close <= t]:
+            del self.open_tiles[e]
+        for e in [e for e in self.dram_done if e < self.lowest - 1]:
+            del self.dram_done[e]
+        if len(self.started_first) > 4 * self.p.tiles_in_flight + 8:
+            floor = self.lowest - 2 - self.p.tiles_in_flight
+            self.started_first = {e for e in self.started_first if e >= floor}
+        if spec.order == 0:
+            self.simulated += 1
+
+    def _next_time(self) -> int | None:
+        times = []
+        waiting = False
+        for array in self.arrays:
+            if self.pending[array]:
+                waiting = True
+                if self.free[array] > self.t:
+                    times.append(self.free[array])
+                for op in self.pending[array]:
+                    if op.ready > self.t:
+                        times.append(op.ready)
+        for close in self.open_tiles.values():
+            if close is not None and close > self.t:
+                times.append(close)
+        for done in self.dram_done.values():
+            if done > self.t:
+                times.append(done)
+        if not times:
+            if waiting or any(self.unstarted.get(e) for e in range(self.lowest, self.next_epoch)):
+                later = [self.free[a] for a in self.arrays if self.free[a] > self.t]
+                return min(later) if later else None
+            return None
+        return min(times)
+
+    def _account(self, nxt: int) -> None:
+        span = nxt - self.t
+        for array in self.arrays:
+            idle = max(0, nxt - max(self.t, self.free[array]))
+            if idle <= 0:
+                continue
+            reasons = [self._blocked(op) for op in self.pending[array]]
+            if any(r == "fill/drain" for r in reasons):
+                reason = "fill/drain"
+            elif any(r == "memory" for r in reasons):
+                reason = "memory"
+            elif self.pending[array] or self._unstarted_on(array):
+                reason = "dependencies"
+            else:
+                reason = "idle"
+            self.stalls[(array, reason)] += min(idle, span)
+
+    def _unstarted_on(self, array: str) -> bool:
+        return any(
+            op.start is None and op.spec.array == array
+            for e in range(self.lowest, self.next_epoch)
+            for op in self.by_epoch.get(e, ())
+        )
+
+    # ---------------------------------------------------------------- steady state
+    def _snapshot(self, epoch: int) -> tuple:
+        t = self.t
+
+        def rel(x: int) -> int:
+            return max(0, x - t)
+
+        ops = []
+        for e in range(self.lowest, self.next_epoch):
+            for op in self.by_epoch.get(e, ()):
+                if op.start is None:
+                    ops.append(
+                        (
+                            e - epoch,
+                            op.spec.order,
+                            rel(op.ready),
+                            op.unresolved,
+                            tuple(sorted((k[0] - epoch, k[1]) for k, _ in op.dependents)),
+                        )
+                    )
+        latency = max(self.p.reduce_cycles, self.p.broadcast_cycles)
+        recent = tuple(
+            sorted(
+                (op.epoch - epoch, op.spec.order, op.start - t)
+                for op in self.recent
+                if op.start + op.spec.steps + latency > t
+            )
+        )
+        tiles = tuple(
+            sorted(
+                (e - epoch, -1 if close is None else rel(close))
+                for e, close in self.open_tiles.items()
+                if close is None or close > t
+            )
+        )
+        dram = tuple(sorted((e - epoch, rel(d)) for e, d in self.dram_done.items() if d > t))
+        return (
+            tuple(sorted(ops)),
+            recent,
+            tuple(rel(self.free[a]) for a in self.arrays),
+            tiles,
+            dram,
+            rel(self.dram_free),
+            self.next_epoch - epoch,
+            self.lowest - epoch,
+        )
+
+    def _counters(self) -> tuple:
+        return (dict(self.busy), dict(self.stalls), self.end_time - self.t)
+
+    def _maybe_jump(self, epoch: int, total: int) -> None:
+        if epoch < 1 or epoch in self.checkpoints:
+            return
+        snap = self._snapshot(epoch)
+        self.checkpoints[epoch] = (self.t, snap, self._counters())
+        for e in [
+            e for e in self.checkpoints if e < epoch - self.max_period - 1 and e % self.block
+        ]:
+            del self.checkpoints[e]
+        for e in [e for e in self.checkpoints if e < epoch - MAX_BLOCK_PERIOD * self.block]:
+            del self.checkpoints[e]
+        window = self.p.tiles_in_flight + 4
+        # Whole blocks: this epoch starts a block whose state repeats that of the start of
+        # the block k blocks earlier; every k-block period from here repeats exactly.
+        if epoch % self.block == 0:
+            for k in range(1, MAX_BLOCK_PERIOD + 1):
+                prev_block = epoch - k * self.block
+                if prev_block not in self.checkpoints:
+                    break
+                t0, snap0, counters0 = self.checkpoints[prev_block]
+                if snap0 == snap:
+                    periods = ((total - epoch) // self.block - 1) // k
+                    if periods > 0:
+                        self._jump(
+                            periods * k * self.block, periods * (self.t - t0), counters0, periods
+                        )
+                    return
+        # Runs of epochs of the same kind: the state repeats with a period of k epochs.
+        for k in range(1, self.max_period + 1):
+            prev = epoch - k
+            if prev not in self.checkpoints:
+                continue
+            t0, snap0, counters0 = self.checkpoints[prev]
+            if snap0 != snap or self._class(prev) != self._class(epoch):
+                continue
+            limit = min(total, (epoch // self.block + 1) * self.block)
+            end = self._run_end(prev, limit, self._class(prev))
+            periods = (end - window - epoch) // k
+            if periods > 0:
+                self._jump(periods * k, periods * (self.t - t0), counters0, periods)
+            return
+
+    def _run_end(self, start: int, limit: int, kind: tuple) -> int:
+        """First epoch at or after `start` (below `limit`) of another kind. Kinds depend on
+        whether relevant loops are at their first or last value, so they can only change
+        where the innermost relevant loop changes; whole middle stretches are skipped."""
+        if not self.relevant:
+            return limit
+        loop = self.relevant[-1]
+        step, n = self.stride[loop], self.extent[loop]
+        e = start
+        while e < limit:
+            if self._class(e) != kind:
+                return e
+            c = self._coords(e)[loop]
+            if 0 < c < n - 2:
+                e = (e // step + (n - 1 - c)) * step
+            else:
+                e = (e // step + 1) * step
+        return limit
+
+    def _jump(self, epochs: int, cycles: int, counters0: tuple, periods: int) -> None:
+        busy0, stalls0, _ = counters0
+        for name in set(self.busy) | set(busy0):
+            self.busy[name] += periods * (self.busy.get(name, 0) - busy0.get(name, 0))
+        for key in set(self.stalls) | set(stalls0):
+            self.stalls[key] += periods * (self.stalls.get(key, 0) - stalls0.get(key, 0))
+        self.periods.append((self.lowest, cycles // max(1, periods), epochs))
+        self.t += cycles
+        self.end_time += cycles
+        self.dram_free += cycles
+        for a in self.arrays:
+            self.free[a] += cycles
+        new_ops = {}
+        for (e, name), op in self.ops.items():
+            op.epoch = e + epochs
+            if op.start is not None:
+                op.start += cycles
+            op.ready += cycles
+            op.dependents = [((k[0] + epochs, k[1]), kind) for k, kind in op.dependents]
+            new_ops[(e + epochs, name)] = op
+        self.ops = new_ops
+        self.by_epoch = {e + epochs: v for e, v in self.by_epoch.items()}
+        self.unstarted = {e + epochs: v for e, v in self.unstarted.items()}
+        self.oldest += epochs
+        self.open_tiles = {
+            e + epochs: (None if c is None else c + cycles) for e, c in self.open_tiles.items()
+        }
+        self.dram_done = {e + epochs: d + cycles for e, d in self.dram_done.items()}
+        self.started_first = {e + epochs for e in self.started_first}
+        self.next_epoch += epochs
+        self.lowest += epochs

@@ -16,7 +16,7 @@ from simulator.model.perf import evaluate_mapping
 from simulator.model.result import Result
 from simulator.paths import data_dir, resolve_spec
 from simulator.spec.arch import Architecture, load_architecture
-from simulator.spec.mapping import MappingSpec, load_mapping, resolve
+from simulator.spec.mapping import Mapping, MappingSpec, load_mapping, resolve
 from simulator.spec.tables import (
     AreaTable,
     EnergyTable,
@@ -130,6 +130,21 @@ def evaluate(
     engine: str = "analytic",
 ) -> Result:
     """One configuration (a mapping file) at one workload point."""
+    cascade, mapping, arch = prepare(specs, config, workload, pe_dim, buffer_bytes, bandwidth)
+    return evaluate_mapping(
+        cascade, mapping, arch, workload, specs.tables(arch, accounting), accounting, engine
+    )
+
+
+def prepare(
+    specs: Specs,
+    config: str,
+    workload: Workload,
+    pe_dim: int | None = None,
+    buffer_bytes: int | None = None,
+    bandwidth: float | None = None,
+) -> tuple[Cascade, Mapping, Architecture]:
+    """The cascade, resolved mapping and architecture of a configuration at a point."""
     spec = specs.mapping(config)
     cascade = specs.cascade(spec)
     arch = specs.architecture(spec).with_overrides(pe_dim, buffer_bytes, bandwidth)
@@ -139,6 +154,4 @@ def evaluate(
     mapping = resolve(
         spec, workload_fields(workload), context, compute, [a.name for a in arch.arrays]
     )
-    return evaluate_mapping(
-        cascade, mapping, arch, workload, specs.tables(arch, accounting), accounting, engine
-    )
+    return cascade, mapping, arch

@@ -141,20 +141,46 @@ def _run(
         raise SpecError(f"Einsum '{e.name}' indexes outside a tensor: {err}", e.loc) from None
 
 
+def run_tile(
+    cascade: Cascade,
+    e: Einsum,
+    arrays: dict[str, np.ndarray],
+    shapes: Mapping[str, int],
+    fixed: Mapping[str, int],
+    ranges: Mapping[str, tuple[int, int]],
+) -> None:
+    """Evaluate one Einsum over a box of its iteration space: `fixed` variables take one
+    value, `ranges` variables run over [lo, hi) (the cycle engine's tiles)."""
+    _run_unchecked(cascade, e, arrays, shapes, fixed, ranges)
+
+
+def _grid(free: list[str], extents: Mapping[str, int], ranges: Mapping[str, tuple[int, int]]):
+    env = index_grid(free, extents)
+    for v, (lo, _hi) in ranges.items():
+        if v in env and lo:
+            env[v] = env[v] + lo
+    return env
+
+
 def _run_unchecked(
     cascade: Cascade,
     e: Einsum,
     arrays: dict[str, np.ndarray],
     shapes: Mapping[str, int],
     fixed: Mapping[str, int],
+    ranges: Mapping[str, tuple[int, int]] | None = None,
 ) -> None:
+    ranges = ranges or {}
     extents = iteration_extents(cascade, e, shapes)
+    for v, (lo, hi) in ranges.items():
+        if v in extents:
+            extents[v] = hi - lo
     free = [v for v in e.iteration if v not in fixed]
     out_free = [v for v in e.output_vars if v not in fixed]
     reduced_axes = tuple(i for i, v in enumerate(free) if v in e.reduced)
     env: dict[str, object] = dict(shapes)
     env.update(fixed)
-    env.update(index_grid(free, extents))
+    env.update(_grid(free, extents, ranges))
 
     def gather(access: Access) -> np.ndarray:
         idx = tuple(eval_index(pos.expr, env) for pos in access.indices)
@@ -178,7 +204,7 @@ def _run_unchecked(
         result = values
     out_env: dict[str, object] = dict(shapes)
     out_env.update(fixed)
-    out_env.update(index_grid(out_free, extents))
+    out_env.update(_grid(out_free, extents, ranges))
     out_shape = tuple(extents[v] for v in out_free)
     result = np.broadcast_to(result, out_shape) if out_shape else np.asarray(result).reshape(())
     idx = tuple(eval_index(pos.expr, out_env) for pos in e.output.indices)

@@ -169,3 +169,32 @@ def _plain_phase(
 def _totals(ctx: dict[str, float], instances: int) -> dict[str, float]:
     """The schedule's `stall:` expressions count per instance; the streams count all."""
     return {**ctx, "tiles": ctx.get("tiles", 1) * instances}
+
+
+@dataclass(frozen=True)
+class PipelinedPoint:
+    """A configuration's pipelined phase at a point, ready to simulate (trace, functional)."""
+
+    cascade: object
+    arch: Architecture
+    program: Program
+    shapes: dict[str, int]
+    extents: dict[str, int]
+    partitions: dict[str, tuple[str, ...]]
+
+
+def pipelined_point(cascade, mapping: Mapping, arch: Architecture, workload) -> PipelinedPoint:
+    """The waterfall program of the (first) pipelined phase of a mapping."""
+    from simulator.errors import SpecError
+    from simulator.model.perf import cascade_facts, choose_extents
+
+    facts = cascade_facts(cascade)
+    extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
+    plan = next((p for p in plans if p.phase.pipeline), None)
+    if plan is None:
+        raise SpecError(
+            f"mapping '{mapping.name}' has no pipelined phase (add `pipeline:` to a phase)"
+        )
+    program = phase_program(plan, mapping, facts, arch, extents, partitions, workload.instances)
+    shapes = {**extents, **workload.attention_shapes()}
+    return PipelinedPoint(cascade, arch, program, shapes, extents, partitions)

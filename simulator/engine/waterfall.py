@@ -322,7 +322,7 @@ class Waterfall:
                 TraceEvent(spec.array, spec.einsum, op.epoch, t, t + spec.steps, complete)
             )
         if self.functional is not None:
-            self.functional.execute(spec, op.epoch, t, self._avail(t, spec, DepKind.CHAIN))
+            self.functional.execute(spec, op.epoch, t)
         for dkey, kind in op.dependents:
             dep = self.ops.get(dkey)
             if dep is None:

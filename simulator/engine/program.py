@@ -153,9 +153,12 @@ def build_program(
         tiles = math.prod(extents[c] for c in tile_loops)
         points = count_points(cascade, e, extents)
         per_tile = points // tiles if tiles else points
+        # A padded rank's last tile is partly empty but takes a whole tile's time.
+        padded_points = count_points(cascade, e, padded_extents(extents, partitions))
+        work = padded_points // tiles if tiles else padded_points
         parallel = math.prod(extents[c] for c in nest.spatial)
         cpp = cycles_per_point(cascade, e, array, mapping.chaining_of(array.name), mapping)
-        steps = max(1, math.ceil(per_tile * cpp / parallel))
+        steps = max(1, math.ceil(work * cpp / parallel))
         presence = []
         for name in loop_names:
             if name not in tile_loops:
@@ -230,6 +233,14 @@ def build_program(
     dram_cycles = (
         phase_traffic_values * arch.value_bytes / bytes_per_cycle / epochs if epochs else 0.0
     )
+    # A tile whose last 2D result nobody in the phase reads leaves the array: its outputs
+    # shift out behind the wavefront, so the next tile enters once the last PE is done.
+    last_2d = next((s for s in reversed(specs) if s.two_d), None)
+    drain = 0
+    if last_2d is not None:
+        out = _canon(facts, by_name[last_2d.einsum].output.tensor)
+        read = any(_canon(facts, a.tensor) == out for s in specs for a in by_name[s.einsum].reads())
+        drain = 0 if read else skew.get(last_2d.array, 0)
     return Program(
         phase.name,
         loops,
@@ -241,7 +252,23 @@ def build_program(
         reduce_cycles,
         broadcast_cycles,
         dram_cycles,
+        drain,
     )
+
+
+def padded_extents(
+    extents: dict[str, int], partitions: dict[str, tuple[str, ...]]
+) -> dict[str, int]:
+    """Extents with every partitioned rank rounded up to its whole tiles."""
+    out = dict(extents)
+    for rank, comps in partitions.items():
+        if all(c in extents for c in comps):
+            out[rank] = max(extents.get(rank, 0), math.prod(extents[c] for c in comps))
+    return out
+
+
+def _canon(facts: CascadeFacts, tensor: str) -> str:
+    return facts.aliases.get(tensor, tensor)
 
 
 def _presence(e, loop: str, facts: CascadeFacts) -> str:

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.cascade.ops import count_points
-from simulator.engine.program import OpSpec, Program, build_program
+from simulator.engine.program import OpSpec, Program, build_program, padded_extents
 from simulator.engine.waterfall import Waterfall, WaterfallResult
 from simulator.model.perf import CascadeFacts, PhasePlan, cycles_per_point, schedule_cycles
 from simulator.spec.arch import Architecture
@@ -73,7 +73,7 @@ def simulate_phase(
         program = phase_program(plan, mapping, facts, arch, extents, partitions, instances)
         r = Waterfall(program).run()
         return _phase_sim(plan.phase.name, r.cycles, r)
-    return _plain_phase(plan, mapping, facts, arch, extents, instances, ctx)
+    return _plain_phase(plan, mapping, facts, arch, extents, partitions, instances, ctx)
 
 
 def _phase_sim(name: str, cycles: int, r: WaterfallResult) -> PhaseSim:
@@ -94,6 +94,7 @@ def einsum_stream(
     facts: CascadeFacts,
     arch: Architecture,
     extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
     instances: int,
 ) -> Program:
     """One Einsum of a plain phase as a stream of identical tiles on its array."""
@@ -103,9 +104,10 @@ def einsum_stream(
     array = arch.array(mapping.array_of(einsum))
     tiles = math.prod(extents[c] for c in nest.tile_loops)
     points = count_points(cascade, e, extents)
+    work = count_points(cascade, e, padded_extents(extents, partitions))
     parallel = math.prod(extents[c] for c in nest.spatial)
     cpp = cycles_per_point(cascade, e, array, mapping.chaining_of(array.name), mapping)
-    steps = max(1, math.ceil(points / tiles * cpp / parallel)) if points else 0
+    steps = max(1, math.ceil(work / tiles * cpp / parallel)) if points else 0
     op = OpSpec(einsum, array.name, 0, steps, points // tiles, (), (), array.mesh_y > 1)
     skew = array.skew if array.mesh_y > 1 else 0
     return Program(
@@ -128,6 +130,7 @@ def _plain_phase(
     facts: CascadeFacts,
     arch: Architecture,
     extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
     instances: int,
     ctx: dict[str, float],
 ) -> PhaseSim:
@@ -135,7 +138,9 @@ def _plain_phase(
     span: dict[str, float] = {}
     epochs = simulated = 0
     for em in plan.phase.einsums:
-        program = einsum_stream(plan, em.einsum, mapping, facts, arch, extents, instances)
+        program = einsum_stream(
+            plan, em.einsum, mapping, facts, arch, extents, partitions, instances
+        )
         if not program.ops[0].steps:
             span[em.einsum] = 0.0
             continue

@@ -109,7 +109,7 @@ class Waterfall:
             if self.relevant
             else program.epochs_per_instance
         )
-        self.max_period = 2 * program.tiles_in_flight + 8
+        self.max_period = 2 * program.tiles_in_flight + 8 + DRAM_RESOLUTION
         self.max_back = max(
             [
                 self.stride[loop]

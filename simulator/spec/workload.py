@@ -32,6 +32,8 @@ class Workload:
     dmodel: int  # D
     ffn: int  # S
     seq_len: int  # M = P
+    # Extents that replace the attention shapes (e.g. M != P for a plain GEMM cascade).
+    rank_overrides: tuple[tuple[str, int], ...] = ()
 
     @property
     def instances(self) -> int:
@@ -43,7 +45,9 @@ class Workload:
         return format_count(self.seq_len)
 
     def attention_shapes(self) -> dict[str, int]:
-        return {"M": self.seq_len, "P": self.seq_len, "E": self.embed, "F": self.value_embed}
+        shapes = {"M": self.seq_len, "P": self.seq_len, "E": self.embed, "F": self.value_embed}
+        shapes.update(self.rank_overrides)
+        return shapes
 
     def describe(self) -> str:
         return (

@@ -1,0 +1,194 @@
+"""The cycle-level engine: functional correctness, steady-state extrapolation, agreement
+with the analytic model where it should agree, SCALE-Sim on plain GEMMs, and its errors."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from simulator.configs import Specs, evaluate, prepare
+from simulator.engine.functional import check_attention
+from simulator.engine.simulate import pipelined_point
+from simulator.engine.waterfall import Waterfall
+from simulator.errors import SpecError
+from simulator.spec.workload import make_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+GEMM = ROOT / "tests" / "data" / "gemm-os"
+
+
+@pytest.fixture(scope="module")
+def specs() -> Specs:
+    return Specs()
+
+
+def _small_point(specs: Specs, config: str):
+    workload = make_workload("custom", "64", {"batch": 1, "heads": 1, "embed": 8})
+    cascade, mapping, arch = prepare(specs, config, workload, pe_dim=8)
+    return pipelined_point(cascade, mapping, arch, workload)
+
+
+@pytest.mark.parametrize("config", ["binding", "arch"])
+def test_functional_schedule_computes_attention(specs, config):
+    # 8x8 array, 1D array of 8, E = F = 8, M = P = 64: the simulated schedule yields AV.
+    pt = _small_point(specs, config)
+    result = check_attention(pt.cascade, pt.arch, pt.program, pt.shapes, pt.extents, pt.partitions)
+    assert result.error < 1e-6
+    assert result.av.shape == (8, 64)
+
+
+@pytest.mark.parametrize("config", ["binding", "arch"])
+def test_functional_mode_catches_a_broken_dependency(specs, config):
+    # SLN no longer waits for the running max RM of its own epoch: it reads RM before the
+    # 1D array has produced it (an epoch early), and AV is wrong.
+    pt = _small_point(specs, config)
+    result = check_attention(
+        pt.cascade,
+        pt.arch,
+        pt.program,
+        pt.shapes,
+        pt.extents,
+        pt.partitions,
+        broken=("SLN", "RM"),
+    )
+    assert not result.error < 1e-6
+
+
+def test_extrapolation_equals_full_simulation(specs):
+    # 32x32 FuseMax, M = P = 8K, two heads: ~131K epochs simulated in full and extrapolated.
+    workload = make_workload("bert", "8K", {"batch": 1, "heads": 2})
+    cascade, mapping, arch = prepare(specs, "binding", workload, pe_dim=32)
+    program = pipelined_point(cascade, mapping, arch, workload).program
+    fast = Waterfall(program).run()
+    full = Waterfall(program, extrapolate=False).run()
+    assert fast.simulated_epochs < full.epochs / 50  # it did extrapolate
+    assert full.simulated_epochs == full.epochs
+    assert (fast.cycles, fast.busy, fast.stalls) == (full.cycles, full.busy, full.stalls)
+
+
+@pytest.mark.parametrize("model", ["bert", "trxl", "t5", "xlm"])
+@pytest.mark.parametrize("seq", ["64K", "256K", "1M"])
+def test_binding_utilisation_matches_analytic_at_long_sequences(specs, model, seq):
+    workload = make_workload(model, seq)
+    cycle = evaluate(specs, "binding", workload, engine="cycle")
+    analytic = evaluate(specs, "binding", workload, engine="analytic")
+    assert abs(cycle.util_2d - analytic.util_2d) < 0.02
+    assert abs(cycle.util_1d - analytic.util_1d) < 0.02
+    assert cycle.engine == "cycle" and cycle.simulated_epochs < 5000
+
+
+def test_architecture_shows_its_stalls(specs):
+    r = evaluate(specs, "arch", make_workload("bert", "64K"), engine="cycle")
+    stalls = {(a, why): n for a, why, n in r.stalls}
+    # One tile at a time: the 2D array waits for the previous tile to leave its registers
+    # (which waits on the running max coming back from the 1D array); the 1D array waits on
+    # the 2D array's reductions.
+    assert stalls[("PE2D", "fill/drain")] > 0.3 * r.cycles
+    assert sum(n for (a, _why), n in stalls.items() if a == "PE1D") > 0.3 * r.cycles
+    assert r.util_2d < 0.6
+
+
+def test_short_sequence_gap_is_prologue_and_epilogue(specs):
+    # At 1K tokens each query block has only 4 key chunks: the waterfall's fill at the
+    # start of each block and the 1D array's AV at its end are exposed.
+    workload = make_workload("bert", "1K")
+    cycle = evaluate(specs, "binding", workload, engine="cycle")
+    analytic = evaluate(specs, "binding", workload, engine="analytic")
+    assert cycle.latency_s >= analytic.latency_s
+    assert cycle.latency_s < 1.1 * analytic.latency_s
+
+
+def test_registers_too_few_for_the_binding(specs, tmp_path):
+    arch = (ROOT / "arch" / "fusemax.yaml").read_text()
+    arch = arch.replace(
+        "attributes: {depth: 16, width: 16, datawidth: 16}",
+        "attributes: {depth: 3, width: 16, datawidth: 16}",
+    )
+    arch = arch.replace("tables/", f"{ROOT / 'arch' / 'tables'}/")
+    (tmp_path / "tiny-regs.yaml").write_text(arch)
+    mapping = (ROOT / "mappings" / "binding.yaml").read_text()
+    mapping = mapping.replace("architecture: fusemax", "architecture: ./tiny-regs.yaml")
+    (tmp_path / "map.yaml").write_text(mapping)
+    with pytest.raises(SpecError, match="registers"):
+        evaluate(specs, str(tmp_path / "map.yaml"), make_workload("bert", "4K"), engine="cycle")
+
+
+def test_too_many_tiles_in_flight(specs, tmp_path):
+    mapping = (ROOT / "mappings" / "binding.yaml").read_text()
+    mapping = mapping.replace("pipeline: {}", "pipeline: {tiles_in_flight: 9}")
+    (tmp_path / "map.yaml").write_text(mapping)
+    with pytest.raises(SpecError, match="tiles in flight"):
+        evaluate(specs, str(tmp_path / "map.yaml"), make_workload("bert", "4K"), engine="cycle")
+
+
+# --------------------------------------------------------------------------------------
+# External check: plain GEMMs on an output-stationary array against SCALE-Sim
+
+SHAPES = [  # (rows, cols, M, N, K): square and not, divisible and not
+    (8, 8, 64, 64, 64),
+    (16, 8, 100, 50, 33),
+    (32, 16, 100, 50, 33),
+    (8, 16, 20, 37, 129),
+    (16, 16, 256, 64, 17),
+]
+
+
+def _engine_gemm(tmp_path: Path, rows: int, cols: int, m: int, n: int, k: int) -> int:
+    for name in ("gemm.yaml", "map.yaml"):
+        shutil.copy(GEMM / name, tmp_path / name)
+    text = (GEMM / "arch.yaml").read_text().replace("COLS", str(cols)).replace("ROWS", str(rows))
+    (tmp_path / "arch.yaml").write_text(text)
+    base = make_workload("custom", "64", {"batch": 1, "heads": 1, "embed": k})
+    workload = dataclasses.replace(base, rank_overrides=(("M", m), ("P", n), ("E", k)))
+    cascade, mapping, arch = prepare(Specs(), str(tmp_path / "map.yaml"), workload)
+    program = pipelined_point(cascade, mapping, arch, workload).program
+    return Waterfall(program).run().cycles
+
+
+def _scalesim_gemm(tmp_path: Path, rows: int, cols: int, m: int, n: int, k: int) -> int:
+    from scalesim.scale_sim import scalesim
+
+    cfg = tmp_path / "ss.cfg"
+    cfg.write_text(
+        "[general]\nrun_name = gemm\n[architecture_presets]\n"
+        f"ArrayHeight: {rows}\nArrayWidth: {cols}\n"
+        "IfmapSramSzkB: 10240\nFilterSramSzkB: 10240\nOfmapSramSzkB: 10240\n"
+        "IfmapOffset: 0\nFilterOffset: 10000000\nOfmapOffset: 20000000\n"
+        "Dataflow : os\nBandwidth : 10\nMemoryBanks: 1\n"
+        "[run_presets]\nInterfaceBandwidth: CALC\n"
+    )
+    topo = tmp_path / "topo.csv"
+    topo.write_text(f"Layer, M, N, K,\nl0, {m}, {n}, {k},\n")
+    sim = scalesim(
+        save_disk_space=True,
+        verbose=False,
+        config=str(cfg),
+        topology=str(topo),
+        input_type_gemm=True,
+    )
+    sim.run_scale(top_path=str(tmp_path))
+    with open(tmp_path / "gemm" / "COMPUTE_REPORT.csv") as f:
+        rows_ = list(csv.reader(f))
+    header = [h.strip() for h in rows_[0]]
+    return int(float(rows_[1][header.index("Total Cycles")]))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gemm_cycles_agree_with_scalesim(tmp_path, shape):
+    pytest.importorskip("scalesim")
+    ours = _engine_gemm(tmp_path, *shape)
+    theirs = _scalesim_gemm(tmp_path, *shape)
+    assert abs(ours - theirs) <= 0.01 * theirs, (ours, theirs)
+
+
+def test_gemm_folds_are_serialised(tmp_path):
+    # Without SCALE-Sim: one accumulator per PE, so every fold pays fill and drain:
+    # folds x (K + rows + cols - 2) cycles.
+    rows, cols, m, n, k = 16, 8, 100, 50, 33
+    folds = math.ceil(m / rows) * math.ceil(n / cols)
+    assert _engine_gemm(tmp_path, rows, cols, m, n, k) == folds * (k + rows + cols - 2)

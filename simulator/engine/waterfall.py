@@ -193,7 +193,16 @@ class Waterfall:
         window = p.tiles_in_flight + 2
         # DRAM time per epoch as an exact fraction of a cycle (1/64 resolution), so a
         # memory-bound stream neither gains nor loses time by rounding and still repeats.
+        # A stream with at least 2x slack under every epoch's busiest array is rounded up to
+        # whole cycles: it stays hidden, and the state repeats every epoch instead of every
+        # 64 (only the very first transfer can take up to a cycle longer).
         self.dram_step = Fraction(p.dram_cycles_per_epoch).limit_denominator(DRAM_RESOLUTION)
+        every_epoch = [s for s in p.ops if not s.presence]
+        busiest = max(
+            (sum(s.steps for s in every_epoch if s.array == a) for a in self.arrays), default=0
+        )
+        if 0 < math.ceil(self.dram_step) * 2 <= busiest:
+            self.dram_step = Fraction(math.ceil(self.dram_step))
         self.dram_free = Fraction(0)
         while True:
             while self.next_epoch < min(total, self.lowest + window):
@@ -455,6 +464,8 @@ class Waterfall:
     def _maybe_jump(self, epoch: int, total: int) -> None:
         if epoch < 1 or epoch in self.checkpoints:
             return
+        if epoch < self.trace_epochs + self.p.tiles_in_flight + 4:
+            return  # the traced epochs are simulated, never extrapolated
         snap = self._snapshot(epoch)
         self.checkpoints[epoch] = (self.t, snap, self._counters())
         for e in [

@@ -66,9 +66,7 @@ def bench_functional() -> float:
         for config in ("binding", "arch"):
             c, m, a = prepare(Specs(), config, workload, pe_dim=8)
             pt = pipelined_point(c, m, a, workload)
-            assert (
-                check_attention(c, a, pt.program, pt.shapes, pt.extents, pt.partitions).error < 1e-6
-            )
+            assert check_attention(pt).error < 1e-6
 
     return _best_of(1, run)
 

@@ -37,7 +37,7 @@ def _small_point(specs: Specs, config: str):
 def test_functional_schedule_computes_attention(specs, config):
     # 8x8 array, 1D array of 8, E = F = 8, M = P = 64: the simulated schedule yields AV.
     pt = _small_point(specs, config)
-    result = check_attention(pt.cascade, pt.arch, pt.program, pt.shapes, pt.extents, pt.partitions)
+    result = check_attention(pt)
     assert result.error < 1e-6
     assert result.av.shape == (8, 64)
 
@@ -48,12 +48,7 @@ def test_functional_mode_catches_a_broken_dependency(specs, config):
     # 1D array has produced it (an epoch early), and AV is wrong.
     pt = _small_point(specs, config)
     result = check_attention(
-        pt.cascade,
-        pt.arch,
-        pt.program,
-        pt.shapes,
-        pt.extents,
-        pt.partitions,
+        pt,
         broken=("SLN", "RM"),
     )
     assert not result.error < 1e-6

@@ -27,31 +27,23 @@ from simulator.cascade.evaluate import (
     softmax_attention,
     tensor_shape,
 )
-from simulator.cascade.ir import Cascade, rank_of
-from simulator.engine.program import OpSpec, Program
+from simulator.cascade.ir import rank_of
+from simulator.engine.program import OpSpec
+from simulator.engine.simulate import PipelinedPoint
 from simulator.errors import SpecError
-from simulator.spec.arch import Architecture
 
 
 class FunctionalState:
     """The values each array sees, and the writes still travelling between arrays."""
 
-    def __init__(
-        self,
-        cascade: Cascade,
-        arch: Architecture,
-        program: Program,
-        shapes: dict[str, int],
-        extents: dict[str, int],
-        partitions: dict[str, tuple[str, ...]],
-        inputs: dict[str, np.ndarray],
-    ) -> None:
+    def __init__(self, point: PipelinedPoint, inputs: dict[str, np.ndarray]) -> None:
+        cascade, program, shapes = point.cascade, point.program, point.shapes
         self.cascade = cascade
         self.program = program
         self.shapes = shapes
-        self.extents = extents
-        self.partitions = partitions
-        self.arch = arch
+        self.extents = point.extents
+        self.partitions = point.partitions
+        self.arch = point.arch
         self.arrays = sorted({s.array for s in program.ops})
         base = {name: np.asarray(v, dtype=np.float64) for name, v in inputs.items()}
         for e in cascade.einsums:
@@ -153,29 +145,19 @@ class FunctionalResult:
 
 
 def check_attention(
-    cascade: Cascade,
-    arch: Architecture,
-    program: Program,
-    shapes: dict[str, int],
-    extents: dict[str, int],
-    partitions: dict[str, tuple[str, ...]],
-    seed: int = 0,
-    broken: tuple[str, str] | None = None,
+    point: PipelinedPoint, seed: int = 0, broken: tuple[str, str] | None = None
 ) -> FunctionalResult:
-    """Run `program` (one attention instance) on random Q, K, V and compare its AV."""
+    """Run a point's program (one attention instance) on random Q, K, V; compare its AV."""
     from simulator.engine.waterfall import Waterfall
 
-    if program.instances != 1:
+    if point.program.instances != 1:
         raise SpecError("functional mode runs one (batch, head) instance: use --batch/--heads 1")
-    inputs = random_inputs(cascade, shapes, seed)
-    state = FunctionalState(cascade, arch, program, shapes, extents, partitions, inputs)
-    r = Waterfall(program, functional=state, broken=broken).run()
+    cascade = point.cascade
+    inputs = random_inputs(cascade, point.shapes, seed)
+    state = FunctionalState(point, inputs)
+    r = Waterfall(point.program, functional=state, broken=broken).run()
     values = state.finish()
-    out = cascade.outputs[0]
-    q, k, v = (inputs[n] for n in ("Q", "K", "V"))
-    want = softmax_attention(q, k, v)
-    got = values[out]
-    if got.shape != want.shape:
-        got = got.T if got.T.shape == want.shape else got.reshape(want.shape)
+    want = softmax_attention(*(inputs[n] for n in ("Q", "K", "V")))
+    got = values[cascade.outputs[0]]
     error = relative_error(got, want) if np.isfinite(got).all() else math.inf
     return FunctionalResult(error, r.cycles, got)

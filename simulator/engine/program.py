@@ -22,11 +22,11 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from simulator.cascade.ir import ISym, IVar, index_vars, rank_of
+from simulator.cascade.ir import ISym, IVar, rank_of
 from simulator.cascade.ops import count_points
 from simulator.errors import SpecError
 from simulator.model.nest import Nest, leaf_components
-from simulator.model.perf import CascadeFacts, cycles_per_point
+from simulator.model.perf import CascadeFacts, canonical, cycles_per_point
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping, Phase
 
@@ -106,25 +106,19 @@ def _read_rule(
     cascade = facts.cascade
     info = cascade.iterative_tensors().get(access.tensor)
     carried_comps: set[str] = set()
-    final_comps: set[str] = set()
     if info is not None:
         pos, var = info
         ix = access.indices[pos].expr
-        comps = leaf_components(rank_of(var), partitions)
-        if isinstance(ix, IVar) and ix.name == var:
-            carried_comps.update(comps)
-        elif isinstance(ix, ISym) and ix.name == cascade.iterative_map.get(var):
-            final_comps.update(comps)
+        if isinstance(ix, IVar) and ix.name == var:  # RM[m1]: the previous step
+            carried_comps.update(leaf_components(rank_of(var), partitions))
     rule = []
     for name, _n in loops:
         if name not in producer_loops:
             continue  # resolved by the producer's own presence
         if name in consumer_loops:
             rule.append((name, "prev" if name in carried_comps else "same"))
-        elif name in final_comps:
-            rule.append((name, "last"))
         else:
-            rule.append((name, "last"))  # a consumer outside the loop waits for all of it
+            rule.append((name, "last"))  # outside the loop: its final value (RNV[M1] for AV)
     return tuple(rule)
 
 
@@ -165,7 +159,7 @@ def build_program(
                 presence.append((name, _presence(e, name, facts)))
         deps = []
         for acc in e.reads():
-            canon = facts.aliases.get(acc.tensor, acc.tensor)
+            canon = canonical(facts, acc.tensor)
             source = facts.producers.get(canon)
             if source is None or source == e.name:
                 if source == e.name:
@@ -238,8 +232,10 @@ def build_program(
     last_2d = next((s for s in reversed(specs) if s.two_d), None)
     drain = 0
     if last_2d is not None:
-        out = _canon(facts, by_name[last_2d.einsum].output.tensor)
-        read = any(_canon(facts, a.tensor) == out for s in specs for a in by_name[s.einsum].reads())
+        out = canonical(facts, by_name[last_2d.einsum].output.tensor)
+        read = any(
+            canonical(facts, a.tensor) == out for s in specs for a in by_name[s.einsum].reads()
+        )
         drain = 0 if read else skew.get(last_2d.array, 0)
     return Program(
         phase.name,
@@ -267,10 +263,6 @@ def padded_extents(
     return out
 
 
-def _canon(facts: CascadeFacts, tensor: str) -> str:
-    return facts.aliases.get(tensor, tensor)
-
-
 def _presence(e, loop: str, facts: CascadeFacts) -> str:
     """When an Einsum without `loop` runs: with the last value if it reads a final step."""
     cascade = facts.cascade
@@ -282,10 +274,6 @@ def _presence(e, loop: str, facts: CascadeFacts) -> str:
         ix = acc.indices[pos].expr
         if isinstance(ix, ISym) and ix.name == cascade.iterative_map.get(var):
             return "last"
-    for acc in e.reads():
-        for pos in acc.indices:
-            if index_vars(pos.expr):
-                continue
     return "first"
 
 
@@ -310,10 +298,10 @@ def _live_registers(specs: list[OpSpec], facts: CascadeFacts) -> int:
     last: dict[str, int] = {}
     for i, s in enumerate(two_d):
         e = cascade.einsum(s.einsum)
-        out = facts.aliases.get(e.output.tensor, e.output.tensor)
+        out = canonical(facts, e.output.tensor)
         born[out] = i
         for acc in e.reads():
-            t = facts.aliases.get(acc.tensor, acc.tensor)
+            t = canonical(facts, acc.tensor)
             if t in born and facts.producers.get(t) in names:
                 last[t] = max(last.get(t, i), i)
     live_max = 0
@@ -322,7 +310,7 @@ def _live_registers(specs: list[OpSpec], facts: CascadeFacts) -> int:
         carried = [t for t in born if born[t] < i and last.get(t, -1) >= i]
         dies_here = [t for t in carried if last.get(t) == i]
         broadcast = [d for d in s.deps if d.kind is DepKind.BROADCAST]
-        out = facts.aliases.get(e.output.tensor, e.output.tensor)
+        out = canonical(facts, e.output.tensor)
         held_out = 1 if (out in last and not dies_here) else 0
         live_max = max(live_max, len(carried) + len(broadcast) + held_out, 1)
     return live_max

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import count_points
 from simulator.engine.program import OpSpec, Program, build_program, padded_extents
 from simulator.engine.waterfall import Waterfall, WaterfallResult
@@ -72,14 +73,14 @@ def simulate_phase(
     if plan.phase.pipeline:
         program = phase_program(plan, mapping, facts, arch, extents, partitions, instances)
         r = Waterfall(program).run()
-        return _phase_sim(plan.phase.name, r.cycles, r)
+        return _phase_sim(plan.phase.name, r)
     return _plain_phase(plan, mapping, facts, arch, extents, partitions, instances, ctx)
 
 
-def _phase_sim(name: str, cycles: int, r: WaterfallResult) -> PhaseSim:
+def _phase_sim(name: str, r: WaterfallResult) -> PhaseSim:
     return PhaseSim(
         name,
-        cycles,
+        r.cycles,
         tuple(sorted(r.busy.items())),
         tuple(sorted((a, why, n) for (a, why), n in r.stalls.items() if n)),
         r.epochs,
@@ -180,7 +181,7 @@ def _totals(ctx: dict[str, float], instances: int) -> dict[str, float]:
 class PipelinedPoint:
     """A configuration's pipelined phase at a point, ready to simulate (trace, functional)."""
 
-    cascade: object
+    cascade: Cascade
     arch: Architecture
     program: Program
     shapes: dict[str, int]
@@ -188,7 +189,9 @@ class PipelinedPoint:
     partitions: dict[str, tuple[str, ...]]
 
 
-def pipelined_point(cascade, mapping: Mapping, arch: Architecture, workload) -> PipelinedPoint:
+def pipelined_point(
+    cascade: Cascade, mapping: Mapping, arch: Architecture, workload
+) -> PipelinedPoint:
     """The waterfall program of the (first) pipelined phase of a mapping."""
     from simulator.errors import SpecError
     from simulator.model.perf import cascade_facts, choose_extents

@@ -85,7 +85,8 @@ def cascade_facts(cascade: Cascade) -> CascadeFacts:
     return CascadeFacts(cascade, aliases, compute, pass_index(cascade), producers)
 
 
-def _canonical(facts: CascadeFacts, tensor: str) -> str:
+def canonical(facts: CascadeFacts, tensor: str) -> str:
+    """The tensor an alias (a partitioned view such as BK of K) stands for."""
     return facts.aliases.get(tensor, tensor)
 
 
@@ -189,20 +190,20 @@ class PhasePlan:
 
 def placement_of(phase: Phase, facts: CascadeFacts, tensor: str) -> Placement:
     """Where a tensor lives in a phase: its placement, an alias's, or the default."""
-    canonical = _canonical(facts, tensor)
-    for name in (tensor, canonical):
+    canon = canonical(facts, tensor)
+    for name in (tensor, canon):
         p = phase.placement(name)
         if p is not None:
             return p
     for alias, target in facts.aliases.items():
-        if target == canonical:
+        if target == canon:
             p = phase.placement(alias)
             if p is not None:
                 return p
     cascade = facts.cascade
-    if canonical in cascade.inputs or canonical in cascade.outputs:
-        return Placement(canonical, "DRAM", "stream")
-    return Placement(canonical, "register", None)
+    if canon in cascade.inputs or canon in cascade.outputs:
+        return Placement(canon, "DRAM", "stream")
+    return Placement(canon, "register", None)
 
 
 def plan_phase(
@@ -230,8 +231,8 @@ def plan_phase(
     for em in phase.einsums:
         e = by_name[em.einsum]
         for acc in e.reads():
-            accesses.setdefault(_canonical(facts, acc.tensor), []).append((e.name, False))
-        accesses.setdefault(_canonical(facts, e.output.tensor), []).append((e.name, True))
+            accesses.setdefault(canonical(facts, acc.tensor), []).append((e.name, False))
+        accesses.setdefault(canonical(facts, e.output.tensor), []).append((e.name, True))
     for tensor, uses in accesses.items():
         place = placement_of(phase, facts, tensor)
         if place.home == "register":

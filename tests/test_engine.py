@@ -187,3 +187,46 @@ def test_gemm_folds_are_serialised(tmp_path):
     rows, cols, m, n, k = 16, 8, 100, 50, 33
     folds = math.ceil(m / rows) * math.ceil(n / cols)
     assert _engine_gemm(tmp_path, rows, cols, m, n, k) == folds * (k + rows + cols - 2)
+
+
+# --------------------------------------------------------------------------------------
+# Global-buffer port bandwidth
+
+
+def _narrow_buffer_mapping(tmp_path: Path, values_per_cycle: int) -> str:
+    arch = (ROOT / "arch" / "fusemax.yaml").read_text()
+    arch = arch.replace(
+        "shared_bandwidth: n_banks * width / datawidth", f"shared_bandwidth: {values_per_cycle}"
+    )
+    arch = arch.replace("tables/", f"{ROOT / 'arch' / 'tables'}/")
+    (tmp_path / "narrow.yaml").write_text(arch)
+    mapping = (ROOT / "mappings" / "binding.yaml").read_text()
+    mapping = mapping.replace("architecture: fusemax", "architecture: ./narrow.yaml")
+    (tmp_path / "map.yaml").write_text(mapping)
+    return str(tmp_path / "map.yaml")
+
+
+def test_buffer_ports_throttle_the_waterfall(specs, tmp_path):
+    # 256 values per cycle through the buffer's ports: every epoch must at least bring the
+    # K and V chunks (E + F) x M0 from the buffer to the PEs, 128 cycles -- close to the
+    # 138-cycle epoch on its own, and Q and the running numerator RNV come on top.
+    workload = make_workload("bert", "16K")
+    path = _narrow_buffer_mapping(tmp_path, 256)
+    wide = evaluate(specs, "binding", workload, engine="analytic")
+    narrow = evaluate(specs, path, workload, engine="analytic")
+    cycle = evaluate(specs, path, workload, engine="cycle")
+    epochs = workload.instances * (16384 // 256) ** 2
+    kv_floor_s = epochs * (64 + 64) * 256 / 256 / 940e6
+    assert narrow.latency_s > max(wide.latency_s, kv_floor_s)
+    assert narrow.latency_s == pytest.approx(narrow.phases[0].buffer_s)
+    assert cycle.latency_s == pytest.approx(narrow.latency_s, rel=0.02)
+    stalls = {(a, why): n for a, why, n in cycle.stalls}
+    assert stalls[("PE2D", "memory")] > 0.3 * cycle.cycles
+    # the shipped buffer (a row from each of 32 banks per cycle) never limits attention
+    assert wide.phases[0].buffer_s < 0.1 * wide.latency_s
+
+
+def test_buffer_bandwidth_must_be_positive(specs, tmp_path):
+    path = _narrow_buffer_mapping(tmp_path, 0)
+    with pytest.raises(SpecError, match="shared_bandwidth"):
+        evaluate(specs, path, make_workload("bert", "4K"))

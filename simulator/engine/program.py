@@ -69,6 +69,7 @@ class Program:
     broadcast_cycles: int  # 1D -> 2D
     dram_cycles_per_epoch: float
     drain_cycles: int = 0  # cycles to shift a tile's outputs out of the 2D array
+    port_cycles_per_epoch: float = 0.0  # the global buffer's ports (0: unlimited bandwidth)
 
     @property
     def epochs_per_instance(self) -> int:
@@ -132,6 +133,7 @@ def build_program(
     nests: dict[str, Nest],
     instances: int,
     phase_traffic_values: float,
+    port_cycles: float = 0.0,
 ) -> Program:
     cascade = facts.cascade
     loops = tuple((name, extents[name]) for name in phase.loops)
@@ -249,6 +251,7 @@ def build_program(
         broadcast_cycles,
         dram_cycles,
         drain,
+        port_cycles / epochs if epochs else 0.0,
     )
 
 

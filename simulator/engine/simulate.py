@@ -45,8 +45,10 @@ def phase_program(
     extents: dict[str, int],
     partitions: dict[str, tuple[str, ...]],
     instances: int,
+    port_cycles: float = 0.0,
 ) -> Program:
-    """The waterfall program of a pipelined phase."""
+    """The waterfall program of a pipelined phase (`port_cycles`: the global buffer's port
+    time for the whole phase, see :func:`simulator.model.perf.buffer_port_cycles`)."""
     return build_program(
         plan.phase,
         mapping,
@@ -57,6 +59,7 @@ def phase_program(
         plan.nests,
         instances,
         plan.traffic_values * instances,
+        port_cycles,
     )
 
 
@@ -69,12 +72,17 @@ def simulate_phase(
     partitions: dict[str, tuple[str, ...]],
     instances: int,
     ctx: dict[str, float],
+    port_cycles: float = 0.0,
 ) -> PhaseSim:
     if plan.phase.pipeline:
-        program = phase_program(plan, mapping, facts, arch, extents, partitions, instances)
+        program = phase_program(
+            plan, mapping, facts, arch, extents, partitions, instances, port_cycles
+        )
         r = Waterfall(program).run()
         return _phase_sim(plan.phase.name, r)
-    return _plain_phase(plan, mapping, facts, arch, extents, partitions, instances, ctx)
+    return _plain_phase(
+        plan, mapping, facts, arch, extents, partitions, instances, ctx, port_cycles
+    )
 
 
 def _phase_sim(name: str, r: WaterfallResult) -> PhaseSim:
@@ -134,6 +142,7 @@ def _plain_phase(
     partitions: dict[str, tuple[str, ...]],
     instances: int,
     ctx: dict[str, float],
+    port_cycles: float = 0.0,
 ) -> PhaseSim:
     busy: dict[str, int] = {}
     span: dict[str, float] = {}
@@ -152,7 +161,8 @@ def _plain_phase(
         simulated += r.simulated_epochs
     compute = math.ceil(schedule_cycles(plan.phase.schedule, span, _totals(ctx, instances)))
     bytes_per_cycle = arch.dram.bandwidth_bytes_per_s / arch.frequency_hz
-    memory = math.ceil(plan.traffic_values * instances * arch.value_bytes / bytes_per_cycle)
+    dram = plan.traffic_values * instances * arch.value_bytes / bytes_per_cycle
+    memory = math.ceil(max(dram, port_cycles))  # DRAM and the buffer's ports stream alike
     cycles = max(compute, memory)
     stalls = []
     for array in sorted({mapping.array_of(n) for n in busy}):
@@ -194,7 +204,8 @@ def pipelined_point(
 ) -> PipelinedPoint:
     """The waterfall program of the (first) pipelined phase of a mapping."""
     from simulator.errors import SpecError
-    from simulator.model.perf import cascade_facts, choose_extents
+    from simulator.model.perf import buffer_port_cycles, cascade_facts, choose_extents
+    from simulator.model.timeloop_view import phase_views
 
     facts = cascade_facts(cascade)
     extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
@@ -203,6 +214,16 @@ def pipelined_point(
         raise SpecError(
             f"mapping '{mapping.name}' has no pipelined phase (add `pipeline:` to a phase)"
         )
-    program = phase_program(plan, mapping, facts, arch, extents, partitions, workload.instances)
+    views = phase_views(plan, mapping, facts, arch, extents, partitions, workload)
+    program = phase_program(
+        plan,
+        mapping,
+        facts,
+        arch,
+        extents,
+        partitions,
+        workload.instances,
+        buffer_port_cycles(views, arch.buffer),
+    )
     shapes = {**extents, **workload.attention_shapes()}
     return PipelinedPoint(cascade, arch, program, shapes, extents, partitions)

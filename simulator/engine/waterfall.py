@@ -17,7 +17,8 @@ Registers bound the tiles in flight: a tile holds registers in every 2D PE from 
 2D operation until its last one has completed everywhere; a new tile starts only when one
 of `tiles_in_flight` slots is free (one slot: strictly sequential tiles, fill and drain
 exposed). DRAM delivers each epoch's data at the phase's average rate, at most a few epochs
-ahead (double buffering).
+ahead (double buffering); when the architecture gives the global buffer port bandwidths, the
+buffer's ports then carry the epoch's accesses at theirs (a second stream behind DRAM's).
 
 Steady state: at the start of every epoch the scheduler's state, relative to that moment,
 is compared with the previous epoch's; when equal and the coming epochs are of the same
@@ -191,19 +192,16 @@ class Waterfall:
         self.end_time = 0
         self.started_first: set[int] = set()
         window = p.tiles_in_flight + 2
-        # DRAM time per epoch as an exact fraction of a cycle (1/64 resolution), so a
-        # memory-bound stream neither gains nor loses time by rounding and still repeats.
-        # A stream with at least 2x slack under every epoch's busiest array is rounded up to
-        # whole cycles: it stays hidden, and the state repeats every epoch instead of every
-        # 64 (only the very first transfer can take up to a cycle longer).
-        self.dram_step = Fraction(p.dram_cycles_per_epoch).limit_denominator(DRAM_RESOLUTION)
         every_epoch = [s for s in p.ops if not s.presence]
         busiest = max(
             (sum(s.steps for s in every_epoch if s.array == a) for a in self.arrays), default=0
         )
-        if 0 < math.ceil(self.dram_step) * 2 <= busiest:
-            self.dram_step = Fraction(math.ceil(self.dram_step))
+        self.dram_step = _stream_step(p.dram_cycles_per_epoch, busiest)
+        # The global buffer's ports carry each epoch's operands on from the buffer: a second
+        # stream behind DRAM's (zero when the architecture gives the buffer no bandwidth).
+        self.port_step = _stream_step(p.port_cycles_per_epoch, busiest)
         self.dram_free = Fraction(0)
+        self.port_free = Fraction(0)
         while True:
             while self.next_epoch < min(total, self.lowest + window):
                 self._materialize(self.next_epoch)
@@ -267,7 +265,7 @@ class Waterfall:
                 self.pending[op.spec.array].append(op)
 
     def _issue_dram(self, total: int) -> None:
-        if not self.dram_step:
+        if not (self.dram_step or self.port_step):
             return
         ahead = self.p.tiles_in_flight + 1
         for epoch in range(self.lowest, min(total, self.lowest + ahead + 1)):
@@ -278,12 +276,16 @@ class Waterfall:
                 break
             start = max(self.dram_free, Fraction(self.t))
             self.dram_free = start + self.dram_step
-            self.dram_done[epoch] = math.ceil(self.dram_free)
+            arrived = self.dram_free
+            if self.port_step:
+                self.port_free = max(self.port_free, arrived) + self.port_step
+                arrived = self.port_free
+            self.dram_done[epoch] = math.ceil(arrived)
 
     def _blocked(self, op: _Op) -> str | None:
         if op.ready > self.t:
             return "dependencies"
-        if self.dram_step and op.spec.order == 0:
+        if (self.dram_step or self.port_step) and op.spec.order == 0:
             done = self.dram_done.get(op.epoch)
             if done is None:  # not requested yet: the pipeline ahead holds the buffers
                 return "dependencies"
@@ -454,6 +456,7 @@ class Waterfall:
             tiles,
             dram,
             rel(self.dram_free),
+            rel(self.port_free),
             self.next_epoch - epoch,
             self.lowest - epoch,
         )
@@ -534,6 +537,7 @@ class Waterfall:
         self.t += cycles
         self.end_time += cycles
         self.dram_free += cycles
+        self.port_free += cycles
         for a in self.arrays:
             self.free[a] += cycles
         new_ops = {}
@@ -555,3 +559,15 @@ class Waterfall:
         self.started_first = {e + epochs for e in self.started_first}
         self.next_epoch += epochs
         self.lowest += epochs
+
+
+def _stream_step(cycles_per_epoch: float, busiest: int) -> Fraction:
+    """A memory stream's time per epoch as an exact fraction of a cycle (1/64 resolution), so
+    a memory-bound stream neither gains nor loses time by rounding and still repeats. A
+    stream with at least 2x slack under every epoch's busiest array is rounded up to whole
+    cycles: it stays hidden, and the state repeats every epoch instead of every 64 (only the
+    very first transfer can take up to a cycle longer)."""
+    step = Fraction(cycles_per_epoch).limit_denominator(DRAM_RESOLUTION)
+    if 0 < math.ceil(step) * 2 <= busiest:
+        step = Fraction(math.ceil(step))
+    return step

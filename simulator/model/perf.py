@@ -34,6 +34,7 @@ from simulator.cascade.ir import Cascade, Einsum, Read
 from simulator.cascade.ops import count_points, ops_per_point
 from simulator.cascade.passes import pass_index
 from simulator.errors import Loc, SpecError
+from simulator.model.accesses import analyze
 from simulator.model.area import chip_area
 from simulator.model.energy import action_counts, price
 from simulator.model.nest import (
@@ -50,7 +51,7 @@ from simulator.model.nest import (
 from simulator.model.result import EinsumCost, PhaseCost, Result, TensorTraffic
 from simulator.model.timeloop_view import phase_views
 from simulator.spec import expr
-from simulator.spec.arch import Architecture, Array
+from simulator.spec.arch import Architecture, Array, Memory
 from simulator.spec.mapping import Mapping, Phase, Placement, Schedule
 from simulator.spec.tables import AreaTable, EnergyTable
 from simulator.spec.workload import Workload
@@ -533,7 +534,11 @@ def evaluate_mapping(
     costs: list[EinsumCost] = []
     tensor_totals: dict[str, list[float]] = {}
     sims = []
-    for plan in plans:
+    # Per-Einsum Timeloop views: one source for the buffer's port traffic and for energy.
+    views = [
+        phase_views(plan, mapping, facts, arch, extents, partitions, workload) for plan in plans
+    ]
+    for plan, plan_views in zip(plans, views, strict=True):
         einsums = einsum_costs(plan, mapping, facts, arch, extents)
         costs += einsums
         cycles = {c.einsum: c.cycles for c in einsums}
@@ -541,18 +546,22 @@ def evaluate_mapping(
         ctx["tiles"] = math.prod(extents[lp] for lp in plan.phase.loops if lp in extents)
         traffic = plan.traffic_values * value_bytes * instances
         memory_s = traffic / bandwidth
+        port_cycles = buffer_port_cycles(plan_views, arch.buffer)
+        buffer_s = port_cycles / f
         if engine == "cycle":
             from simulator.engine.simulate import simulate_phase  # the engine builds on this
 
-            sim = simulate_phase(plan, mapping, facts, arch, extents, partitions, instances, ctx)
+            sim = simulate_phase(
+                plan, mapping, facts, arch, extents, partitions, instances, ctx, port_cycles
+            )
             sims.append(sim)
             phase_cycles = sim.cycles / instances
             compute_s = sim.cycles / f
-            phase_latency = compute_s  # DRAM is part of the simulation
+            phase_latency = compute_s  # DRAM and the buffer's ports are part of the simulation
         else:
             phase_cycles = schedule_cycles(plan.phase.schedule, cycles, ctx)
             compute_s = phase_cycles * instances / f
-            phase_latency = max(compute_s, memory_s)
+            phase_latency = max(compute_s, memory_s, buffer_s)
         phases.append(
             PhaseCost(
                 plan.phase.name,
@@ -562,6 +571,7 @@ def evaluate_mapping(
                 phase_latency,
                 traffic,
                 plan.buffer_values * value_bytes,
+                buffer_s,
             )
         )
         for tensor, (r, w, s) in plan.tallies.items():
@@ -619,9 +629,7 @@ def evaluate_mapping(
             mapping,
             arch,
             workload,
-            facts,
-            extents,
-            partitions,
+            [v for plan_views in views for v in plan_views],
             plans,
             costs,
             total_cycles,
@@ -639,14 +647,33 @@ def _stall_totals(sims: list) -> tuple[tuple[str, str, int], ...]:
     return tuple((a, why, n) for (a, why), n in sorted(totals.items()))
 
 
+def buffer_port_cycles(views: list, buffer: Memory) -> float:
+    """Cycles the global buffer's ports need for one phase (all instances): its reads
+    (operands to the PEs, data back to DRAM) and writes (fills from DRAM, updates from the
+    PEs), counted with Timeloop's semantics, over the port bandwidths of the architecture.
+    Zero when the buffer declares none (unlimited, as in Timeloop)."""
+    if not (buffer.read_bandwidth or buffer.write_bandwidth or buffer.shared_bandwidth):
+        return 0.0
+    reads = writes = 0.0
+    for view in views:
+        for level, _ds, c in analyze(view.problem, view.mapping).counts:
+            if level == "buffer":
+                reads += c.reads
+                writes += c.fills + c.updates
+    if buffer.shared_bandwidth:
+        return (reads + writes) / buffer.shared_bandwidth
+    return max(
+        reads / buffer.read_bandwidth if buffer.read_bandwidth else 0.0,
+        writes / buffer.write_bandwidth if buffer.write_bandwidth else 0.0,
+    )
+
+
 def _energy_and_area(
     cascade,
     mapping,
     arch,
     workload,
-    facts,
-    extents,
-    partitions,
+    views,
     plans,
     costs,
     total_cycles,
@@ -656,9 +683,6 @@ def _energy_and_area(
     if tables is None:
         return {}
     ert, art = tables
-    views = []
-    for plan in plans:
-        views += phase_views(plan, mapping, facts, arch, extents, partitions, workload)
     spill = sum(s for plan in plans for _r, _w, s in plan.tallies.values())
     points = {c.einsum: c.points for c in costs}
     counts = action_counts(

@@ -37,6 +37,7 @@ class PhaseCost:
     latency_s: float
     traffic_bytes: float
     buffer_bytes: float  # buffer the phase's tiles occupy
+    buffer_s: float = 0.0  # time the global buffer's ports need (0: unlimited bandwidth)
 
 
 @dataclass(frozen=True)

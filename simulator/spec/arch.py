@@ -101,6 +101,12 @@ class Memory:
     depth: int  # rows (0 for DRAM: unbounded)
     datawidth_bits: int
     bandwidth_bytes_per_s: float = 0.0
+    # Port bandwidths in values per cycle, as Timeloop's `read_bandwidth`, `write_bandwidth`
+    # and `shared_bandwidth` (reads and writes on one port); None: unlimited (Timeloop's
+    # default). The global buffer's throttle the phases it feeds.
+    read_bandwidth: float | None = None
+    write_bandwidth: float | None = None
+    shared_bandwidth: float | None = None
 
     @property
     def capacity_bytes(self) -> int:
@@ -420,6 +426,19 @@ def _walk(
     return path, instances
 
 
+PORT_BANDWIDTHS = ("read_bandwidth", "write_bandwidth", "shared_bandwidth")
+
+
+def _bandwidth_attr(node: _Node, key: str) -> float:
+    value = node.attrs[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise SpecError(
+            f"{node.name}: '{key}' must be a positive number of values per cycle, got {value!r}",
+            node.loc,
+        )
+    return float(value)
+
+
 def _int_attr(node: _Node, key: str, default: int | None = None) -> int:
     value = node.attrs.get(key, default)
     if value is None:
@@ -535,6 +554,7 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
         _int_attr(bnode, "width"),
         _int_attr(bnode, "depth"),
         _int_attr(bnode, "datawidth", datawidth or dw),
+        **{key: _bandwidth_attr(bnode, key) for key in PORT_BANDWIDTHS if key in bnode.attrs},
     )
     if frequency is None:
         raise SpecError("the top container needs 'frequency_hz' (or 'global_cycle_seconds')", top)

@@ -196,8 +196,9 @@ def test_gemm_folds_are_serialised(tmp_path):
 def _narrow_buffer_mapping(tmp_path: Path, values_per_cycle: int) -> str:
     arch = (ROOT / "arch" / "fusemax.yaml").read_text()
     arch = arch.replace(
-        "shared_bandwidth: n_banks * width / datawidth", f"shared_bandwidth: {values_per_cycle}"
+        "      n_banks: 32\n", f"      n_banks: 32\n      shared_bandwidth: {values_per_cycle}\n"
     )
+    assert "shared_bandwidth: " in arch
     arch = arch.replace("tables/", f"{ROOT / 'arch' / 'tables'}/")
     (tmp_path / "narrow.yaml").write_text(arch)
     mapping = (ROOT / "mappings" / "binding.yaml").read_text()
@@ -222,8 +223,7 @@ def test_buffer_ports_throttle_the_waterfall(specs, tmp_path):
     assert cycle.latency_s == pytest.approx(narrow.latency_s, rel=0.02)
     stalls = {(a, why): n for a, why, n in cycle.stalls}
     assert stalls[("PE2D", "memory")] > 0.3 * cycle.cycles
-    # the shipped buffer (a row from each of 32 banks per cycle) never limits attention
-    assert wide.phases[0].buffer_s < 0.1 * wide.latency_s
+    assert wide.phases[0].buffer_s == 0  # the shipped buffer's ports are unlimited
 
 
 def test_buffer_bandwidth_must_be_positive(specs, tmp_path):

@@ -187,6 +187,7 @@ class Waterfall:
         self.stalls: dict[tuple[str, str], int] = defaultdict(int)
         self.trace: list[TraceEvent] = []
         self.checkpoints: dict[int, tuple] = {}
+        self.last_seen: dict[tuple, int] = {}  # (kind of epoch, state) -> latest epoch
         self.periods: list[tuple[int, int, int]] = []
         self.simulated = 0
         self.end_time = 0
@@ -471,12 +472,18 @@ class Waterfall:
             return  # the traced epochs are simulated, never extrapolated
         snap = self._snapshot(epoch)
         self.checkpoints[epoch] = (self.t, snap, self._counters())
+        # the latest epoch at which each state was seen: a repeat is one lookup away
+        key = (self._class(epoch), snap)
+        last_seen = self.last_seen.get(key)
+        self.last_seen[key] = epoch
         for e in [
             e for e in self.checkpoints if e < epoch - self.max_period - 1 and e % self.block
         ]:
             del self.checkpoints[e]
         for e in [e for e in self.checkpoints if e < epoch - MAX_BLOCK_PERIOD * self.block]:
             del self.checkpoints[e]
+        if len(self.last_seen) > 4 * (self.max_period + MAX_BLOCK_PERIOD):
+            self.last_seen = {k: e for k, e in self.last_seen.items() if e in self.checkpoints}
         window = self.p.tiles_in_flight + 4
         # Whole blocks: this epoch starts a block whose state repeats that of the start of
         # the block k blocks earlier; every k-block period from here repeats exactly.
@@ -494,13 +501,14 @@ class Waterfall:
                         )
                     return
         # Runs of epochs of the same kind: the state repeats with a period of k epochs.
-        for k in range(1, self.max_period + 1):
-            prev = epoch - k
+        if last_seen is not None and 0 < epoch - last_seen <= self.max_period:
+            prev = last_seen
+            k = epoch - prev
             if prev not in self.checkpoints:
-                continue
+                return
             t0, snap0, counters0 = self.checkpoints[prev]
             if snap0 != snap or self._class(prev) != self._class(epoch):
-                continue
+                return
             limit = min(total, (epoch // self.block + 1) * self.block)
             end = self._run_end(prev, limit, self._class(prev))
             periods = (end - window - epoch) // k

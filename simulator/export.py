@@ -31,7 +31,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m simulator.export", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="format", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="format", metavar="timeloop", required=True, parser_class=_Parser)
     t = sub.add_parser("timeloop", help="Timeloop v0.4 inputs, one directory per Einsum")
     t.add_argument("--accel", default="binding", help="configuration (default: binding)")
     t.add_argument("--mapping", help="a mapping file instead of --accel")

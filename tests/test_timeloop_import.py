@@ -267,3 +267,36 @@ def test_window_projections_are_rejected(tmp_path):
     )
     with pytest.raises(SpecError, match="not a single dimension"):
         load_problem(path)
+
+
+def test_flat_tables_import_with_the_projects_spelling():
+    """FLAT's Accelergy outputs: the artifact's misspelled exp unit ('exponentiatial') is an
+    error naming it until the name map spells it as the project does; then every entry but
+    the calibrated/rescaled global buffer equals the project's FLAT tables."""
+    flat = _project("flat")
+    imported = import_architecture(
+        [AE / "accel_flat/accel-top-2d-path.yaml", AE / "accel_flat/accel-top-1d-path.yaml"],
+        like=flat,
+    )
+    acc = ART / "accelergy"
+    pairs = [
+        (acc / "outputs-2d-flat/ERT.yaml", acc / "outputs-2d-flat/ART.yaml", imported.name_map(0)),
+        (acc / "outputs-1d-flat/ERT.yaml", acc / "outputs-1d-flat/ART.yaml", imported.name_map(1)),
+    ]
+    arch = imported.architecture
+    attrs = arch.component_attributes()
+    ert, art = import_tables(pairs)
+    with pytest.raises(SpecError, match="PE1D.exponentiatial"):
+        check_tables(
+            ert.bind(attrs), art.bind(attrs), arch.required_actions(), set(arch.priced_components())
+        )
+    fixed = {k: v.replace("exponentiatial", "exponential") for k, v in imported.name_map(1).items()}
+    ert, art = import_tables([pairs[0], (pairs[1][0], pairs[1][1], fixed)])
+    check_tables(
+        ert.bind(attrs), art.bind(attrs), arch.required_actions(), set(arch.priced_components())
+    )
+    project_ert = load_energy_table(ROOT / "arch/tables/flat.ERT.yaml")
+    for component in project_ert.components():
+        if component == flat.buffer.name:
+            continue
+        assert ert.actions(component) == project_ert.actions(component), component

@@ -300,3 +300,23 @@ def test_flat_tables_import_with_the_projects_spelling():
         if component == flat.buffer.name:
             continue
         assert ert.actions(component) == project_ert.actions(component), component
+
+
+def test_a_file_with_its_own_operations_keeps_them(tmp_path):
+    """An exported path of FuseMax's 2D array with the project's `operations` written in:
+    `like` (FLAT, whose 2D PEs have no exp) supplies names only, not operations."""
+    from simulator.model.timeloop_export import architecture_yaml, dump
+
+    own = _project("fusemax")
+    text = dump(architecture_yaml(own, "PE2D")).replace(
+        "      adder_width: 16\n",
+        "      adder_width: 16\n      operations:\n"
+        "        mac: {cycles: 1, unit: mac}\n"
+        "        exp: {cycles: 6, unit: mac, actions: {mac: 6}}\n",
+    )
+    path = tmp_path / "arch.yaml"
+    path.write_text(text)
+    arch = import_architecture([path], like=_project("flat")).architecture
+    assert arch.arrays[0].op("exp").cycles == 6
+    with pytest.raises(SpecError, match="!Parallel"):
+        import_architecture([ROOT / "arch" / "fusemax.yaml"])

@@ -391,6 +391,12 @@ def import_architecture(
     plan: list[tuple[str, Any]] = []  # per file: (array name, like array or None)
     for f in parsed:
         if not f.array:
+            if any(isinstance(n, LocDict) and n.tag == "Parallel" for n in f.prefix):
+                raise SpecError(
+                    "PE arrays side by side in a !Parallel: import one file per array (as the "
+                    "artifact writes them), or load this file as a project architecture",
+                    Loc(f.path, 1, 1),
+                )
             if f is first:
                 raise SpecError(
                     "no PE array: the architecture needs a !Container with 'spatial:'", top
@@ -429,6 +435,7 @@ def import_architecture(
             "with like= (the project's names) or rename one",
             top,
         )
+    own_ops: list[bool] = []  # per file: its compute components carry `operations`
     all_registers: list[str] = []
     for f in parsed:
         all_registers += [str(c.get("name")) for c in _components(f.array) if _is_storage(c)]
@@ -443,14 +450,12 @@ def import_architecture(
             if c is containers[0]:
                 new = array_name
             else:
-                new = cname if cname not in taken else f"{array_name}_{cname}"
-                if any(
-                    cname == str(o.get("name"))
-                    for g in parsed
-                    if g is not f
-                    for o in _containers(g.array)
-                ):
-                    new = f"{array_name}_{cname}"
+                # An inner container (the artifact's PE inside PE_col) must not share a name
+                # with another file's containers: arrays are found by container name.
+                others = set(array_names) | {
+                    str(o.get("name")) for g in parsed if g is not f for o in _containers(g.array)
+                }
+                new = cname if cname not in others | taken else f"{array_name}_{cname}"
             taken.add(new)
             if new != cname:
                 replace[id(c)] = _copy_dict(c, name=new)
@@ -463,6 +468,7 @@ def import_architecture(
             isinstance(c.get("attributes"), LocDict) and "operations" in c["attributes"]
             for c in computes
         )
+        own_ops.append(has_ops)
         if not has_ops and match is None:
             raise SpecError(
                 "a Timeloop architecture does not say which operations a PE executes: import it "
@@ -537,8 +543,8 @@ def import_architecture(
     built = arch_mod.build_architecture(tree, first.path)
 
     arrays = []
-    for array, (_orig, match) in zip(built.arrays, plan, strict=True):
-        if match is not None:
+    for array, (_orig, match), has_ops in zip(built.arrays, plan, own_ops, strict=True):
+        if match is not None and not has_ops:
             array = dataclasses.replace(
                 array,
                 operations=match.operations,

@@ -45,7 +45,12 @@ LETTERS = "MNPQRSTUVWXYZABCDEFGHIJKL"
 # Timeloop tells arithmetic from storage by the component's class; the project's generic
 # `compute` class is written as Timeloop's integer MAC class.
 TIMELOOP_COMPUTE_CLASS = "intmac"
-TOP = "system_top_level"  # the name Timeloop's front end gives the top container
+TOP = "system_top_level"
+BUFFER_PORTS = (
+    "read_bandwidth",
+    "write_bandwidth",
+    "shared_bandwidth",
+)  # the name Timeloop's front end gives the top container
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,15 @@ def architecture_yaml(arch: Architecture, array_name: str) -> dict:
     words_per_cycle = (
         arch.dram.bandwidth_bytes_per_s / (arch.dram.datawidth_bits / 8) / arch.frequency_hz
     )
+    buffer_attrs: dict[str, Any] = {
+        "depth": arch.buffer.depth,
+        "width": arch.buffer.width_bits,
+        "datawidth": arch.buffer.datawidth_bits,
+    }
+    for key in BUFFER_PORTS:  # Timeloop's port bandwidths (values per cycle), when limited
+        value = getattr(arch.buffer, key, None)
+        if value:
+            buffer_attrs[key] = value
     spatial = {"meshX": array.mesh_x}
     if array.mesh_y > 1:
         spatial["meshY"] = array.mesh_y
@@ -198,11 +212,7 @@ def architecture_yaml(arch: Architecture, array_name: str) -> dict:
         _Component(
             name=arch.buffer.name,
             **{"class": arch.buffer.klass or "SRAM"},
-            attributes={
-                "depth": arch.buffer.depth,
-                "width": arch.buffer.width_bits,
-                "datawidth": arch.buffer.datawidth_bits,
-            },
+            attributes=buffer_attrs,
         ),
         _Container(name=array.name, spatial=spatial),
     ]

@@ -86,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="cycle",
         help="timing: the cycle-level simulator (default) or the analytic schedule model",
     )
+    p.add_argument(
+        "--backend",
+        choices=["model", "timeloop"],
+        default="model",
+        help="timeloop: also run timeloop-model on every Einsum's exported inputs and "
+        "compare its cycles, accesses and energy with this model's (needs timeloop-model)",
+    )
     return p
 
 
@@ -389,6 +396,13 @@ def main(argv: list[str] | None = None) -> int:
                 )
     else:
         configs = shipped_configs()
+    timeloop = None
+    if args.backend == "timeloop":
+        from simulator import timeloop_backend
+
+        if args.format == "csv":
+            raise SpecError("--backend timeloop prints a table or JSON, not CSV")
+        timeloop = timeloop_backend.find_timeloop()  # before any work: one line if absent
     rows, notes = compare(
         specs,
         configs,
@@ -399,12 +413,29 @@ def main(argv: list[str] | None = None) -> int:
         args.accounting,
         args.engine,
     )
+    checks = []
+    if timeloop is not None:
+        checks = timeloop_backend.compare_configurations(
+            timeloop,
+            specs,
+            configs,
+            workload,
+            pe_dim=args.pe_dim,
+            buffer_bytes=args.buffer_bytes,
+            bandwidth=args.bandwidth,
+        )
     if args.format == "table":
         print(render_table(rows, notes, workload))
         if args.breakdown:
             print(render_breakdown(rows))
+        if timeloop is not None:
+            print(timeloop_backend.render(checks))
         return 0
     records = [record(r) for r in rows]
+    if timeloop is not None:
+        per = timeloop_backend.records(checks)
+        for rec in records:
+            rec["timeloop"] = [c for c in per if c["configuration"] == rec["accelerator"]]
     if args.format == "json":
         print(json.dumps(records, indent=2, sort_keys=False))
     else:

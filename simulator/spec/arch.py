@@ -255,6 +255,11 @@ class _Node:
 
 def load_architecture(path: str | Path) -> Architecture:
     data = yamlio.load(path)
+    if isinstance(data, LocDict) and "timeloop_import" in data:
+        # A description of Timeloop v0.4 files to import (simulator/spec/timeloop_import.py).
+        from simulator.spec.timeloop_import import load_manifest
+
+        return load_manifest(data, str(path))
     return build_architecture(data, str(path))
 
 

@@ -1,0 +1,87 @@
+"""`python -m simulator.export timeloop`: write every Einsum of a configuration as a Timeloop
+v0.4 input (problem, architecture, mapping, ERT, ART) that `timeloop-model` runs.
+
+    python -m simulator.export timeloop --accel binding --model bert --seq 4K -o out/tl
+    python -m simulator.export timeloop --mapping my-mapping.yaml --seq 64K -o out/mine
+
+One directory per Einsum (`DIR/QK/`, `DIR/LM/`, ...); see simulator/model/timeloop_export.py
+for what each file holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from simulator.cli import guarded
+from simulator.configs import ALIASES, Specs, prepare
+from simulator.errors import SpecError
+from simulator.model.timeloop_export import ExportedEinsum, dump, export_configuration
+from simulator.spec.workload import make_workload
+from simulator.units import parse_count
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SpecError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m simulator.export", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="format", metavar="timeloop", required=True, parser_class=_Parser)
+    t = sub.add_parser("timeloop", help="Timeloop v0.4 inputs, one directory per Einsum")
+    t.add_argument("--accel", default="binding", help="configuration (default: binding)")
+    t.add_argument("--mapping", help="a mapping file instead of --accel")
+    t.add_argument("--arch", help="architecture file replacing the mapping's own")
+    t.add_argument("--cascade", help="cascade file replacing the mapping's own")
+    t.add_argument("--model", default="bert", help="bert, trxl, t5, xlm or custom")
+    t.add_argument("--seq", default="4K", help="sequence length (1K, 64k, 1M ...)")
+    for name in ("batch", "heads", "embed", "ffn", "dmodel"):
+        t.add_argument(f"--{name}", type=lambda s: parse_count(s, what="value"))
+    t.add_argument("-o", "--out", required=True, help="output directory")
+    return p
+
+
+def exported(args: argparse.Namespace) -> list[ExportedEinsum]:
+    overrides = {k: getattr(args, k) for k in ("batch", "heads", "embed", "ffn", "dmodel")}
+    workload = make_workload(args.model, args.seq, overrides)
+    specs = Specs(cascade_override=args.cascade, arch_override=args.arch)
+    config = args.mapping or ALIASES.get(args.accel, args.accel)
+    cascade, mapping, arch = prepare(specs, config, workload)
+    tables = specs.tables(arch, "corrected")
+    return export_configuration(cascade, mapping, arch, workload, tables, mapping.name)
+
+
+def write(einsums: list[ExportedEinsum], out: Path) -> None:
+    """Write every Einsum's directory; each file appears whole (written aside, renamed)."""
+    texts = [(e.einsum, [(n, dump(data)) for n, data in e.files]) for e in einsums]
+    try:
+        for einsum, files in texts:
+            d = out / einsum
+            d.mkdir(parents=True, exist_ok=True)
+            for name, text in files:
+                fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.")
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                os.replace(tmp, d / name)
+    except OSError as err:
+        raise SpecError(f"cannot write {out}: {err.strerror or err}") from None
+
+
+@guarded
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m simulator.export`."""
+    args = build_parser().parse_args(argv)
+    einsums = exported(args)
+    out = Path(args.out)
+    write(einsums, out)
+    listing = ", ".join(f"{e.einsum} ({e.array})" for e in einsums)
+    print(f"wrote {len(einsums)} Einsums to {out}: {listing}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,494 @@
+"""Every Einsum of a configuration as a runnable Timeloop v0.4 input (and back).
+
+The per-Einsum views (`timeloop_view.py`) already hold what Timeloop needs: a problem and a
+mapping over DRAM -> global buffer -> (spatial fan-out over the array) -> PE registers.
+This module writes them in Timeloop's v0.4 shapes, as the FuseMax artifact's
+`specs/proposal/problems/*.yaml` and `mappings/*.yaml` are written:
+
+* `problem.yaml` -- dimensions (Timeloop reads one character per dimension, so rank
+  components like M1, M0 get letters: M, N, as in the artifact), data spaces, instance;
+* `architecture.yaml` -- the path of the Einsum's array: DRAM, the buffer, the array as a
+  spatial container, its registers and a compute unit; Timeloop attributes only;
+* `mapping.yaml` -- per storage level the factors of every dimension and the permutation
+  (innermost first), the spatial split over the array (X then Y) and keep/bypass;
+* `ERT.yaml`, `ART.yaml` -- Accelergy-shaped tables for those components, from the design's
+  tables (corrected accounting). Timeloop prices one `compute` per point, so the compute
+  unit's energy is this Einsum's energy per point, from the same function the project's
+  energy model uses (`energy.action_counts`);
+* `fusemax-sim.yaml` -- what Timeloop does not read and the way back: the letters'
+  rank components, data space -> tensor, level roles, the project architecture (`like`).
+
+`read_einsum` imports such a directory back into an `EinsumView` and an Architecture.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import Loc, SpecError
+from simulator.model.accesses import LevelMapping, Loop, Problem, analyze
+from simulator.model.energy import action_counts
+from simulator.model.perf import cascade_facts, choose_extents, einsum_costs
+from simulator.model.result import EinsumCost
+from simulator.model.timeloop_view import EinsumView, phase_views
+from simulator.spec.arch import Architecture
+from simulator.spec.tables import AreaTable, EnergyTable
+
+FILES = ("problem.yaml", "architecture.yaml", "mapping.yaml", "ERT.yaml", "ART.yaml")
+SIDECAR = "fusemax-sim.yaml"
+LETTERS = "MNPQRSTUVWXYZABCDEFGHIJKL"
+# Timeloop tells arithmetic from storage by the component's class; the project's generic
+# `compute` class is written as Timeloop's integer MAC class.
+TIMELOOP_COMPUTE_CLASS = "intmac"
+TOP = "system_top_level"
+BUFFER_PORTS = (
+    "read_bandwidth",
+    "write_bandwidth",
+    "shared_bandwidth",
+)  # the name Timeloop's front end gives the top container
+
+
+@dataclass(frozen=True)
+class ExportedEinsum:
+    einsum: str
+    array: str
+    view: EinsumView
+    cost: EinsumCost
+    files: tuple[tuple[str, Any], ...]  # file name -> YAML data
+
+
+def configuration_views(cascade, mapping, arch: Architecture, workload):
+    """The views and costs of every Einsum of a configuration, as `evaluate_mapping` builds
+    them for energy (`choose_extents` + `phase_views`)."""
+    facts = cascade_facts(cascade)
+    extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
+    views: list[EinsumView] = []
+    costs: list[EinsumCost] = []
+    for plan in plans:
+        views += phase_views(plan, mapping, facts, arch, extents, partitions, workload)
+        costs += einsum_costs(plan, mapping, facts, arch, extents)
+    return views, costs
+
+
+def dimension_letters(
+    dims: tuple[str, ...], reserved: frozenset[str] = frozenset()
+) -> dict[str, str]:
+    """One upper-case letter per dimension: single letters stay, others take their first
+    letter when free, else the next free one (M1 -> M, M0 -> N, as the artifact names them).
+    `reserved` letters (one-letter data space names such as Q) are not given out."""
+    out: dict[str, str] = {}
+    used: set[str] = set(reserved)
+    for d in dims:
+        if len(d) == 1 and d.isalpha() and d.upper() not in used:
+            out[d] = d.upper()
+            used.add(d.upper())
+    for d in dims:
+        if d in out:
+            continue
+        for c in [d[0].upper()] + list(LETTERS):
+            if c.isalpha() and c not in used:
+                out[d] = c
+                used.add(c)
+                break
+        else:
+            raise SpecError(f"more than 26 dimensions: cannot name '{d}' with one letter")
+    return out
+
+
+class _Tagged(dict):
+    tag = ""
+
+
+class _Container(_Tagged):
+    tag = "!Container"
+
+
+class _Component(_Tagged):
+    tag = "!Component"
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_tagged(dumper: yaml.SafeDumper, data: _Tagged) -> yaml.Node:
+    return dumper.represent_mapping(data.tag, dict(data))
+
+
+def _represent_flow_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flow = all(isinstance(x, str | int | float) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(_Container, _represent_tagged)
+_Dumper.add_representer(_Component, _represent_tagged)
+_Dumper.add_representer(list, _represent_flow_list)
+# Names read from specs are str subclasses carrying source positions: written as plain text.
+_Dumper.add_multi_representer(str, lambda d, s: d.represent_str(str(s)))
+
+
+def dump(data: Any) -> str:
+    """YAML text of an exported file (deterministic: insertion order, no aliases)."""
+    _Dumper.ignore_aliases = lambda self, data: True  # type: ignore[method-assign]
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
+
+
+def _level_names(arch: Architecture, array: str) -> dict[str, str]:
+    """View level -> the architecture's component name."""
+    return {
+        "DRAM": arch.dram.name,
+        "buffer": arch.buffer.name,
+        "registers": arch.array(array).register_component or "registers",
+    }
+
+
+def _class_of(arch: Architecture, name: str, default: str) -> str:
+    for comp, klass, _n in arch.components:
+        if comp == name and klass:
+            return klass
+    return default
+
+
+def problem_yaml(view: EinsumView, letters: dict[str, str]) -> dict:
+    dims = [letters[d] for d in view.problem.dims]
+    spaces = []
+    for ds in view.problem.dataspaces:
+        entry: dict[str, Any] = {
+            "name": ds.name,
+            "projection": [[[letters[d]]] for d in ds.dims],
+        }
+        if ds.read_write:
+            entry["read_write"] = True
+        spaces.append(entry)
+    return {
+        "problem": {
+            "version": "0.4",
+            "shape": {"name": view.einsum, "dimensions": dims, "data_spaces": spaces},
+            "instance": {letters[d]: e for d, e in view.problem.instance},
+        }
+    }
+
+
+def architecture_yaml(arch: Architecture, array_name: str) -> dict:
+    array = arch.array(array_name)
+    top_attrs: dict[str, Any] = {
+        "global_cycle_seconds": 1.0 / arch.frequency_hz,
+        "datawidth": arch.datawidth_bits,
+    }
+    if arch.technology:
+        top_attrs["technology"] = arch.technology
+    words_per_cycle = (
+        arch.dram.bandwidth_bytes_per_s / (arch.dram.datawidth_bits / 8) / arch.frequency_hz
+    )
+    buffer_attrs: dict[str, Any] = {
+        "depth": arch.buffer.depth,
+        "width": arch.buffer.width_bits,
+        "datawidth": arch.buffer.datawidth_bits,
+    }
+    for key in BUFFER_PORTS:  # Timeloop's port bandwidths (values per cycle), when limited
+        value = getattr(arch.buffer, key, None)
+        if value:
+            buffer_attrs[key] = value
+    spatial = {"meshX": array.mesh_x}
+    if array.mesh_y > 1:
+        spatial["meshY"] = array.mesh_y
+    nodes: list[Any] = [
+        _Container(name="system", attributes=top_attrs),
+        _Component(
+            name=arch.dram.name,
+            **{"class": "DRAM"},
+            attributes={
+                "width": arch.dram.width_bits,
+                "datawidth": arch.dram.datawidth_bits,
+                "shared_bandwidth": words_per_cycle,
+            },
+        ),
+        _Container(name="accel"),
+        _Component(
+            name=arch.buffer.name,
+            **{"class": arch.buffer.klass or "SRAM"},
+            attributes=buffer_attrs,
+        ),
+        _Container(name=array.name, spatial=spatial),
+    ]
+    if array.register_component:
+        nodes.append(
+            _Component(
+                name=array.register_component,
+                **{"class": "storage", "subclass": "aladdin_register"},
+                attributes={
+                    "depth": array.register_words,
+                    "width": arch.datawidth_bits,
+                    "datawidth": arch.datawidth_bits,
+                },
+            )
+        )
+    klass = _class_of(arch, array.compute_component, "compute")
+    nodes.append(
+        _Component(
+            name=array.compute_component or f"{array.name}_pe",
+            **{"class": TIMELOOP_COMPUTE_CLASS if klass == "compute" else klass},
+            attributes={
+                "multiplier_width": arch.datawidth_bits,
+                "adder_width": arch.datawidth_bits,
+            },
+        )
+    )
+    return {"architecture": {"version": "0.4", "nodes": nodes}}
+
+
+def _factors(loops: tuple[Loop, ...], dims: tuple[str, ...], where: str) -> dict[str, int]:
+    out = {d: 1 for d in dims}
+    seen: set[str] = set()
+    for lp in loops:
+        if lp.dim in seen:
+            raise SpecError(
+                f"{where}: dimension {lp.dim} is split twice at one level, which Timeloop's "
+                "mapping format cannot express"
+            )
+        seen.add(lp.dim)
+        out[lp.dim] = lp.factor
+    return out
+
+
+def mapping_yaml(view: EinsumView, arch: Architecture, letters: dict[str, str]) -> dict:
+    names = _level_names(arch, view.array)
+    array = arch.array(view.array)
+    dims = view.problem.dims
+    every = [ds.name for ds in view.problem.dataspaces]
+    entries: list[dict] = []
+
+    def fmt(factors: dict[str, int]) -> list[str]:
+        return [f"{letters[d]}={factors[d]}" for d in dims]
+
+    for level in view.mapping:
+        target = names[level.level]
+        where = f"{view.einsum} at {target}"
+        factors = _factors(level.temporal, dims, where)
+        inner_first = [lp.dim for lp in reversed(level.temporal)]
+        perm = inner_first + [d for d in dims if d not in inner_first]
+        entries.append(
+            {
+                "target": target,
+                "type": "temporal",
+                "factors": fmt(factors),
+                "permutation": [letters[d] for d in perm],
+            }
+        )
+        entries.append(
+            {
+                "target": target,
+                "type": "dataspace",
+                "keep": [n for n in every if n in level.keep],
+                "bypass": [n for n in every if n not in level.keep],
+            }
+        )
+        if level.spatial:
+            sfactors = _factors(level.spatial, dims, f"{view.einsum} over {array.name}")
+            xs = [lp.dim for lp in level.spatial if lp.spatial != "Y"]
+            ys = [lp.dim for lp in level.spatial if lp.spatial == "Y"]
+            for axis, used, mesh in (("X", xs, array.mesh_x), ("Y", ys, array.mesh_y)):
+                if math.prod(sfactors[d] for d in used) > mesh:
+                    raise SpecError(
+                        f"{view.einsum}: spatial factors over {axis} "
+                        f"({' x '.join(used)}) exceed the array's mesh{axis} = {mesh}"
+                    )
+            rest = [d for d in dims if d not in xs and d not in ys]
+            entries.append(
+                {
+                    "target": array.name,
+                    "type": "spatial",
+                    "factors": fmt(sfactors),
+                    "permutation": [letters[d] for d in xs + ys + rest],
+                    "split": len(xs) if ys else len(dims),
+                }
+            )
+    return {"mapping": entries}
+
+
+def _accelergy_name(name: str, instances: int) -> str:
+    return f"{TOP}.{name}[1..{instances}]"
+
+
+def tables_yaml(
+    view: EinsumView, arch: Architecture, cascade, ert: EnergyTable, art: AreaTable
+) -> tuple[dict, dict]:
+    """ERT/ART of the exported components; the compute unit's `compute` is one point of
+    this Einsum, priced through the energy model's own action counts."""
+    array = arch.array(view.array)
+    per_point = action_counts([view], arch, cascade, {view.einsum: 1}, 1, 0.0, "corrected", 0.0)
+    compute_pj = sum(
+        n * ert.energy(component, action)
+        for (component, action), n in per_point.items()
+        if action == "compute"
+    )
+    units = sorted({f"{array.name}.{u}" for op in array.operations for u, _k in op.actions})
+    storage = [(arch.dram.name, 1), (arch.buffer.name, 1)]
+    if array.register_component:
+        storage.append((array.register_component, array.pes))
+    tables = []
+    areas = []
+    for name, n in storage:
+        actions = ert.actions(name)
+        tables.append(
+            {
+                "name": _accelergy_name(name, n),
+                "actions": [
+                    {"name": a, "energy": float(actions.get(a, 0.0))}
+                    for a in ("read", "write", "update", "leak")
+                ],
+            }
+        )
+        areas.append({"name": _accelergy_name(name, n), "area": float(art.area(name))})
+    compute_name = _accelergy_name(array.compute_component or f"{array.name}_pe", array.pes)
+    tables.append(
+        {
+            "name": compute_name,
+            "actions": [
+                {"name": "compute", "energy": compute_pj},
+                {"name": "leak", "energy": sum(ert.actions(u).get("leak", 0.0) for u in units)},
+            ],
+        }
+    )
+    areas.append({"name": compute_name, "area": sum(art.area(u) for u in units)})
+    return (
+        {"ERT": {"version": "0.4", "tables": tables}},
+        {"ART": {"version": "0.4", "tables": areas}},
+    )
+
+
+def export_einsum(
+    view: EinsumView,
+    cost: EinsumCost,
+    arch: Architecture,
+    cascade,
+    tables: tuple[EnergyTable, AreaTable],
+    configuration: str,
+) -> ExportedEinsum:
+    letters = dimension_letters(
+        view.problem.dims,
+        frozenset(ds.name for ds in view.problem.dataspaces) - set(view.problem.dims),
+    )
+    ert, art = tables
+    ert_yaml, art_yaml = tables_yaml(view, arch, cascade, ert, art)
+    names = _level_names(arch, view.array)
+    sidecar = {
+        "fusemax_sim": {
+            "einsum": view.einsum,
+            "array": view.array,
+            "configuration": configuration,
+            "like": str(Path(arch.path).resolve()),
+            "bandwidth_bytes_per_s": arch.dram.bandwidth_bytes_per_s,
+            "dimensions": {letters[d]: d for d in view.problem.dims},
+            "data_spaces": dict(view.dataspace_tensor),
+            "levels": {names[lv]: lv for lv in ("DRAM", "buffer", "registers")},
+        }
+    }
+    files = (
+        ("problem.yaml", problem_yaml(view, letters)),
+        ("architecture.yaml", architecture_yaml(arch, view.array)),
+        ("mapping.yaml", mapping_yaml(view, arch, letters)),
+        ("ERT.yaml", ert_yaml),
+        ("ART.yaml", art_yaml),
+        (SIDECAR, sidecar),
+    )
+    return ExportedEinsum(view.einsum, view.array, view, cost, files)
+
+
+def export_configuration(
+    cascade, mapping, arch: Architecture, workload, tables, configuration: str
+) -> list[ExportedEinsum]:
+    if tables is None:
+        raise SpecError(
+            f"architecture '{arch.name}' names no energy/area tables (energy_table, "
+            "area_table): the Timeloop export writes its ERT and ART from them",
+            Loc(arch.path),
+        )
+    views, costs = configuration_views(cascade, mapping, arch, workload)
+    by_name = {c.einsum: c for c in costs}
+    return [
+        export_einsum(v, by_name[v.einsum], arch, cascade, tables, configuration) for v in views
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# Back from the files
+
+
+@dataclass(frozen=True)
+class ImportedEinsum:
+    view: EinsumView
+    architecture: Architecture
+    energy: EnergyTable
+    area: AreaTable
+
+
+def read_einsum(directory: str | Path) -> ImportedEinsum:
+    """An exported Einsum directory imported back: problem, mapping (in the view's level
+    and rank names), the architecture (Timeloop file + the project architecture it names
+    for what Timeloop lacks) and the ERT/ART."""
+    from simulator.spec import timeloop_import as ti
+    from simulator.spec.arch import load_architecture
+    from simulator.spec.tables import load_area_table, load_energy_table
+    from simulator.spec.yamlio import LocDict
+
+    d = Path(directory)
+    side = ti.load_yaml(d / SIDECAR)
+    body = side.get("fusemax_sim") if isinstance(side, LocDict) else None
+    if not isinstance(body, LocDict):
+        raise SpecError("missing 'fusemax_sim:' (not an exported Einsum)", Loc(str(d / SIDECAR)))
+    like = load_architecture(str(body["like"]))
+    imported = ti.import_architecture(
+        [d / "architecture.yaml"],
+        like=like,
+        bandwidth_bytes_per_s=float(body["bandwidth_bytes_per_s"]),
+    ).architecture
+    dims = {str(k): str(v) for k, v in body["dimensions"].items()}
+    levels = {str(k): str(v) for k, v in body["levels"].items()}
+    problem = ti.load_problem(d / "problem.yaml")
+    problem = Problem(
+        problem.name,
+        tuple((dims[k], e) for k, e in problem.instance),
+        tuple(
+            type(ds)(ds.name, tuple(dims[x] for x in ds.dims), ds.read_write)
+            for ds in problem.dataspaces
+        ),
+    )
+    order = ti.storage_levels(d / "architecture.yaml")
+    raw = ti.load_mapping(d / "mapping.yaml", order)
+    mapping = tuple(
+        LevelMapping(
+            levels[lm.level],
+            tuple(Loop(dims[lp.dim], lp.factor, lp.spatial) for lp in lm.temporal),
+            tuple(Loop(dims[lp.dim], lp.factor, lp.spatial) for lp in lm.spatial),
+            lm.keep,
+        )
+        for lm in raw
+    )
+    view = EinsumView(
+        str(body["einsum"]),
+        str(body["array"]),
+        problem,
+        mapping,
+        tuple((str(k), str(v)) for k, v in body["data_spaces"].items()),
+    )
+    return ImportedEinsum(
+        view,
+        imported,
+        load_energy_table(d / "ERT.yaml"),
+        load_area_table(d / "ART.yaml"),
+    )
+
+
+def access_totals(view: EinsumView) -> dict[str, tuple[int, int, int]]:
+    """Per level: scalar reads, fills and updates over all instances (Timeloop's totals)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for level, _ds, c in analyze(view.problem, view.mapping).counts:
+        r, f, u = out.get(level, (0, 0, 0))
+        out[level] = (r + c.reads, f + c.fills, u + c.updates)
+    return out

@@ -1,0 +1,274 @@
+"""`--backend timeloop`: run the real `timeloop-model` on the exported inputs of every Einsum
+and set its cycles, accesses and energy next to the project's own.
+
+The project's side of each row:
+
+* cycles -- the model's own cycles of the Einsum (all batch x head instances): its points x
+  cycles per point (exp = 6 cycles on FuseMax's PEs) / the PEs working on it. Timeloop
+  counts one cycle per compute per PE and no operation costs, so Einsums with multi-cycle
+  operations differ by design;
+* accesses -- scalar reads + fills + updates over DRAM, buffer and registers, from the
+  Timeloop-semantics access counts (`accesses.py`) the energy model prices;
+* energy -- those counts priced by the exported ERT, leakage over the mapping's cycles as
+  Timeloop charges it (`accesses.energy_pj`).
+
+When `timeloop-model` is not on PATH, or a run fails, the user gets one line (SpecError,
+exit code 2) saying so and how to get it, before anything is computed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from simulator.errors import Loc, SpecError
+from simulator.model.accesses import LevelEnergy, analyze, energy_pj
+from simulator.model.timeloop_export import FILES, ExportedEinsum, dump, export_configuration
+from simulator.spec.arch import Architecture
+from simulator.spec.tables import EnergyTable
+
+BINARY = "timeloop-model"
+IMAGE = "timeloopaccelergy/timeloop-accelergy-pytorch"
+HOW_TO_GET = (
+    f"install Timeloop and Accelergy, or run inside the official Docker image, e.g. "
+    f"`docker run -it --rm -v $PWD:/home/workspace {IMAGE}`"
+)
+TIMEOUT_S = 600
+
+
+def find_timeloop() -> str:
+    """Path of `timeloop-model`, or a one-line SpecError telling how to get it."""
+    path = shutil.which(BINARY)
+    if path is None:
+        raise SpecError(f"--backend timeloop: '{BINARY}' is not on PATH; {HOW_TO_GET}")
+    return path
+
+
+@dataclass(frozen=True)
+class TimeloopStats:
+    cycles: int
+    computes: int
+    energy_pj: float
+    accesses: int  # scalar reads + fills + updates, all levels and instances
+
+
+_FIELD = r"^\s*{}\s*:\s*([\d.eE+-]+)"
+
+
+def parse_stats(text: str, source: str = "timeloop-model.stats.txt") -> TimeloopStats:
+    """The totals of Timeloop's `timeloop-model.stats.txt`."""
+
+    def total(pattern: str) -> str:
+        match = re.search(pattern, text, re.M)
+        if match is None:
+            raise SpecError(f"no '{pattern}' in Timeloop's statistics", Loc(source))
+        return match.group(1)
+
+    summary = text.split("Summary Stats", 1)[-1]
+    cycles_match = re.search(r"^Cycles: (\d+)", summary, re.M)
+    cycles = int(cycles_match.group(1)) if cycles_match else int(total(_FIELD.format("Cycles")))
+    energy = re.search(r"^Energy: ([\d.eE+-]+) uJ", summary, re.M)
+    if energy is None:
+        raise SpecError("no 'Energy: ... uJ' summary in Timeloop's statistics", Loc(source))
+    computes = int(total(r"^Computes = (\d+)"))
+    accesses = 0
+    for body in re.findall(r"^    \w+:\n((?:        .*\n?)+)", text, re.M):
+        fields = dict(re.findall(r"        ([A-Za-z ()-]+?)\s*: ([\d.]+)", body))
+        if "Scalar reads (per-instance)" not in fields:
+            continue
+        inst = int(float(fields.get("Utilized instances (max)", 1)))
+        for key in ("Scalar reads", "Scalar fills", "Scalar updates"):
+            accesses += int(float(fields.get(f"{key} (per-instance)", 0))) * inst
+    return TimeloopStats(cycles, computes, float(energy.group(1)) * 1e6, accesses)
+
+
+def run_einsum(binary: str, directory: Path) -> TimeloopStats:
+    """Run `timeloop-model` on one exported Einsum directory; its outputs go to
+    `DIR/timeloop/`. A failure is a one-line SpecError with Timeloop's last message."""
+    out = directory / "timeloop"
+    out.mkdir(exist_ok=True)
+    command = [binary, *[str((directory / f).resolve()) for f in FILES]]
+    try:
+        done = subprocess.run(
+            command, cwd=out, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise SpecError(f"{BINARY} took over {TIMEOUT_S} s on {directory}") from None
+    except OSError as err:
+        raise SpecError(f"cannot run {binary}: {err.strerror or err}") from None
+    if done.returncode != 0:
+        lines = [ln.strip() for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
+        last = lines[-1] if lines else "no output"
+        raise SpecError(
+            f"{BINARY} failed on {directory} (exit code {done.returncode}): {last} "
+            "(`python -m simulator.export timeloop` writes these inputs to inspect)"
+        )
+    stats = sorted(out.glob("*.stats.txt"))
+    if not stats:
+        raise SpecError(f"{BINARY} wrote no *.stats.txt in {out}")
+    return parse_stats(stats[0].read_text(encoding="utf-8", errors="replace"), str(stats[0]))
+
+
+@dataclass(frozen=True)
+class EinsumComparison:
+    configuration: str
+    einsum: str
+    array: str
+    cycles: float
+    timeloop_cycles: int
+    accesses: int
+    timeloop_accesses: int
+    energy_pj: float
+    timeloop_energy_pj: float
+
+
+def own_numbers(e: ExportedEinsum, arch: Architecture, ert: EnergyTable, instances: int):
+    """The project's cycles, accesses and energy of one exported Einsum (see module doc)."""
+    report = analyze(e.view.problem, e.view.mapping)
+    accesses = sum(c.reads + c.fills + c.updates for _lv, _ds, c in report.counts)
+    array = arch.array(e.array)
+    widths = {
+        "DRAM": (arch.dram.name, arch.dram.values_per_access),
+        "buffer": (arch.buffer.name, arch.buffer.values_per_access),
+        "registers": (array.register_component, 1),
+    }
+    levels = {}
+    for level, (component, block) in widths.items():
+        if not component:
+            continue
+        act = ert.actions(component)
+        levels[level] = LevelEnergy(
+            act.get("read", 0.0),
+            act.get("write", 0.0),
+            act.get("update", 0.0),
+            block,
+            act.get("leak", 0.0),
+        )
+    tables = dict(e.files)["ERT.yaml"]["ERT"]["tables"]
+    compute = next(t for t in tables if f".{array.compute_component}[" in t["name"])
+    per = {a["name"]: a["energy"] for a in compute["actions"]}
+    energy = energy_pj(report, levels, per["compute"], per.get("leak", 0.0), array.pes)
+    return e.cost.cycles * instances, accesses, sum(energy.values())
+
+
+def compare_with_timeloop(
+    binary: str, cascade, mapping, arch: Architecture, workload, tables, workdir: Path
+) -> list[EinsumComparison]:
+    """Export one configuration, run Timeloop on each Einsum, pair the numbers."""
+    einsums = export_configuration(cascade, mapping, arch, workload, tables, mapping.name)
+    ert = tables[0]
+    rows = []
+    for e in einsums:
+        d = workdir / mapping.name / e.einsum
+        d.mkdir(parents=True, exist_ok=True)
+        for name, data in e.files:
+            (d / name).write_text(dump(data), encoding="utf-8")
+        stats = run_einsum(binary, d)
+        cycles, accesses, energy = own_numbers(e, arch, ert, workload.instances)
+        rows.append(
+            EinsumComparison(
+                mapping.name,
+                e.einsum,
+                e.array,
+                cycles,
+                stats.cycles,
+                accesses,
+                stats.accesses,
+                energy,
+                stats.energy_pj,
+            )
+        )
+    return rows
+
+
+def compare_configurations(binary: str, specs, configs: list[str], workload, **overrides):
+    """`compare_with_timeloop` for each configuration, in a temporary directory."""
+    from simulator.configs import prepare
+
+    rows: list[EinsumComparison] = []
+    with tempfile.TemporaryDirectory(prefix="fusemax-timeloop-") as tmp:
+        for config in configs:
+            cascade, mapping, arch = prepare(specs, config, workload, **overrides)
+            tables = specs.tables(arch, "corrected")
+            rows += compare_with_timeloop(
+                binary, cascade, mapping, arch, workload, tables, Path(tmp)
+            )
+    return rows
+
+
+def _rel(ours: float, theirs: float) -> str:
+    if theirs == 0:
+        return "-" if ours == 0 else "inf"
+    return f"{100 * (ours - theirs) / theirs:+.2f}%"
+
+
+def render(rows: list[EinsumComparison]) -> str:
+    from simulator.textfmt import table
+
+    body = [
+        (
+            r.configuration,
+            r.einsum,
+            r.array,
+            f"{r.cycles:.4g}",
+            f"{r.timeloop_cycles:.4g}",
+            _rel(r.cycles, r.timeloop_cycles),
+            f"{r.accesses:.4g}",
+            f"{r.timeloop_accesses:.4g}",
+            _rel(r.accesses, r.timeloop_accesses),
+            f"{r.energy_pj * 1e-12:.4g}",
+            f"{r.timeloop_energy_pj * 1e-12:.4g}",
+            _rel(r.energy_pj, r.timeloop_energy_pj),
+        )
+        for r in rows
+    ]
+    head = [
+        "config",
+        "einsum",
+        "array",
+        "cycles",
+        "timeloop",
+        "diff",
+        "accesses",
+        "timeloop",
+        "diff",
+        "energy (J)",
+        "timeloop",
+        "diff",
+    ]
+    return "\n".join(
+        [
+            "",
+            "Timeloop (timeloop-model) vs this model, per Einsum (diff = ours / Timeloop - 1)",
+            table(head, body, right=[False, False, False] + [True] * 9),
+        ]
+    )
+
+
+def records(rows: list[EinsumComparison]) -> list[dict]:
+    return [
+        {
+            "configuration": r.configuration,
+            "einsum": r.einsum,
+            "array": r.array,
+            "cycles": r.cycles,
+            "timeloop_cycles": r.timeloop_cycles,
+            "accesses": r.accesses,
+            "timeloop_accesses": r.timeloop_accesses,
+            "energy_pj": r.energy_pj,
+            "timeloop_energy_pj": r.timeloop_energy_pj,
+            "cycles_rel_diff": _ratio(r.cycles, r.timeloop_cycles),
+            "accesses_rel_diff": _ratio(r.accesses, r.timeloop_accesses),
+            "energy_rel_diff": _ratio(r.energy_pj, r.timeloop_energy_pj),
+        }
+        for r in rows
+    ]
+
+
+def _ratio(ours: float, theirs: float) -> float | None:
+    return None if theirs == 0 else (ours - theirs) / theirs if math.isfinite(ours) else None

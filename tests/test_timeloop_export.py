@@ -1,0 +1,244 @@
+"""Issue 8, point 2: `python -m simulator.export timeloop` writes valid Timeloop v0.4 inputs
+for every Einsum, they import back to identical results, and their access counts are the
+ones the energy model prices."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import yaml
+
+from simulator.configs import Specs, evaluate, prepare
+from simulator.export import main as export_main
+from simulator.model.accesses import analyze
+from simulator.model.energy import action_counts, price
+from simulator.model.timeloop_export import FILES, SIDECAR, configuration_views, read_einsum
+from simulator.spec.workload import make_workload
+
+BINDING_EINSUMS = {"QK", "LM", "RM", "SLN", "SLD", "SLNV", "PRM", "SPD", "RD", "SPNV", "RNV", "AV"}
+
+
+class _TimeloopLoader(yaml.SafeLoader):
+    """A plain reader of Timeloop's tags, independent of the project's importer."""
+
+
+for _tag in ("Container", "Component", "Parallel", "Hierarchical"):
+    _TimeloopLoader.add_constructor(
+        f"!{_tag}",
+        lambda loader, node, tag=_tag: {"!": tag, **loader.construct_mapping(node, deep=True)},
+    )
+
+
+def _load(path):
+    return yaml.load(path.read_text(), Loader=_TimeloopLoader)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("timeloop")
+    code = export_main(
+        ["timeloop", "--accel", "binding", "--model", "bert", "--seq", "4K", "-o", str(out)]
+    )
+    assert code == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def original():
+    specs = Specs()
+    workload = make_workload("bert", "4K")
+    cascade, mapping, arch = prepare(specs, "binding", workload)
+    views, costs = configuration_views(cascade, mapping, arch, workload)
+    return specs, workload, cascade, mapping, arch, {v.einsum: v for v in views}, costs
+
+
+def test_one_directory_per_einsum(exported):
+    assert {p.name for p in exported.iterdir()} == BINDING_EINSUMS
+    for d in exported.iterdir():
+        assert sorted(p.name for p in d.iterdir()) == sorted((*FILES, SIDECAR))
+
+
+def _factor_map(entry) -> dict[str, int]:
+    out = {}
+    for item in entry["factors"]:
+        m = re.fullmatch(r"([A-Z])=(\d+)", item)
+        assert m, item
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+@pytest.mark.parametrize("einsum", sorted(BINDING_EINSUMS))
+def test_exported_inputs_are_valid_timeloop_v04(exported, einsum):
+    d = exported / einsum
+    problem = _load(d / "problem.yaml")
+    assert set(problem) == {"problem"}
+    body = problem["problem"]
+    assert str(body["version"]) == "0.4" and set(body) == {"version", "shape", "instance"}
+    dims = body["shape"]["dimensions"]
+    assert len(set(dims)) == len(dims)
+    assert all(re.fullmatch(r"[A-Z]", x) for x in dims)  # Timeloop reads one character
+    instance = body["instance"]
+    assert set(instance) == set(dims) and all(
+        isinstance(v, int) and v > 0 for v in instance.values()
+    )
+    spaces = body["shape"]["data_spaces"]
+    names = [s["name"] for s in spaces]
+    assert len(set(names)) == len(names) and not set(names) & set(dims)
+    assert sum(bool(s.get("read_write")) for s in spaces) == 1
+    indexed = {}
+    for s in spaces:
+        for term in s["projection"]:
+            assert len(term) == 1 and len(term[0]) == 1 and term[0][0] in dims
+        indexed[s["name"]] = {t[0][0] for t in s["projection"]}
+
+    arch = _load(d / "architecture.yaml")["architecture"]
+    assert str(arch["version"]) == "0.4"
+    nodes = arch["nodes"]
+    assert nodes[0]["!"] == "Container" and nodes[0]["attributes"]["global_cycle_seconds"] > 0
+    storages = [
+        n
+        for n in nodes
+        if n["!"] == "Component" and "depth" in n.get("attributes", {}) or n.get("class") == "DRAM"
+    ]
+    levels = [n["name"] for n in storages]
+    assert [n["class"] for n in storages][0] == "DRAM" and len(levels) == 3
+    spatial = [n for n in nodes if n["!"] == "Container" and "spatial" in n]
+    assert len(spatial) == 1
+    mesh = spatial[0]["spatial"]
+    assert nodes[-1]["!"] == "Component" and nodes[-1]["class"] == "intmac"
+
+    entries = _load(d / "mapping.yaml")["mapping"]
+    product = {x: 1 for x in dims}
+    for level in levels:
+        temporal = [e for e in entries if e["target"] == level and e["type"] == "temporal"]
+        keep = [e for e in entries if e["target"] == level and e["type"] == "dataspace"]
+        assert len(temporal) == 1 and len(keep) == 1, level
+        assert sorted(temporal[0]["permutation"]) == sorted(dims)
+        assert set(keep[0]["keep"]).isdisjoint(keep[0]["bypass"])
+        assert set(keep[0]["keep"]) | set(keep[0]["bypass"]) == set(names)
+    for e in entries:
+        assert e["target"] in levels or e["target"] == spatial[0]["name"]
+        assert e["type"] in ("temporal", "spatial", "dataspace")
+        if e["type"] == "dataspace":
+            continue
+        factors = _factor_map(e)
+        assert set(factors) == set(dims)
+        for x, f in factors.items():
+            product[x] *= f
+        if e["type"] == "spatial":
+            assert e["target"] == spatial[0]["name"]
+            order, split = e["permutation"], e["split"]
+            x_axis = math.prod(factors[x] for x in order[:split])
+            y_axis = math.prod(factors[x] for x in order[split:])
+            assert x_axis <= mesh["meshX"] and y_axis <= mesh.get("meshY", 1)
+    assert product == instance  # the factors of every dimension multiply to its extent
+
+    # Capacity: each level's kept tiles fit (tile = factors at and below the level).
+    words = {
+        n["name"]: n["attributes"]["depth"]
+        * n["attributes"]["width"]
+        // n["attributes"]["datawidth"]
+        for n in storages
+        if n["class"] != "DRAM"
+    }
+    for level, capacity in words.items():
+        start = next(
+            i for i, e in enumerate(entries) if e["target"] == level and e["type"] == "temporal"
+        )
+        below = [_factor_map(e) for e in entries[start:] if e["type"] != "dataspace"]
+        keep = next(e for e in entries if e["target"] == level and e["type"] == "dataspace")["keep"]
+        used = sum(math.prod(f[x] for f in below for x in indexed[ds]) for ds in keep)
+        assert used <= capacity, (level, used, capacity)
+
+    for kind in ("ERT", "ART"):
+        table = _load(d / f"{kind}.yaml")[kind]
+        assert str(table["version"]) == "0.4"
+        got = {
+            re.fullmatch(r"system_top_level\.(\w+)\[1\.\.(\d+)\]", t["name"]).group(1)
+            for t in table["tables"]
+        }
+        assert got == set(levels) | {nodes[-1]["name"]}
+
+
+def test_round_trip_gives_identical_results(exported, original):
+    _specs, workload, cascade, _mapping, arch, views, costs = original
+    points = {c.einsum: c.points for c in costs}
+    for einsum, view in views.items():
+        back = read_einsum(exported / einsum)
+        assert back.view.problem == view.problem
+        assert back.view.dataspace_tensor == view.dataspace_tensor
+        assert analyze(back.view.problem, back.view.mapping) == analyze(view.problem, view.mapping)
+        imported = back.architecture
+        array = imported.array(view.array)
+        assert array == arch.array(view.array)
+        for field in ("frequency_hz", "datawidth_bits", "dram", "buffer"):
+            assert getattr(imported, field) == getattr(arch, field), field
+        args = (cascade, points, workload.instances, 0.0, "corrected", 0.0)
+        # (the imported design holds only this Einsum's array: no zero leak of the other)
+        mine = {k: v for k, v in action_counts([back.view], imported, *args).items() if v}
+        assert mine == {k: v for k, v in action_counts([view], arch, *args).items() if v}
+        assert mine
+
+
+def test_exported_tables_price_like_the_design(exported, original):
+    specs, _w, cascade, _m, arch, views, _c = original
+    ert, _art = specs.tables(arch, "corrected")
+    for einsum in views:
+        back = read_einsum(exported / einsum)
+        for component in (
+            arch.dram.name,
+            arch.buffer.name,
+            arch.array(views[einsum].array).register_component,
+        ):
+            assert back.energy.actions(component) == {
+                a: v
+                for a, v in ert.actions(component).items()
+                if a in ("read", "write", "update", "leak")
+            }
+
+
+@pytest.mark.parametrize("accounting", ["published", "corrected"])
+def test_exported_counts_are_the_energy_models(exported, original, accounting):
+    """One source of truth: the accesses of the exported (re-imported) mappings, priced as
+    the energy model prices them, give exactly the energy `simulator.run` reports."""
+    specs, workload, cascade, mapping, arch, views, costs = original
+    result = evaluate(specs, "binding", workload, accounting=accounting)
+    assert all(t.spill_bytes == 0 for t in result.tensors)
+    back = [read_einsum(exported / e).view for e in views]
+    counts = action_counts(
+        back,
+        arch,
+        cascade,
+        {c.einsum: c.points for c in costs},
+        workload.instances,
+        0.0,
+        accounting,
+        result.cycles,
+    )
+    ert, _art = specs.tables(arch, accounting)
+    report = price(counts, ert, accounting, frozenset(mapping.unpriced))
+    assert report.total_pj == pytest.approx(result.energy_pj, rel=1e-12)
+    for component, pj in result.energy_per_component:
+        assert report.of(component) == pytest.approx(pj, rel=1e-12), component
+    # Dropping one Einsum's accesses must show: the check is not vacuous.
+    fewer = action_counts(
+        back[1:],
+        arch,
+        cascade,
+        {c.einsum: c.points for c in costs},
+        workload.instances,
+        0.0,
+        accounting,
+        result.cycles,
+    )
+    assert price(fewer, ert, accounting, frozenset(mapping.unpriced)).total_pj < result.energy_pj
+
+
+def test_export_bad_input_is_one_line(tmp_path, run_cli):
+    code, out, err = run_cli(
+        export_main, ["timeloop", "--accel", "nonesuch", "-o", str(tmp_path / "x")]
+    )
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()

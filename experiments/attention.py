@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments import plots
-from experiments.compare import bars_section, fmt, md_table, pct, rel_error
+from experiments.compare import apct, bars_section, fmt, headline, md_table, pct, rel_error, stated
 from experiments.output import write_csv
 from experiments.plots import Point, Series
 from experiments.published import (
@@ -362,12 +362,6 @@ HEADLINE_LABELS = {
 }
 
 
-def _headline_value(key: str, value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2f}x" if "speedup" in key else f"{100 * value:.1f}%"
-
-
 def headline_section(rows: Sequence[AttnRow], ctx: Context) -> str:
     ours = headline_means(rows)
     cycle = headline_means(rows, "cycle", "corrected")
@@ -385,11 +379,11 @@ def headline_section(rows: Sequence[AttnRow], ctx: Context) -> str:
         table.append(
             (
                 label,
-                _headline_value(key, value),
-                _headline_value(key, pub.get(key)),
-                _headline_value(key, paper),
+                headline(key, value),
+                headline(key, pub.get(key)),
+                stated(key, paper),
                 match,
-                _headline_value(key, extra),
+                headline(key, extra),
             )
         )
     n = len([p for p in _points(rows)])
@@ -456,11 +450,11 @@ def tolerance_section(rows: Sequence[AttnRow], ctx: Context) -> str:
         table.append(
             (
                 label,
-                f"{pct(worst_perf[0])} ({worst_perf[1]})",
-                pct(PERF_TOLERANCE[config]),
+                f"{apct(worst_perf[0])} ({worst_perf[1]})",
+                apct(PERF_TOLERANCE[config]),
                 "yes" if ok_perf else "NO",
-                f"{pct(worst_energy[1])} ({worst_energy[2]})",
-                pct(worst_energy[3]),
+                f"{apct(worst_energy[1])} ({worst_energy[2]})",
+                apct(worst_energy[3]),
                 "yes" if ok_energy else "NO",
             )
         )

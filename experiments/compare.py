@@ -31,7 +31,27 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 
 def pct(err: float | None) -> str:
+    """A signed relative error in percent."""
     return "-" if err is None else f"{100 * err:+.2f}%"
+
+
+def apct(value: float) -> str:
+    """An unsigned share in percent (an absolute error, a tolerance)."""
+    return f"{100 * value:.2f}%"
+
+
+def stated(key: str, value: float | None) -> str:
+    """A value as the paper states it: `6.7x`, `79%`."""
+    if value is None:
+        return "-"
+    return f"{value:g}x" if "speedup" in key else f"{100 * value:g}%"
+
+
+def headline(key: str, value: float | None) -> str:
+    """A headline mean as the paper writes it: speedups as `6.72x`, energies as `79.0%`."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" if "speedup" in key else f"{100 * value:.1f}%"
 
 
 @dataclass(frozen=True)
@@ -89,7 +109,7 @@ def bars_section(
     for s in series:
         errs = [abs(rel_error(v, s.published[p])) for p, v in s.values.items() if p in s.published]
         if errs:
-            summary.append((s.label, pct(sum(errs) / len(errs)), pct(max(errs)), len(errs)))
+            summary.append((s.label, apct(sum(errs) / len(errs)), apct(max(errs)), len(errs)))
     if summary:
         parts += [
             md_table(["configuration", "mean abs error", "max abs error", "bars"], summary),

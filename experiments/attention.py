@@ -555,7 +555,10 @@ def report(rows: Sequence[AttnRow], ctx: Context) -> str:
             "Figure 9: attention energy relative to Unfused (`fig9`)",
             _series_relative(rows, ctx, "energy", "energy_pj", invert=False),
             pts,
-            analytic + "Accounting: published.",
+            analytic
+            + "Accounting: published. The published +Cascade energies at 256K and 1M include "
+            "an extra stream of global-buffer reads that its shorter points do not (an older "
+            "mapping revision, arch/tables/README.md): there ours is 3.5-4.8% below them.",
         ),
         engines_section(rows),
     ]

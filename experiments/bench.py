@@ -4,13 +4,15 @@ Targets (issue 3): `python -m simulator.run --model bert --seq 1M` under 1 s of 
 including interpreter start; the full 5 configurations x 24 points sweep under 5 s.
 Cycle engine (issue 5): simulating BERT at 1M tokens costs less than 2x simulating it at 1K
 (steady-state extrapolation); one configuration at one point under 1 s; the functional 8x8
-attention check under 10 s. Ratios below 1.0 meet the target.
+attention check under 10 s. `python -m experiments` (`make experiments`: every figure, CSV
+and the report) under 60 s on 2 cores (issue 7). Ratios below 1.0 meet the target.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -71,6 +73,14 @@ def bench_functional() -> float:
     return _best_of(1, run)
 
 
+def bench_experiments() -> float:
+    """`python -m experiments` end to end, as `make experiments` runs it (into a temporary
+    folder so that experiments/out is left alone)."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "experiments", "--out", out, "--no-progress"]
+        return _best_of(1, lambda: subprocess.run(cmd, check=True, capture_output=True))
+
+
 def main() -> int:
     from simulator.configs import STANDARD
 
@@ -90,6 +100,7 @@ def main() -> int:
         ),
         ("cycle engine: slowest configuration, BERT 1M", worst, 1.0),
         ("functional 8x8 attention, +Binding and +Architecture", bench_functional(), 10.0),
+        ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 60.0),
     ]
     width = max(len(name) for name, _, _ in rows)
     print(f"{'benchmark'.ljust(width)}  {'time (s)':>9}  {'target':>7}  {'ratio':>6}")

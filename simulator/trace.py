@@ -12,14 +12,17 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
+from simulator.engine.program import Program
 from simulator.engine.simulate import pipelined_point
 from simulator.engine.waterfall import TraceEvent, Waterfall, WaterfallResult
 from simulator.errors import SpecError
-from simulator.spec.workload import make_workload
+from simulator.spec.mapping import Mapping
+from simulator.spec.workload import Workload, make_workload
 from simulator.units import parse_count
 
 
@@ -41,6 +44,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@dataclass(frozen=True)
+class Trace:
+    """One instance of a configuration's pipelined phase, simulated with a traced window."""
+
+    result: WaterfallResult
+    arrays: list[str]  # the arrays the phase uses, in the architecture's order
+    events: list[TraceEvent]  # the traced epochs' operations, by start cycle
+    mapping: Mapping
+    program: Program
+
+
+def trace_point(
+    specs: Specs, config: str, workload: Workload, epochs: int, pe_dim: int | None = None
+) -> Trace:
+    """Simulate one (batch, head) instance of `config`'s pipelined phase, tracing the first
+    `epochs` epochs (the workload should have batch = heads = 1)."""
+    cascade, mapping, arch = prepare(specs, config, workload, pe_dim=pe_dim)
+    program = pipelined_point(cascade, mapping, arch, workload).program
+    r = Waterfall(program, trace_epochs=epochs).run()
+    arrays = [a.name for a in arch.arrays if any(s.array == a.name for s in program.ops)]
+    events = sorted(r.trace, key=lambda e: (e.start, e.array))
+    return Trace(r, arrays, events, mapping, program)
+
+
 def activity_rows(events: list[TraceEvent], arrays: list[str]) -> list[list[str]]:
     """One row per cycle: the operation (Einsum@epoch) each array issues, or idle."""
     end = max((e.end for e in events), default=0)
@@ -51,19 +78,20 @@ def activity_rows(events: list[TraceEvent], arrays: list[str]) -> list[list[str]
     return [[str(c)] + [grid[a][c] for a in arrays] for c in range(end)]
 
 
-def draw(events: list[TraceEvent], arrays: list[str], title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+def plot_waterfall(
+    ax, events: list[TraceEvent], arrays: list[str], end: int | None = None, cmap: str = "tab10"
+):
+    """Draw the events on a matplotlib axis, one row per array, coloured by epoch; returns
+    the legend handles and labels (one per epoch). `end` fixes the cycle window."""
     import matplotlib.pyplot as plt
 
     epochs = sorted({e.epoch for e in events})
-    colours = plt.get_cmap("tab10")
-    end = max((e.end for e in events), default=1)
-    fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, end / 60)), 1.4 + 0.9 * len(arrays)))
+    colours = plt.get_cmap(cmap)
+    n = colours.N
+    end = end if end is not None else max((e.end for e in events), default=1)
     for row, array in enumerate(arrays):
-        for ev in (e for e in events if e.array == array):
-            colour = colours(epochs.index(ev.epoch) % 10)
+        for ev in (e for e in events if e.array == array and e.start < end):
+            colour = colours(epochs.index(ev.epoch) % n)
             ax.broken_barh(
                 [(ev.start, ev.end - ev.start)],
                 (row - 0.4, 0.8),
@@ -80,17 +108,31 @@ def draw(events: list[TraceEvent], arrays: list[str], title: str, path: Path) ->
                     va="center",
                     fontsize=6,
                     rotation=90 if ev.end - ev.start < end / 40 else 0,
+                    clip_on=True,
                 )
     ax.set_yticks(range(len(arrays)), arrays)
-    ax.invert_yaxis()
+    ax.set_ylim(len(arrays) - 0.5, -0.5)
+    ax.set_xlim(0, end)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i % n)) for i in range(len(epochs))]
+    return handles, [f"epoch {e}" for e in epochs]
+
+
+def draw(events: list[TraceEvent], arrays: list[str], title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    end = max((e.end for e in events), default=1)
+    fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, end / 60)), 1.4 + 0.9 * len(arrays)))
+    handles, labels = plot_waterfall(ax, events, arrays)
     ax.set_xlabel("cycle")
     ax.set_title(title, fontsize=9)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours(i % 10)) for i in range(len(epochs))]
     ax.legend(
         handles,
-        [f"epoch {e}" for e in epochs],
+        labels,
         fontsize=6,
-        ncol=min(len(epochs), 8),
+        ncol=min(len(labels), 8),
         loc="upper center",
         bbox_to_anchor=(0.5, -0.35),
         frameon=False,
@@ -119,12 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     workload = make_workload(args.model, args.seq, {"batch": 1, "heads": 1})
     config = args.mapping or ALIASES.get(args.accel, args.accel)
-    cascade, mapping, arch = prepare(Specs(), config, workload, pe_dim=args.pe_dim)
-    point = pipelined_point(cascade, mapping, arch, workload)
-    program = point.program
-    r = Waterfall(program, trace_epochs=args.epochs).run()
-    arrays = [a.name for a in arch.arrays if any(s.array == a.name for s in program.ops)]
-    events = sorted(r.trace, key=lambda e: (e.start, e.array))
+    t = trace_point(Specs(), config, workload, args.epochs, args.pe_dim)
+    r, arrays, events, mapping, program = t.result, t.arrays, t.events, t.mapping, t.program
     if args.csv:
         buf = [["cycle", *arrays], *activity_rows(events, arrays)]
         with open(args.csv, "w", newline="") as f:

@@ -1,0 +1,321 @@
+"""End-to-end experiment: results/end2end-{flat,proposal}.csv and figures 10 and 11.
+
+The rows come from `simulator.endtoend.evaluate_layer(specs, config, workload, ...)` -- one
+encoder layer (attention plus the linear layers) of a configuration on its own chip; its
+result has `latency_s`, `energy_pj`, `traffic_bytes`, `area_um2`. Until that module is
+merged the experiment is reported as pending and its outputs are not written.
+
+The figure and report code work on the reference's shapes: the artifact publishes the
+linear layers alone per chip (`end2end-flat.csv`: FLAT's chip, used by Unfused, FLAT and
++Cascade; `end2end-proposal.csv`: FuseMax's) and the end-to-end value of a configuration is
+its attention plus its chip's linear layers. Our rows keep the same split (linear = layer -
+attention), so published and computed values go through one function (`totals`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from experiments import plots
+from experiments.compare import bars_section, headline, md_table, stated
+from experiments.output import write_csv
+from experiments.plots import Point, Series
+from experiments.published import PAPER_HEADLINES, PUBLISHED_LAYERS, Published
+from experiments.registry import Context, Experiment, Selection
+from simulator.configs import STANDARD, Specs, evaluate
+from simulator.spec.workload import make_workload
+from simulator.units import format_count
+
+COLUMNS = ("model", "seq_len", "traffic", "latency", "energy")
+# Output file -> the configuration whose chip's linear layers it holds (the reference's names).
+LAYER_FILES = {"end2end-flat": "flat", "end2end-proposal": "binding"}
+ACCOUNTING = "published"  # compared with the artifact's energies
+ENGINE = "analytic"
+
+
+@dataclass(frozen=True)
+class Quantities:
+    latency_s: float
+    energy_pj: float
+    traffic_bytes: float
+
+
+@dataclass(frozen=True)
+class E2ERow:
+    config: str
+    label: str
+    model: str
+    seq: str
+    layer: Quantities  # attention + linear layers
+    attention: Quantities
+    area_um2: float | None
+
+    @property
+    def linear(self) -> Quantities:
+        return Quantities(
+            self.layer.latency_s - self.attention.latency_s,
+            self.layer.energy_pj - self.attention.energy_pj,
+            self.layer.traffic_bytes - self.attention.traffic_bytes,
+        )
+
+    @property
+    def point(self) -> Point:
+        return (self.model, self.seq)
+
+
+def pending() -> str | None:
+    if importlib.util.find_spec("simulator.endtoend") is None:
+        return "simulator.endtoend (evaluate_layer) is not in this build yet"
+    return None
+
+
+def points(selection: Selection) -> list[tuple[str, str, int]]:
+    return [(c, m, s) for c in STANDARD for m in selection.models for s in selection.seqs]
+
+
+def compute(specs: Specs, point: tuple[str, str, int]) -> E2ERow:
+    from simulator.endtoend import evaluate_layer  # pending() checked it exists
+
+    config, model, seq_len = point
+    workload = make_workload(model, seq_len)
+    layer = evaluate_layer(specs, config, workload, accounting=ACCOUNTING, engine=ENGINE)
+    attention = evaluate(specs, config, workload, accounting=ACCOUNTING, engine=ENGINE)
+    return E2ERow(
+        config,
+        specs.mapping(config).label,
+        workload.label,
+        format_count(seq_len),
+        Quantities(layer.latency_s, float(layer.energy_pj or 0.0), layer.traffic_bytes),
+        Quantities(attention.latency_s, float(attention.energy_pj or 0.0), attention.traffic_bytes),
+        layer.area_um2,
+    )
+
+
+def write(rows: Sequence[E2ERow], ctx: Context) -> list[Path]:
+    out = []
+    for name, config in LAYER_FILES.items():
+        mine = [r for r in rows if r.config == config]
+        if mine:
+            table = [
+                [r.model, r.seq, r.linear.traffic_bytes, r.linear.latency_s, r.linear.energy_pj]
+                for r in mine
+            ]
+            out.append(write_csv(ctx.results / f"{name}.csv", COLUMNS, table))
+    layers = [
+        [r.config, r.model, r.seq, r.layer.traffic_bytes, r.layer.latency_s, r.layer.energy_pj]
+        for r in rows
+    ]
+    out.append(write_csv(ctx.results / "end2end-layers.csv", ["config", *COLUMNS], layers))
+    return out
+
+
+# ----------------------------------------------------- one path for published and our rows
+
+
+def published_totals(published: Published) -> dict[str, dict[Point, Quantities]]:
+    """End-to-end values per configuration from the artifact's CSVs: attention of the
+    configuration + linear layers of its chip."""
+    out: dict[str, dict[Point, Quantities]] = {}
+    for config, chip in PUBLISHED_LAYERS.items():
+        linear = {(r["model"], r["seq_len"]): r for r in published.rows(f"end2end-{chip}")}
+        values = {}
+        for r in published.rows(f"attn-{config}"):
+            p = (r["model"], r["seq_len"])
+            if p in linear:
+                values[p] = Quantities(
+                    float(r["latency"]) + float(linear[p]["latency"]),
+                    float(r["energy"]) + float(linear[p]["energy"]),
+                    float(r["traffic"]) + float(linear[p]["traffic"]),
+                )
+        out[config] = values
+    return out
+
+
+def our_totals(rows: Sequence[E2ERow]) -> dict[str, dict[Point, Quantities]]:
+    out: dict[str, dict[Point, Quantities]] = {}
+    for r in rows:
+        out.setdefault(r.config, {})[r.point] = r.layer
+    return out
+
+
+def relative_series(
+    ours: dict[str, dict[Point, Quantities]],
+    published: dict[str, dict[Point, Quantities]],
+    labels: dict[str, str],
+    attr: str,
+    invert: bool,
+) -> list[Series]:
+    """Per configuration, the value relative to Unfused at the same point (speedup when
+    `invert`: unfused / config; energy use otherwise: config / unfused)."""
+
+    def rel(table: dict[str, dict[Point, Quantities]], config: str) -> dict[Point, float]:
+        base = table.get("unfused", {})
+        values = {}
+        for p, q in table.get(config, {}).items():
+            if p in base:
+                a, b = getattr(q, attr), getattr(base[p], attr)
+                values[p] = b / a if invert else a / b
+        return values
+
+    return [
+        Series(c, labels.get(c, c), rel(ours, c), rel(published, c)) for c in ours if c in labels
+    ]
+
+
+def headline_means(totals: dict[str, dict[Point, Quantities]]) -> dict[str, float]:
+    """FuseMax (+Binding) against FLAT and Unfused: means over the points, and over the 1M
+    points alone (the paper quotes both)."""
+    needed = ("unfused", "flat", "binding")
+    if not all(c in totals for c in needed):
+        return {}
+    pts = [p for p in totals["binding"] if all(p in totals[c] for c in needed)]
+    out = {}
+    for suffix, subset in (("", pts), ("_at_1M", [p for p in pts if p[1] == "1M"])):
+        if not subset:
+            continue
+        for base in ("flat", "unfused"):
+            out[f"end2end_speedup_vs_{base}{suffix}"] = sum(
+                totals[base][p].latency_s / totals["binding"][p].latency_s for p in subset
+            ) / len(subset)
+            if not suffix:
+                out[f"end2end_energy_vs_{base}"] = sum(
+                    totals["binding"][p].energy_pj / totals[base][p].energy_pj for p in subset
+                ) / len(subset)
+    return out
+
+
+HEADLINE_LABELS = {
+    "end2end_speedup_vs_flat": "speedup of FuseMax over FLAT (fig 10)",
+    "end2end_speedup_vs_unfused": "speedup of FuseMax over Unfused (fig 10)",
+    "end2end_speedup_vs_flat_at_1M": "speedup over FLAT at 1M tokens (fig 10)",
+    "end2end_speedup_vs_unfused_at_1M": "speedup over Unfused at 1M tokens (fig 10)",
+    "end2end_energy_vs_flat": "energy of FuseMax / FLAT (fig 11)",
+    "end2end_energy_vs_unfused": "energy of FuseMax / Unfused (fig 11)",
+}
+
+
+def _points(totals: dict[str, dict[Point, Quantities]]) -> list[Point]:
+    seen: list[Point] = []
+    for values in totals.values():
+        seen += [p for p in values if p not in seen]
+    return seen
+
+
+def draw(
+    ours: dict[str, dict[Point, Quantities]],
+    published: dict[str, dict[Point, Quantities]],
+    labels: dict[str, str],
+    out: Path,
+    compare: bool,
+) -> list[Path]:
+    """Figures 10 (end-to-end speedup over Unfused) and 11 (energy relative to Unfused)."""
+    pts = _points(ours)
+    paths = plots.grouped_bars(
+        relative_series(ours, published, labels, "latency_s", invert=True),
+        pts,
+        "Speedup",
+        out / "fig10",
+        compare,
+    )
+    paths += plots.grouped_bars(
+        relative_series(ours, published, labels, "energy_pj", invert=False),
+        pts,
+        "Energy Use",
+        out / "fig11",
+        compare,
+    )
+    return paths
+
+
+def _labels(rows: Sequence[E2ERow]) -> dict[str, str]:
+    return {r.config: r.label for r in rows}
+
+
+def figures(rows: Sequence[E2ERow], ctx: Context) -> list[Path]:
+    return draw(
+        our_totals(rows), published_totals(ctx.published), _labels(rows), ctx.out, ctx.compare
+    )
+
+
+def render(
+    ours: dict[str, dict[Point, Quantities]],
+    published: dict[str, dict[Point, Quantities]],
+    labels: dict[str, str],
+    full: bool,
+) -> str:
+    pts = _points(ours)
+    mine, theirs = headline_means(ours), headline_means(published)
+    table = []
+    for key, label in HEADLINE_LABELS.items():
+        paper = PAPER_HEADLINES[key] if full else None
+        value = mine.get(key)
+        match = "-"
+        if paper is not None and value is not None:
+            match = "yes" if f"{value:.2g}" == f"{paper:.2g}" else "NO"
+        table.append(
+            (
+                label,
+                headline(key, value),
+                headline(key, theirs.get(key)),
+                stated(key, paper),
+                match,
+            )
+        )
+    note = f"Engine: {ENGINE}. Accounting: {ACCOUNTING}."
+    return "\n".join(
+        [
+            "## End-to-end (figures 10, 11)",
+            "",
+            "One encoder layer: the attention of the configuration plus the linear layers on "
+            f"its chip (`simulator.endtoend.evaluate_layer`). {note}",
+            "",
+            md_table(["quantity", "ours", "published data", "paper", "match (2 s.f.)"], table),
+            "",
+            bars_section(
+                "Figure 10: end-to-end speedup over Unfused (`fig10`)",
+                relative_series(ours, published, labels, "latency_s", invert=True),
+                pts,
+                note,
+            ),
+            bars_section(
+                "Figure 11: end-to-end energy relative to Unfused (`fig11`)",
+                relative_series(ours, published, labels, "energy_pj", invert=False),
+                pts,
+                note,
+            ),
+        ]
+    )
+
+
+def report(rows: Sequence[E2ERow], ctx: Context) -> str:
+    return render(
+        our_totals(rows), published_totals(ctx.published), _labels(rows), ctx.selection.is_full
+    )
+
+
+PENDING_REPORT = (
+    "## End-to-end (figures 10, 11)\n\n"
+    "**Pending**: {reason}. When it is merged, this section gives every bar of figures 10 "
+    "and 11 against the published values and the headline means (paper: FuseMax "
+    f"{PAPER_HEADLINES['end2end_speedup_vs_flat']}x / "
+    f"{PAPER_HEADLINES['end2end_speedup_vs_unfused']}x faster than FLAT / Unfused, "
+    f"{100 * PAPER_HEADLINES['end2end_energy_vs_flat']:.0f}% / "
+    f"{100 * PAPER_HEADLINES['end2end_energy_vs_unfused']:.0f}% of their energy); "
+    "`results/end2end-{{flat,proposal}}.csv` and `fig10`, `fig11` are not written.\n"
+)
+
+EXPERIMENT = Experiment(
+    name="end2end",
+    title="End-to-end: figures 10, 11",
+    points=points,
+    compute=compute,
+    write=write,
+    figures=figures,
+    report=report,
+    pending=pending,
+    pending_report=PENDING_REPORT,
+    outputs=("results/end2end-{flat,proposal}.csv", "results/end2end-layers.csv", "fig10", "fig11"),
+)

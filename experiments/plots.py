@@ -1,0 +1,246 @@
+"""Figure drawing shared by the experiments, in the style of the FuseMax paper's figures.
+
+Grouped bars per model and sequence length with the five configurations in the paper's order
+and colours (Unfused red, FLAT blue, then the FuseMax steps +Cascade green, +Architecture
+purple, +Binding orange, under a "FuseMax" heading in the legend); light horizontal grid, no
+top/right frame. `compare=True` overlays the published value of every bar as a black marker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from experiments.output import save_figure  # noqa: E402
+
+# The paper's palette (ColorBrewer Set1, in its order) for the configurations in order.
+CONFIG_COLOURS = ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00")
+# The legend groups the configurations after the first two under the proposal's name.
+GROUP_HEADING = ("FuseMax", 2)  # (heading, index of the first configuration under it)
+PUBLISHED_MARKER = {"marker": "_", "color": "black", "markersize": 7, "markeredgewidth": 1.2}
+
+Point = tuple[str, str]  # (model label, sequence-length label), e.g. ("BERT", "1K")
+
+
+@dataclass(frozen=True)
+class Series:
+    """One configuration's bars: its key, legend label and value per point."""
+
+    config: str
+    label: str
+    values: dict[Point, float]
+    published: dict[Point, float]
+
+
+def _style(ax) -> None:
+    ax.set_axisbelow(True)
+    ax.yaxis.grid(True, color="#cccccc", linewidth=0.8)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    for side in ("left", "bottom"):
+        ax.spines[side].set_color("#bbbbbb")
+    ax.tick_params(axis="both", labelsize=11, length=0)
+
+
+def _legend(ax, labels: Sequence[str], extra: Sequence[tuple[object, str]] = ()) -> None:
+    handles: list[object] = []
+    names: list[str] = []
+    heading, first = GROUP_HEADING
+    for i, label in enumerate(labels):
+        if i == first and len(labels) > first:
+            handles.append(Patch(visible=False))
+            names.append(heading)
+        handles.append(Patch(color=CONFIG_COLOURS[i % len(CONFIG_COLOURS)]))
+        names.append(label)
+    for handle, name in extra:
+        handles.append(handle)
+        names.append(name)
+    ax.legend(
+        handles,
+        names,
+        loc="center left",
+        bbox_to_anchor=(1.0, 0.5),
+        frameon=False,
+        fontsize=11,
+        handlelength=1.5,
+    )
+
+
+def _positions(points: Sequence[Point], n_series: int) -> tuple[dict[Point, float], float]:
+    """x centre of every (model, seq) group: sequence groups 1 apart, models 0.8 further."""
+    width = 0.8 / max(n_series, 1)
+    centre: dict[Point, float] = {}
+    x = 0.0
+    last_model = None
+    for model, seq in points:
+        if last_model is not None and model != last_model:
+            x += 0.8
+        centre[(model, seq)] = x
+        x += 1.0
+        last_model = model
+    return centre, width
+
+
+def _model_labels(ax, points: Sequence[Point], centre: dict[Point, float]) -> None:
+    models: dict[str, list[float]] = {}
+    for model, seq in points:
+        models.setdefault(model, []).append(centre[(model, seq)])
+    ax.set_xticks([centre[p] for p in points], [seq for _, seq in points])
+    for model, xs in models.items():
+        ax.annotate(
+            model,
+            xy=((min(xs) + max(xs)) / 2, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -17),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize=11,
+        )
+
+
+def grouped_bars(
+    series: Sequence[Series],
+    points: Sequence[Point],
+    ylabel: str,
+    path_stem: Path,
+    compare: bool = False,
+    ymax: float | None = None,
+) -> list[Path]:
+    """The paper's bar chart: one group per (model, seq), one bar per configuration."""
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(points) + 2.4), 2.3))
+    centre, width = _positions(points, len(series))
+    offset0 = -(len(series) - 1) / 2 * width
+    for i, s in enumerate(series):
+        xs = [centre[p] + offset0 + i * width for p in points if p in s.values]
+        ys = [s.values[p] for p in points if p in s.values]
+        ax.bar(xs, ys, width=width, color=CONFIG_COLOURS[i % len(CONFIG_COLOURS)], linewidth=0)
+        if compare:
+            px = [centre[p] + offset0 + i * width for p in points if p in s.published]
+            py = [s.published[p] for p in points if p in s.published]
+            ax.plot(px, py, linestyle="none", **PUBLISHED_MARKER)
+    _style(ax)
+    ax.set_ylabel(ylabel, fontsize=11)
+    ax.set_xlim(min(centre.values()) - 0.6, max(centre.values()) + 0.6)
+    if ymax is not None:
+        ax.set_ylim(0, ymax)
+    _model_labels(ax, points, centre)
+    extra = [(Line2D([], [], linestyle="none", **PUBLISHED_MARKER), "published")] if compare else []
+    _legend(ax, [s.label for s in series], extra)
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]))
+    fig.subplots_adjust(left=0.8 / fig.get_figwidth(), right=1 - 2.0 / fig.get_figwidth())
+    fig.subplots_adjust(bottom=0.27, top=0.95)
+    paths = save_figure(fig, path_stem)
+    plt.close(fig)
+    return paths
+
+
+def stacked_breakdown(
+    bars: Sequence[tuple[str, str, dict[str, float]]],
+    published: dict[tuple[str, str], dict[str, float]],
+    categories: Sequence[str],
+    ylabel: str,
+    path_stem: Path,
+    compare: bool = False,
+) -> list[Path]:
+    """Figure 7's shape: per sequence length, one stacked bar per configuration (short
+    label), stacked by Einsum category. `bars` = (group, short label, {category: value})."""
+    colours = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(bars) + 2.6), 2.6))
+    groups: list[str] = []
+    xs: list[float] = []
+    x = 0.0
+    for group, _, _ in bars:
+        if groups and group != groups[-1]:
+            x += 1.0
+        groups.append(group)
+        xs.append(x)
+        x += 1.0
+    for (group, short, parts), xpos in zip(bars, xs, strict=True):
+        bottom = 0.0
+        ref = published.get((group, short), {})
+        ref_bottom = 0.0
+        for k, cat in enumerate(categories):
+            value = parts.get(cat, 0.0)
+            ax.bar(xpos, value, bottom=bottom, width=0.75, color=colours(k), linewidth=0)
+            bottom += value
+            if compare and cat in ref:
+                ref_bottom += ref[cat]
+                ax.plot([xpos], [ref_bottom], linestyle="none", **PUBLISHED_MARKER)
+    _style(ax)
+    ax.set_ylabel(ylabel, fontsize=11)
+    ax.set_xticks(xs, [short for _, short, _ in bars], rotation=90)
+    ax.set_xlim(min(xs) - 0.7, max(xs) + 0.7)
+    seen: dict[str, list[float]] = {}
+    for (group, _, _), xpos in zip(bars, xs, strict=True):
+        seen.setdefault(group, []).append(xpos)
+    for group, pos in seen.items():
+        ax.annotate(
+            group,
+            xy=((min(pos) + max(pos)) / 2, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -28),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize=11,
+        )
+    handles = [Patch(color=colours(k)) for k in range(len(categories))]
+    names = list(categories)
+    if compare:
+        handles.append(Line2D([], [], linestyle="none", **PUBLISHED_MARKER))
+        names.append("published")
+    ax.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    fig.subplots_adjust(left=0.8 / fig.get_figwidth(), right=1 - 1.4 / fig.get_figwidth())
+    fig.subplots_adjust(bottom=0.3, top=0.95)
+    paths = save_figure(fig, path_stem)
+    plt.close(fig)
+    return paths
+
+
+def pareto_lines(
+    lines: dict[str, list[tuple[float, float]]],
+    published: dict[str, list[tuple[float, float]]],
+    xlabel: str,
+    ylabel: str,
+    path_stem: Path,
+    compare: bool = False,
+) -> list[Path]:
+    """Figure 12's shape: one line per model, log-log (x, y) points."""
+    styles = ("-", "--", ":", "-.")
+    markers = ("o", "x", ".", "+")
+    colours = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(4.2, 3.4))
+    for k, (model, pts) in enumerate(lines.items()):
+        pts = sorted(pts)
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            linestyle=styles[k % 4],
+            marker=markers[k % 4],
+            markersize=4,
+            color=colours(k),
+            label=model,
+        )
+        if compare and published.get(model):
+            ref = sorted(published[model])
+            ax.plot([p[0] for p in ref], [p[1] for p in ref], linestyle="none", **PUBLISHED_MARKER)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.grid(True, which="major", color="#cccccc", linewidth=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(title="Model", fontsize=9)
+    fig.tight_layout()
+    paths = save_figure(fig, path_stem)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,85 @@
+"""What an experiment is, and the registry of them.
+
+An experiment is one group of outputs (its result CSVs, its figures, its report section)
+computed from a list of independent points. The runner (`experiments.run`) collects every
+experiment's points, computes them in a process pool under one progress bar, then calls the
+experiment's writer, figure and report functions with the rows in the order of its points.
+A new figure is a new entry: nothing else changes.
+
+`compute` runs in worker processes: it must be a module-level function, and points and rows
+must be picklable (tuples, frozen dataclasses). It gets a fresh `Specs` per chunk of points,
+so spec files are parsed once per chunk and no state outlives a chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.published import Published
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The workload points of a run: model keys (`bert`) and sequence lengths (tokens)."""
+
+    models: tuple[str, ...]
+    seqs: tuple[int, ...]
+
+    @property
+    def is_full(self) -> bool:
+        """All four models at all six lengths: what the paper's means are over."""
+        return len(self.models) == 4 and len(self.seqs) == 6
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the output functions get besides their rows."""
+
+    out: Path  # experiments/out (results/ below it)
+    selection: Selection
+    published: Published
+    compare: bool  # overlay published values on figures
+
+    @property
+    def results(self) -> Path:
+        return self.out / "results"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    title: str
+    points: Callable[[Selection], Sequence[Any]]
+    compute: Callable[[Any, Any], Any]  # (Specs, point) -> row, in a worker
+    write: Callable[[Sequence[Any], Context], list[Path]] = lambda rows, ctx: []
+    figures: Callable[[Sequence[Any], Context], list[Path]] = lambda rows, ctx: []
+    report: Callable[[Sequence[Any], Context], str] = lambda rows, ctx: ""
+    # None when the experiment can run; otherwise why it is pending (e.g. a module missing).
+    pending: Callable[[], str | None] = lambda: None
+    # What the report says for a pending experiment (the figures and headlines it will give).
+    pending_report: str = ""
+    chunk: int = 6  # points per worker task
+    outputs: tuple[str, ...] = field(default=())  # files it writes, for the report
+
+
+def registry() -> tuple[Experiment, ...]:
+    """Every experiment, in report order."""
+    from experiments import attention, cascades, endtoend, pareto, waterfall
+
+    return (
+        attention.EXPERIMENT,
+        endtoend.EXPERIMENT,
+        pareto.EXPERIMENT,
+        waterfall.EXPERIMENT,
+        cascades.EXPERIMENT,
+    )
+
+
+def by_name(name: str) -> Experiment:
+    for e in registry():
+        if e.name == name:
+            return e
+    raise KeyError(name)

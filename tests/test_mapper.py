@@ -201,16 +201,13 @@ def test_vectorised_counts_equal_the_access_model(archs):
         keep = tuple(t for t in ("left", "right", "output") if rng.random() < 0.6)
         f0, f1, f2 = (np.array([[f[d][i]] for d in range(3)], dtype=float) for i in range(3))
         sv = np.array(s, dtype=float)
-        dram_loops = [(d, f0[d]) for d in o0]
-        loops = dram_loops + [(d, f1[d]) for d in o1]
+        inner0, inner1 = mapper._innermost(f0, o0), mapper._innermost(f1, o1)
         traffic = energy = 0.0
         for t in ("left", "right", "output"):
-            rel = mapper.INDEXED[t]
             tr, en = mapper._terms(
                 t,
                 t in keep,
-                mapper._visits(dram_loops, rel),
-                mapper._visits(loops, rel),
+                *mapper._tile_visits(t, f0, f1, inner0, inner1),
                 f0,
                 f1,
                 f2,

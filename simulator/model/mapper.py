@@ -196,15 +196,12 @@ def map_gemm(
     """The best mapping of `gemm` on `array` (default: the 2D array) under `settings`.
 
     `table` (an ERT bound to `arch`) prices the energy objective; it is the objective only,
-    the caller prices the chosen mapping with whichever accounting it reports."""
+    the caller prices the chosen mapping with whichever accounting it reports. Without a
+    table the secondary objective is DRAM traffic."""
     arr = _array(arch, array, settings)
     secondary = settings.objective[1] if len(settings.objective) > 1 else "traffic"
-    if secondary == "energy" and table is None:
-        raise SpecError(
-            "the mapper's energy objective needs the architecture's energy table "
-            "(or objective: [latency, traffic])",
-            settings.source,
-        )
+    if table is None:
+        secondary = "traffic"  # an architecture without an ERT: least DRAM traffic instead
     prices = prices_of(arch, arr, table) if table is not None else None
     ext = gemm.extents
     copies = gemm.copies
@@ -224,8 +221,16 @@ def map_gemm(
         if cands is None:
             continue
         f0, f1, f2 = cands
-        n = f0.shape[1]
         s = np.array([_spatial_of(spatial, d) for d in range(3)], dtype=float)
+        forced = np.zeros(f0.shape[1])
+        for t in settings.buffer.keep:
+            a, b = INDEXED[t]
+            forced = forced + f1[a] * s[a] * f2[a] * f1[b] * s[b] * f2[b]
+        fits = forced <= capacity  # the tensors every keep choice holds must fit
+        if not fits.any():
+            continue
+        f0, f1, f2 = f0[:, fits], f1[:, fits], f2[:, fits]
+        n = f0.shape[1]
         found = _best_in(
             ext, s, f0, f1, f2, settings, prices, capacity, compute_s, per_value_s, secondary
         )
@@ -289,9 +294,16 @@ def _spatial_options(
             opts += [(axis, d, v) for v in _divisors(ext[d]) if 1 < v <= mesh]
         per_axis.append(opts)
     out = []
+    seen = set()
     for combo in itertools.product(*per_axis):
         if any(ext[d] % _spatial_of(combo, d) for d in range(3)):
             continue
+        # Counts do not depend on which axis carries a dim, only on the spatial factor of
+        # each dim: a swap of X and Y is the same mapping (when it fits either way).
+        signature = tuple(_spatial_of(combo, d) for d in range(3))
+        if signature in seen:
+            continue
+        seen.add(signature)
         cycles = math.prod(ext) // math.prod(fac for _a, _d, fac in combo)
         out.append((cycles, combo))
     out.sort(key=lambda item: item[0])  # stable: enumeration order breaks ties
@@ -383,42 +395,61 @@ def _keeps(settings: MapperSettings) -> list[tuple[str, ...]]:
     ]
 
 
-def _visits(loops: list[tuple[int, np.ndarray]], rel: tuple[int, ...]) -> np.ndarray:
-    """Timeloop's visits of a tile: the product of the loops above it, except the innermost
-    run of non-trivial loops that do not index it."""
-    flag = np.zeros(loops[0][1].shape, dtype=bool)
-    out = np.ones(loops[0][1].shape)
-    for d, fac in reversed(loops):
-        if d in rel:
-            flag = flag | (fac > 1)
-        out = out * np.where(flag, fac, 1.0)
-    return out
+def _innermost(f: np.ndarray, order: tuple[int, ...]) -> np.ndarray:
+    """Per candidate, the innermost non-trivial loop of a level (its dim; -1 if none)."""
+    inner = np.full(f.shape[1], -1)
+    for d in order:  # outermost first: an inner non-trivial loop overrides
+        inner = np.where(f[d] > 1, d, inner)
+    return inner
+
+
+def _tile_visits(
+    t: str, f0: np.ndarray, f1: np.ndarray, inner0: np.ndarray, inner1: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Timeloop's visits of the buffer and register tiles of tensor `t`: the product of the
+    loops above, except the innermost run of non-trivial loops over `u`, the one dim that
+    does not index it -- the buffer's innermost loop if it is over u, and then the DRAM's
+    innermost if it is over u too and the buffer has no other non-trivial loop."""
+    u = MISSING[t]
+    a, b = INDEXED[t]
+    p0 = f0[0] * f0[1] * f0[2]
+    vis1 = p0 / np.where(inner0 == u, f0[u], 1.0)
+    only_u = (f1[a] == 1) & (f1[b] == 1)
+    vis2 = (
+        p0
+        * (f1[0] * f1[1] * f1[2])
+        / np.where(inner1 == u, f1[u], 1.0)
+        / np.where(only_u & (inner0 == u), f0[u], 1.0)
+    )
+    return vis1, vis2
 
 
 def _best_in(ext, s, f0, f1, f2, settings, prices, capacity, compute_s, per_value_s, secondary):
     """The best candidate of one spatial choice: ((key, index, o0, o1, keep) | None, count)."""
     inst2 = float(np.prod(s))
     computes = float(math.prod(ext))
-    tile1 = {t: np.prod([f1[d] * s[d] * f2[d] for d in INDEXED[t]], axis=0) for t in TENSORS}
+    tile1 = {}
+    for t in TENSORS:
+        a, b = INDEXED[t]
+        tile1[t] = f1[a] * s[a] * f2[a] * f1[b] * s[b] * f2[b]
     n = f0.shape[1]
     best = None
     count = 0
     keeps = _keeps(settings)
+    inner1s = [(o1, _innermost(f1, o1)) for o1 in _orders(settings.buffer.order)]
     for o0 in _orders(settings.dram.order):
-        dram_loops = [(d, f0[d]) for d in o0]
-        vis1 = {t: _visits(dram_loops, INDEXED[t]) for t in TENSORS}
-        for o1 in _orders(settings.buffer.order):
-            loops = dram_loops + [(d, f1[d]) for d in o1]
+        inner0 = _innermost(f0, o0)
+        for o1, inner1 in inner1s:
             terms = {}
             for t in TENSORS:
-                vis2 = _visits(loops, INDEXED[t])
+                vis1, vis2 = _tile_visits(t, f0, f1, inner0, inner1)
                 for kept in (True, False):
                     if (kept and t in settings.buffer.bypass) or (
                         not kept and t in settings.buffer.keep
                     ):
                         continue
                     terms[(t, kept)] = _terms(
-                        t, kept, vis1[t], vis2, f0, f1, f2, s, ext, inst2, computes, prices
+                        t, kept, vis1, vis2, f0, f1, f2, s, ext, inst2, computes, prices
                     )
             for keep in keeps:
                 count += n

@@ -21,6 +21,7 @@ from simulator.paths import resolve_spec
 from simulator.run import main as run_main
 from simulator.spec.arch import load_architecture
 from simulator.spec.linear import LevelRule, MapperSettings, load_linear
+from simulator.spec.workload import make_workload
 
 from .conftest import ROOT
 
@@ -307,3 +308,39 @@ def test_bad_mapper_settings_name_file_and_line(tmp_path, run_cli):
     assert code == 2 and f"{bad}:5" in err and err.count("\n") == 1
     code, _out, err = run_cli(run_main, ["--scope", "layer", "--linear", "nope", "--seq", "1K"])
     assert code == 2 and "no linear-layer spec 'nope'" in err
+
+
+def test_unfused_qk_and_av_are_mapped_by_the_mapper():
+    from simulator.configs import prepare
+    from simulator.model.perf import cascade_facts, choose_extents
+
+    workload = make_workload("bert", "4K")
+    cascade, mapping, arch = prepare(Specs(), "unfused", workload)
+    _extents, _partitions, plans = choose_extents(
+        cascade, mapping, cascade_facts(cascade), arch, workload
+    )
+    gemms = {p.phase.name: p.gemm for p in plans if p.gemm is not None}
+    assert set(gemms) == {"QK", "AV"}
+    qk, av = gemms["QK"], gemms["AV"]
+    assert qk.gemm.ranks == ("P", "M", "E") and qk.gemm.copies == 64 * 12
+    assert {(a, d, f) for a, d, f in qk.spatial} == {("X", "rows", 256), ("Y", "cols", 256)}
+    assert {(a, d, f) for a, d, f in av.spatial} == {("X", "rows", 256), ("Y", "reduction", 256)}
+    # QK's output (M x P per head) dominates: written once, never re-read
+    out = qk.report.of("DRAM", "QK")
+    assert out.updates == 4096 * 4096 * 64 * 12 and out.reads == 0
+
+
+def test_a_mapper_phase_schedules_one_gemm(tmp_path):
+    from simulator.configs import prepare
+
+    text = (ROOT / "mappings" / "unfused.yaml").read_text()
+    bad = text.replace(
+        "      schedule: [GM, SN, SD, A]",
+        "      mapper: {}\n      schedule: [GM, SN, SD, A]",
+    )
+    assert bad != text
+    path = tmp_path / "unfused.yaml"
+    path.write_text(bad)
+    with pytest.raises(SpecError, match="exactly one \\(GEMM\\) Einsum") as info:
+        prepare(Specs(), str(path), make_workload("bert", "1K"))
+    assert info.value.loc.path == str(path) and info.value.loc.line > 0

@@ -21,7 +21,8 @@ innermost run of loops that do not index it, and a GEMM tensor misses exactly on
 three orders per level cover every distinct outcome.
 
 Objective: least latency (max of compute cycles / clock and DRAM traffic / bandwidth), then
-least energy (accesses priced by the architecture's energy table) or least DRAM traffic.
+least energy (accesses priced by the architecture's energy table) and DRAM traffic, in the
+order the settings give; without a table, DRAM traffic and then global-buffer accesses.
 Candidates are spatial choices in increasing compute time; one whose compute time already
 exceeds the best latency found is never expanded (branch and bound). Ties keep the first
 candidate in a fixed enumeration order, so the result is deterministic. Only exact
@@ -152,14 +153,14 @@ class GemmMapping:
     problem: Problem
     levels: tuple[LevelMapping, ...]
     report: AccessReport
-    cycles: int  # all copies, at the array's clock
+    cycles: float  # all copies, at the array's clock
     compute_s: float
     memory_s: float
     latency_s: float
     traffic_bytes: float
     utilization: float
     candidates: int  # mappings evaluated
-    objective: tuple[float, float] = (0.0, 0.0)  # the search's (latency, energy|traffic)
+    objective: tuple[float, ...] = ()  # the search's key: latency, then the objectives
 
     @property
     def stationary(self) -> str:
@@ -197,12 +198,16 @@ def map_gemm(
 
     `table` (an ERT bound to `arch`) prices the energy objective; it is the objective only,
     the caller prices the chosen mapping with whichever accounting it reports. Without a
-    table the secondary objective is DRAM traffic."""
+    table the objective is least latency, then DRAM traffic, then buffer accesses; ties
+    beyond the objective keep the first candidate in enumeration order."""
     arr = _array(arch, array, settings)
     secondary = settings.objective[1] if len(settings.objective) > 1 else "traffic"
     if table is None:
-        secondary = "traffic"  # an architecture without an ERT: least DRAM traffic instead
-    prices = prices_of(arch, arr, table) if table is not None else None
+        # No ERT: least DRAM traffic, then least global-buffer traffic (the next level's).
+        secondary = "traffic"
+        prices = Prices(0.0, 0.0, 1.0, 1.0, 0.0, 0.0)
+    else:
+        prices = prices_of(arch, arr, table)
     ext = gemm.extents
     copies = gemm.copies
     capacity = arch.buffer_values
@@ -211,8 +216,9 @@ def map_gemm(
     per_value_s = arch.value_bytes * copies / arch.dram.bandwidth_bytes_per_s
     best: tuple | None = None
     evaluated = 0
+    per_mac = _mac_cycles(arr, gemm, settings)
     for cycles, spatial in _spatial_options(ext, arr, settings):
-        compute_s = cycles * copies / f
+        compute_s = cycles * per_mac * copies / f
         if best is not None and compute_s > best[0][0]:
             break  # sorted by compute time: nothing later can be faster
         if _least_buffer(ext, spatial, settings) > capacity:
@@ -250,6 +256,17 @@ def map_gemm(
     key, spatial, (b0, b1, b2), o0, o1, keep, cycles, _n = best
     factors = tuple((int(b0[d]), int(b1[d]), int(b2[d])) for d in range(3))
     return _finish(gemm, arr, arch, factors, spatial, o0, o1, keep, cycles, evaluated, key)
+
+
+def _mac_cycles(arr: Array, gemm: Gemm, settings: MapperSettings) -> float:
+    """PE cycles of one MAC on the array (its operation table)."""
+    op = arr.op("mac")
+    if op is None:
+        raise SpecError(
+            f"GEMM '{gemm.einsum}' needs 'mac', which the PEs of array '{arr.name}' do not support",
+            settings.source,
+        )
+    return op.cycles
 
 
 def _shape(gemm: Gemm) -> str:
@@ -463,14 +480,13 @@ def _best_in(ext, s, f0, f1, f2, settings, prices, capacity, compute_s, per_valu
                 low = latency.min()
                 if best is not None and low > best[0][0]:
                     continue
-                second = (
-                    traffic
-                    if secondary == "traffic"
-                    else sum(terms[(t, t in keep)][1] for t in TENSORS)
-                )
+                energy = sum(terms[(t, t in keep)][1] for t in TENSORS)
+                second, third = (traffic, energy) if secondary == "traffic" else (energy, traffic)
                 second = np.where(latency == low, second, np.inf)
-                j = int(np.argmin(second))
-                key = (float(low), float(second[j]))
+                least = second.min()
+                third = np.where(second == least, third, np.inf)
+                j = int(np.argmin(third))
+                key = (float(low), float(least), float(third[j]))
                 if best is None or key < best[0]:
                     best = (key, j, o0, o1, keep)
     return best, count
@@ -539,7 +555,7 @@ def with_gemm(m: GemmMapping, gemm: Gemm, arch: Architecture) -> GemmMapping:
         o0,
         o1,
         m.keep,
-        m.cycles // max(1, m.gemm.copies),
+        math.prod(a * b * c for a, b, c in m.factors),
         m.candidates,
         m.objective,
     )
@@ -587,7 +603,7 @@ def _finish(gemm, arr, arch, factors, spatial, o0, o1, keep, cycles, evaluated, 
         c.reads + c.fills + c.updates for lv, _ds, c in report.counts if lv == "DRAM"
     )
     traffic = traffic_values * arch.value_bytes
-    total_cycles = cycles * gemm.copies
+    total_cycles = cycles * gemm.copies * arr.op("mac").cycles
     compute_s = total_cycles / arch.frequency_hz
     memory_s = traffic / arch.dram.bandwidth_bytes_per_s
     latency = max(compute_s, memory_s)

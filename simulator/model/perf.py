@@ -594,7 +594,7 @@ def evaluate_mapping(
         ctx["tiles"] = math.prod(extents[lp] for lp in plan.phase.loops if lp in extents)
         traffic = plan.traffic_values * value_bytes * instances
         memory_s = traffic / bandwidth
-        if engine == "cycle" and plan.gemm is None:  # a mapped GEMM keeps its closed form
+        if engine == "cycle":
             from simulator.engine.simulate import simulate_phase  # the engine builds on this
 
             sim = simulate_phase(plan, mapping, facts, arch, extents, partitions, instances, ctx)

@@ -4,8 +4,9 @@ Targets (issue 3): `python -m simulator.run --model bert --seq 1M` under 1 s of 
 including interpreter start; the full 5 configurations x 24 points sweep under 5 s.
 Cycle engine (issue 5): simulating BERT at 1M tokens costs less than 2x simulating it at 1K
 (steady-state extrapolation); one configuration at one point under 1 s; the functional 8x8
-attention check under 10 s. `python -m experiments` (`make experiments`: every figure, CSV
-and the report) under 60 s on 2 cores (issue 7). Ratios below 1.0 meet the target.
+attention check under 10 s. GEMM mapper (issue 6): one GEMM mapped under 1 s.
+`python -m experiments` (`make experiments`: every figure, CSV and the report) under 60 s on
+2 cores (issue 7). Ratios below 1.0 meet the target.
 """
 
 from __future__ import annotations
@@ -73,6 +74,19 @@ def bench_functional() -> float:
     return _best_of(1, run)
 
 
+def bench_mapper() -> float:
+    """Mapping one GEMM (BERT FFN1 at 1M tokens on FuseMax, the default linear spec)."""
+    from simulator.configs import Specs
+    from simulator.model.mapper import Gemm, map_gemm
+
+    specs = Specs()
+    spec, _cascade = specs.linear("gemm")
+    arch = specs.architecture(specs.mapping("binding"))
+    ert = specs.tables(arch)[0]
+    gemm = Gemm("FFN1", ("N", "S", "D"), (64 * 2**20, 3072, 768), ("Z", "W1", "F1"))
+    return _best_of(3, lambda: map_gemm(gemm, arch, spec.mapper, ert))
+
+
 def bench_experiments() -> float:
     """`python -m experiments` end to end, as `make experiments` runs it (into a temporary
     folder so that experiments/out is left alone)."""
@@ -100,6 +114,7 @@ def main() -> int:
         ),
         ("cycle engine: slowest configuration, BERT 1M", worst, 1.0),
         ("functional 8x8 attention, +Binding and +Architecture", bench_functional(), 10.0),
+        ("GEMM mapper: one GEMM (BERT FFN1, 1M tokens, FuseMax)", bench_mapper(), 1.0),
         ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 60.0),
     ]
     width = max(len(name) for name, _, _ in rows)

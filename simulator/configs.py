@@ -16,6 +16,7 @@ from simulator.model.perf import evaluate_mapping
 from simulator.model.result import Result
 from simulator.paths import data_dir, resolve_spec
 from simulator.spec.arch import Architecture, load_architecture
+from simulator.spec.linear import LinearSpec, load_linear
 from simulator.spec.mapping import Mapping, MappingSpec, load_mapping, resolve
 from simulator.spec.tables import (
     AreaTable,
@@ -47,6 +48,7 @@ class Specs:
     _archs: dict[str, Architecture] = field(default_factory=dict)
     _mappings: dict[str, MappingSpec] = field(default_factory=dict)
     _tables: dict[str, tuple[EnergyTable, AreaTable]] = field(default_factory=dict)
+    _linear: dict[str, tuple[LinearSpec, Cascade]] = field(default_factory=dict)
 
     def tables(
         self, arch: Architecture, accounting: str = "corrected"
@@ -72,6 +74,22 @@ class Specs:
         if name not in self._mappings:
             self._mappings[name] = load_mapping(resolve_spec("mappings", name))
         return self._mappings[name]
+
+    def linear(self, name_or_path: str) -> tuple[LinearSpec, Cascade]:
+        """A linear-layer spec (`mappings/linear/NAME.yaml` or a path) and its cascade."""
+        if name_or_path not in self._linear:
+            path = Path(name_or_path)
+            if not path.is_file():
+                folder = data_dir("mappings") / "linear"
+                path = folder / f"{name_or_path}.yaml"
+                if not path.is_file():
+                    shipped = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+                    raise SpecError(f"no linear-layer spec '{name_or_path}' (shipped: {shipped})")
+            spec = load_linear(path)
+            local = path.parent / spec.cascade
+            cascade = local if local.is_file() else resolve_spec("cascades", spec.cascade)
+            self._linear[name_or_path] = (spec, load_cascade(cascade))
+        return self._linear[name_or_path]
 
     def cascade(self, spec: MappingSpec) -> Cascade:
         name = self.cascade_override or spec.cascade

@@ -93,6 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="timeloop: also run timeloop-model on every Einsum's exported inputs and "
         "compare its cycles, accesses and energy with this model's (needs timeloop-model)",
     )
+    p.add_argument(
+        "--scope",
+        choices=["attention", "layer"],
+        default="attention",
+        help="attention alone (default) or the encoder layer: attention + linear layers",
+    )
+    p.add_argument(
+        "--linear",
+        default="gemm",
+        help="--scope layer: linear-layer spec, mappings/linear/NAME.yaml or a file "
+        "(default: gemm; artifact = the FuseMax artifact's mapper constraints)",
+    )
     return p
 
 
@@ -396,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
     else:
         configs = shipped_configs()
+    if args.scope == "layer":
+        if args.backend == "timeloop":
+            raise SpecError("--backend timeloop compares attention Einsums: use --scope attention")
+        return _print_layer(args, specs, configs, workload)
     timeloop = None
     if args.backend == "timeloop":
         from simulator import timeloop_backend
@@ -440,6 +456,38 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(records, indent=2, sort_keys=False))
     else:
         print(render_csv(records))
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def _print_layer(args: argparse.Namespace, specs: Specs, configs: list[str], workload) -> int:
+    from simulator.endtoend import compare_layers, layer_record, render_layer_table
+
+    rows, notes = compare_layers(
+        specs,
+        configs,
+        workload,
+        args.pe_dim,
+        args.buffer_bytes,
+        args.bandwidth,
+        args.accounting,
+        args.engine,
+        args.linear,
+    )
+    if args.format == "table":
+        print(render_layer_table(rows, notes, workload))
+        return 0
+    records = [layer_record(r) for r in rows]
+    if args.format == "json":
+        print(json.dumps(records, indent=2))
+    else:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(list(records[0]))
+        for rec in records:
+            writer.writerow([_csv(v) for v in rec.values()])
+        print(out.getvalue().rstrip("\n"))
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return 0

@@ -80,6 +80,8 @@ def simulate_phase(
         )
         r = Waterfall(program).run()
         return _phase_sim(plan.phase.name, r)
+    if plan.gemm is not None:
+        return _gemm_phase(plan, arch, instances, port_cycles)
     return _plain_phase(
         plan, mapping, facts, arch, extents, partitions, instances, ctx, port_cycles
     )
@@ -179,6 +181,56 @@ def _plain_phase(
         tuple(s for s in stalls if s[2] > 0),
         epochs,
         simulated,
+    )
+
+
+def gemm_stream(plan: PhasePlan, arch: Architecture, instances: int) -> Program:
+    """A phase mapped by the GEMM mapper as a stream of its tiles: one tile per iteration of
+    the DRAM and buffer loops, each the register loops' work on every PE at once."""
+    m = plan.gemm
+    assert m is not None
+    array = arch.array(m.array)
+    mac = array.op("mac")
+    tiles = math.prod(f0 * f1 for f0, f1, _f2 in m.factors)
+    per_pe = math.prod(f2 for _f0, _f1, f2 in m.factors)
+    spatial = math.prod(f for _axis, _d, f in m.spatial)
+    steps = max(1, math.ceil(per_pe * (mac.cycles if mac else 1)))
+    op = OpSpec(m.gemm.einsum, array.name, 0, steps, per_pe * spatial, (), (), array.mesh_y > 1)
+    return Program(
+        plan.phase.name,
+        (("tiles", tiles),),
+        instances,
+        (op,),
+        tiles_in_flight=2,  # the next tile trails the one finishing
+        live_registers=1,
+        skew={array.name: array.skew if array.mesh_y > 1 else 0},
+        reduce_cycles=0,
+        broadcast_cycles=0,
+        dram_cycles_per_epoch=0.0,
+    )
+
+
+def _gemm_phase(
+    plan: PhasePlan, arch: Architecture, instances: int, port_cycles: float = 0.0
+) -> PhaseSim:
+    """A mapped GEMM phase: its tile stream (fill and drain once) under the DRAM stream and
+    the buffer's ports."""
+    m = plan.gemm
+    assert m is not None
+    r = Waterfall(gemm_stream(plan, arch, instances)).run()
+    busy = r.busy.get(m.gemm.einsum, 0)
+    bytes_per_cycle = arch.dram.bandwidth_bytes_per_s / arch.frequency_hz
+    memory = math.ceil(plan.traffic_values * instances * arch.value_bytes / bytes_per_cycle)
+    memory = max(memory, math.ceil(port_cycles))
+    cycles = max(r.cycles, memory)
+    stalls = ((m.array, "fill/drain", r.cycles - busy), (m.array, "memory", cycles - r.cycles))
+    return PhaseSim(
+        plan.phase.name,
+        cycles,
+        ((m.gemm.einsum, busy),),
+        tuple(s for s in stalls if s[2] > 0),
+        r.epochs,
+        r.simulated_epochs,
     )
 
 

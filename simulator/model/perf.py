@@ -37,6 +37,7 @@ from simulator.errors import Loc, SpecError
 from simulator.model.accesses import analyze
 from simulator.model.area import chip_area
 from simulator.model.energy import action_counts, price
+from simulator.model.mapper import GemmMapping, gemm_of, map_gemm
 from simulator.model.nest import (
     Nest,
     build_nest,
@@ -183,6 +184,7 @@ class PhasePlan:
     tallies: dict[str, tuple[float, float, float]]  # tensor -> (read, write, spill) values
     buffer_values: float
     fits: bool
+    gemm: GemmMapping | None = None  # a `mapper:` phase: the GEMM mapper's choice
 
     @property
     def traffic_values(self) -> float:
@@ -214,7 +216,10 @@ def plan_phase(
     arch: Architecture,
     extents: dict[str, int],
     partitions: dict[str, tuple[str, ...]],
+    instances: tuple[tuple[str, int], ...] = (),
 ) -> PhasePlan:
+    if phase.mapper is not None:
+        return _mapped_phase(phase, mapping, facts, arch, extents, instances)
     cascade = facts.cascade
     by_name = {e.name: e for e in cascade.einsums}
     nests = {
@@ -305,6 +310,33 @@ def plan_phase(
     return PhasePlan(
         phase, nests, {t: (v.read, v.write, v.spill) for t, v in tallies.items()}, used, fits
     )
+
+
+def _mapped_phase(
+    phase: Phase,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    instances: tuple[tuple[str, int], ...],
+) -> PhasePlan:
+    """A GEMM phase planned by the GEMM mapper: its DRAM traffic per tensor (per instance)
+    from the chosen mapping's access counts."""
+    (em,) = phase.einsums
+    gemm = gemm_of(facts.cascade, em.einsum, extents, instances)
+    m = map_gemm(gemm, arch, phase.mapper, None, em.array)
+    copies = max(1, gemm.copies)
+    tallies: dict[str, tuple[float, float, float]] = {}
+    used = 0.0
+    for level, ds, c in m.report.counts:
+        if level == "buffer":
+            used += c.capacity
+        if level != "DRAM":
+            continue
+        tensor = canonical(facts, ds)
+        r, w, sp = tallies.get(tensor, (0.0, 0.0, 0.0))
+        tallies[tensor] = (r + c.reads / copies, w + (c.fills + c.updates) / copies, sp)
+    return PhasePlan(phase, {}, tallies, used, True, m)
 
 
 def _buffer_accesses(
@@ -411,8 +443,22 @@ def _plans(
     arch: Architecture,
     extents: dict[str, int],
     partitions: dict[str, tuple[str, ...]],
+    instances: tuple[tuple[str, int], ...] = (),
+    mapped: dict | None = None,
 ) -> list[PhasePlan]:
-    return [plan_phase(ph, mapping, facts, arch, extents, partitions) for ph in mapping.phases]
+    """Every phase planned; `mapped` keeps GEMM-mapper plans across the search's trials (they
+    depend on the Einsum's own extents only)."""
+    out = []
+    for ph in mapping.phases:
+        if ph.mapper is not None and mapped is not None:
+            e = facts.cascade.einsum(ph.einsums[0].einsum)
+            key = (ph.name, tuple(sorted((v, extents.get(v.upper())) for v in e.iteration)))
+            if key not in mapped:
+                mapped[key] = plan_phase(ph, mapping, facts, arch, extents, partitions, instances)
+            out.append(mapped[key])
+            continue
+        out.append(plan_phase(ph, mapping, facts, arch, extents, partitions, instances))
+    return out
 
 
 def choose_extents(
@@ -423,9 +469,11 @@ def choose_extents(
         known, partitions, mapping.name, Loc(mapping.path), frozenset(mapping.padded)
     )
     locs = dict(mapping.factor_locs)
+    instances = (("B", workload.batch), ("H", workload.heads))
+    mapped: dict = {}
     if not search:
         extents = _complete(known, partitions, cascade, mapping)
-        plans = _plans(mapping, facts, arch, extents, partitions)
+        plans = _plans(mapping, facts, arch, extents, partitions, instances, mapped)
         _require_fit(plans, arch, mapping)
         return extents, partitions, plans
     choices = [_search_candidates(n, known, partitions, locs.get(n)) for n in search]
@@ -446,7 +494,7 @@ def choose_extents(
             )
         except SpecError:
             continue
-        plans = _plans(mapping, facts, arch, extents, partitions)
+        plans = _plans(mapping, facts, arch, extents, partitions, instances, mapped)
         if not all(p.fits for p in plans):
             continue
         traffic = sum(p.traffic_values for p in plans)
@@ -466,7 +514,9 @@ def choose_extents(
             cascade,
             mapping,
         )
-        _require_fit(_plans(mapping, facts, arch, extents, partitions), arch, mapping)
+        _require_fit(
+            _plans(mapping, facts, arch, extents, partitions, instances, mapped), arch, mapping
+        )
         raise SpecError(f"no value of {', '.join(search)} fits the buffer", Loc(mapping.path))
     return best[1], partitions, best[2]
 
@@ -539,7 +589,10 @@ def evaluate_mapping(
         phase_views(plan, mapping, facts, arch, extents, partitions, workload) for plan in plans
     ]
     for plan, plan_views in zip(plans, views, strict=True):
-        einsums = einsum_costs(plan, mapping, facts, arch, extents)
+        if plan.gemm is not None:
+            einsums = [_gemm_cost(plan)]
+        else:
+            einsums = einsum_costs(plan, mapping, facts, arch, extents)
         costs += einsums
         cycles = {c.einsum: c.cycles for c in einsums}
         ctx = _factor_context(arch, mapping, extents)
@@ -636,6 +689,24 @@ def evaluate_mapping(
             tables,
             accounting,
         ),
+    )
+
+
+def _gemm_cost(plan: PhasePlan) -> EinsumCost:
+    m = plan.gemm
+    assert m is not None
+    copies = max(1, m.gemm.copies)
+    parallel = math.prod(f for _axis, _d, f in m.spatial)
+    points = math.prod(m.gemm.extents)
+    cycles = m.cycles / copies
+    return EinsumCost(
+        m.gemm.einsum,
+        m.array,
+        plan.phase.name,
+        points,
+        cycles * parallel / points,
+        parallel,
+        cycles,
     )
 
 

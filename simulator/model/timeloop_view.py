@@ -116,6 +116,19 @@ def phase_views(plan, mapping, facts, arch, extents, partitions, workload) -> li
     from simulator.model.nest import reuse_signature
     from simulator.model.perf import placement_of
 
+    if plan.gemm is not None:  # a mapped GEMM: the mapper's own loop nest
+        m = plan.gemm
+        return [
+            EinsumView(
+                m.gemm.einsum,
+                m.array,
+                m.problem,
+                m.levels,
+                tuple(
+                    (ds.name, facts.aliases.get(ds.name, ds.name)) for ds in m.problem.dataspaces
+                ),
+            )
+        ]
     cascade = facts.cascade
     places: dict[str, Placement] = {}
     for em in plan.phase.einsums:

@@ -31,6 +31,7 @@ from typing import Any
 
 from simulator.errors import Loc, SpecError
 from simulator.spec import expr, yamlio
+from simulator.spec.linear import parse_mapper
 from simulator.spec.yamlio import LocDict, LocList, LocStr
 from simulator.units import parse_count
 
@@ -52,7 +53,7 @@ TOP_KEYS = (
 )
 PLACEMENT_KEYS = ("home", "keep", "copies", "spill")
 HOMES = ("DRAM", "buffer", "register")
-PHASE_KEYS = ("name", "loops", "einsums", "tensors", "schedule", "pipeline")
+PHASE_KEYS = ("name", "loops", "einsums", "tensors", "schedule", "pipeline", "mapper")
 PIPELINE_KEYS = ("tiles_in_flight",)
 EINSUM_KEYS = ("loops", "inner", "spatial")
 CHAINING = ("sequential", "pipelined")
@@ -102,6 +103,9 @@ class Phase:
     # `tiles_in_flight` bounds the tiles the 2D array works on at once (None: registers).
     pipeline: bool = False
     tiles_in_flight: int | None = None
+    # A GEMM phase mapped by the GEMM mapper (`model/mapper.py`) under these settings
+    # (`simulator.spec.linear.MapperSettings`) instead of the phase's loops and placements.
+    mapper: Any = None
 
     def placement(self, tensor: str) -> Placement | None:
         for p in self.placements:
@@ -597,6 +601,15 @@ def resolve(
                         "tiles_in_flight must be a positive integer",
                         pipeline.loc_of("tiles_in_flight"),
                     )
+        mapper = None
+        if "mapper" in praw:
+            if len(names) != 1 or pipeline is not None:
+                raise SpecError(
+                    f"phase '{pname}' with a 'mapper' must schedule exactly one (GEMM) Einsum "
+                    "and no pipeline",
+                    praw.loc_of("mapper"),
+                )
+            mapper = parse_mapper(praw["mapper"], praw.loc_of("mapper"))
         phases.append(
             Phase(
                 pname,
@@ -607,6 +620,7 @@ def resolve(
                 ploc,
                 pipeline is not None,
                 tiles_in_flight,
+                mapper,
             )
         )
     unscheduled = [e for e in einsum_names if e not in scheduled]

@@ -146,9 +146,14 @@ def evaluate(
     bandwidth: float | None = None,
     accounting: str = "corrected",
     engine: str = "analytic",
+    *,
+    resize: dict[str, int] | None = None,
 ) -> Result:
-    """One configuration (a mapping file) at one workload point."""
-    cascade, mapping, arch = prepare(specs, config, workload, pe_dim, buffer_bytes, bandwidth)
+    """One configuration (a mapping file) at one workload point (`resize`: the further
+    keyword overrides of :meth:`Architecture.with_overrides`, e.g. `pe_dim_1d`)."""
+    cascade, mapping, arch = prepare(
+        specs, config, workload, pe_dim, buffer_bytes, bandwidth, resize=resize
+    )
     return evaluate_mapping(
         cascade, mapping, arch, workload, specs.tables(arch, accounting), accounting, engine
     )
@@ -161,11 +166,15 @@ def prepare(
     pe_dim: int | None = None,
     buffer_bytes: int | None = None,
     bandwidth: float | None = None,
+    *,
+    resize: dict[str, int] | None = None,
 ) -> tuple[Cascade, Mapping, Architecture]:
     """The cascade, resolved mapping and architecture of a configuration at a point."""
     spec = specs.mapping(config)
     cascade = specs.cascade(spec)
-    arch = specs.architecture(spec).with_overrides(pe_dim, buffer_bytes, bandwidth)
+    arch = specs.architecture(spec).with_overrides(
+        pe_dim, buffer_bytes, bandwidth, **(resize or {})
+    )
     compute = [e.name for e in cascade.einsums if e.kind == "compute"]
     context = dict(arch.parameters())
     context.update(workload.attention_shapes())

@@ -165,13 +165,17 @@ def evaluate_layer(
     accounting: str = "corrected",
     engine: str = "analytic",
     linear: str = DEFAULT_LINEAR,
+    *,
+    resize: dict[str, int] | None = None,
 ) -> LayerResult:
     """One encoder layer on one configuration: its attention, then the linear layers on its
     architecture. Latency, energy and traffic add up; the area is the chip's."""
-    arch = specs.architecture(specs.mapping(config)).with_overrides(pe_dim, buffer_bytes, bandwidth)
+    arch = specs.architecture(specs.mapping(config)).with_overrides(
+        pe_dim, buffer_bytes, bandwidth, **(resize or {})
+    )
     gemms = evaluate_linear(specs, arch, workload, accounting, linear)
     attention = evaluate(
-        specs, config, workload, pe_dim, buffer_bytes, bandwidth, accounting, engine
+        specs, config, workload, pe_dim, buffer_bytes, bandwidth, accounting, engine, resize=resize
     )
     linear_energy = [g.energy_pj for g in gemms]
     energy = (

@@ -66,6 +66,26 @@ def test_extrapolation_equals_full_simulation(specs):
     assert (fast.cycles, fast.busy, fast.stalls) == (full.cycles, full.busy, full.stalls)
 
 
+def test_extrapolation_over_many_blocks_equals_full_simulation(specs):
+    # 256x256 with the pareto sweep's small registers and buffer at 4K tokens: blocks of 32
+    # epochs, a DRAM step of ~80.68 cycles per epoch (kept in 1/64 cycle), so the state at a
+    # block's start repeats only every few blocks (here 6), never within a block.
+    workload = make_workload("bert", "4K", {"batch": 1, "heads": 8})
+    cascade, mapping, arch = prepare(
+        specs,
+        "binding",
+        workload,
+        pe_dim=256,
+        buffer_bytes=262144,
+        resize={"register_words_2d": 16, "register_words_1d": 64},
+    )
+    program = pipelined_point(cascade, mapping, arch, workload).program
+    fast = Waterfall(program).run()
+    full = Waterfall(program, extrapolate=False).run()
+    assert fast.simulated_epochs < full.epochs / 5
+    assert (fast.cycles, fast.busy, fast.stalls) == (full.cycles, full.busy, full.stalls)
+
+
 @pytest.mark.parametrize("model", ["bert", "trxl", "t5", "xlm"])
 @pytest.mark.parametrize("seq", ["64K", "256K", "1M"])
 def test_binding_utilisation_matches_analytic_at_long_sequences(specs, model, seq):

@@ -39,7 +39,9 @@ from fractions import Fraction
 from simulator.engine.program import DepKind, OpSpec, Program
 
 DRAM_RESOLUTION = 64  # DRAM time kept in 1/64 cycle
-MAX_BLOCK_PERIOD = 4  # block periods looked for (the state may alternate)
+# Block periods looked for: the state at a block's start may alternate, and a fractional
+# DRAM step (1/DRAM_RESOLUTION cycles) comes back to the same phase within that many blocks.
+MAX_BLOCK_PERIOD = 2 * DRAM_RESOLUTION
 REASONS = ("dependencies", "memory", "fill/drain", "idle")
 
 
@@ -188,6 +190,7 @@ class Waterfall:
         self.trace: list[TraceEvent] = []
         self.checkpoints: dict[int, tuple] = {}
         self.last_seen: dict[tuple, int] = {}  # (kind of epoch, state) -> latest epoch
+        self.block_seen: dict[tuple, int] = {}  # state at a block's start -> latest block
         self.periods: list[tuple[int, int, int]] = []
         self.simulated = 0
         self.end_time = 0
@@ -488,18 +491,19 @@ class Waterfall:
         # Whole blocks: this epoch starts a block whose state repeats that of the start of
         # the block k blocks earlier; every k-block period from here repeats exactly.
         if epoch % self.block == 0:
-            for k in range(1, MAX_BLOCK_PERIOD + 1):
-                prev_block = epoch - k * self.block
-                if prev_block not in self.checkpoints:
-                    break
-                t0, snap0, counters0 = self.checkpoints[prev_block]
-                if snap0 == snap:
-                    periods = ((total - epoch) // self.block - 1) // k
-                    if periods > 0:
-                        self._jump(
-                            periods * k * self.block, periods * (self.t - t0), counters0, periods
-                        )
-                    return
+            prev_block = self.block_seen.get(snap)
+            self.block_seen[snap] = epoch
+            if len(self.block_seen) > 2 * MAX_BLOCK_PERIOD:
+                self.block_seen = {
+                    k: e for k, e in self.block_seen.items() if e in self.checkpoints
+                }
+            if prev_block is not None and prev_block in self.checkpoints:
+                t0, _snap0, counters0 = self.checkpoints[prev_block]
+                k = (epoch - prev_block) // self.block
+                periods = ((total - epoch) // self.block - 1) // k
+                if periods > 0:
+                    self._jump(periods * k * self.block, periods * (self.t - t0), counters0, periods)
+                return
         # Runs of epochs of the same kind: the state repeats with a period of k epochs.
         if last_seen is not None and 0 < epoch - last_seen <= self.max_period:
             prev = last_seen

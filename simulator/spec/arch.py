@@ -209,15 +209,36 @@ class Architecture:
         pe_dim: int | None = None,
         buffer_bytes: int | None = None,
         bandwidth_bytes_per_s: float | None = None,
+        *,
+        pe_dim_1d: int | None = None,
+        register_words_2d: int | None = None,
+        register_words_1d: int | None = None,
     ) -> Architecture:
-        """The same design with a resized PE array (2D: pe_dim^2, 1D: pe_dim), buffer or DRAM."""
+        """The same design with a resized PE array (2D: pe_dim^2, 1D: pe_dim; `pe_dim_1d`
+        then sets the 1D arrays' width alone), register files (words per PE), buffer or
+        DRAM. None keeps the file's value."""
         arch = self
-        if pe_dim is not None:
-            arrays = tuple(
-                dataclasses.replace(a, mesh_x=pe_dim, mesh_y=pe_dim if a.mesh_y > 1 else 1)
-                for a in arch.arrays
-            )
-            arch = dataclasses.replace(arch, arrays=arrays)
+
+        def resize(a: Array) -> Array:
+            two_d = a.mesh_y > 1
+            if pe_dim is not None:
+                a = dataclasses.replace(a, mesh_x=pe_dim, mesh_y=pe_dim if two_d else 1)
+            if pe_dim_1d is not None and not two_d:
+                a = dataclasses.replace(a, mesh_x=pe_dim_1d)
+            words = register_words_2d if two_d else register_words_1d
+            if words is not None:
+                a = dataclasses.replace(a, register_words=words)
+            return a
+
+        for name, value in (
+            ("pe_dim", pe_dim),
+            ("pe_dim_1d", pe_dim_1d),
+            ("register_words_2d", register_words_2d),
+            ("register_words_1d", register_words_1d),
+        ):
+            if value is not None and value <= 0:
+                raise SpecError(f"{name} must be positive, got {value}")
+        arch = dataclasses.replace(arch, arrays=tuple(resize(a) for a in arch.arrays))
         if buffer_bytes is not None:
             row_bytes = arch.buffer.width_bits // 8
             if buffer_bytes % row_bytes:

@@ -5,8 +5,7 @@
     python -m experiments --compare                published values as markers on figures
     python -m experiments --only attention,cascades --jobs 1
 
-Writes results/*.csv, fig*.pdf/png and report.md (last). Experiments whose simulator module
-is not in this build yet (end-to-end, pareto) are reported as pending.
+Writes results/*.csv, fig*.pdf/png and report.md (last).
 """
 
 from __future__ import annotations
@@ -94,8 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: no partial result file was left", file=sys.stderr)
         return 130
-    for name, reason in summary.pending:
-        print(f"pending: {name}: {reason}")
     print(
         f"{summary.points} points, {len(summary.written)} files in {options.out} "
         f"({summary.seconds:.1f} s); report: {summary.report}"

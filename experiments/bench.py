@@ -4,7 +4,8 @@ Targets (issue 3): `python -m simulator.run --model bert --seq 1M` under 1 s of 
 including interpreter start; the full 5 configurations x 24 points sweep under 5 s.
 Cycle engine (issue 5): simulating BERT at 1M tokens costs less than 2x simulating it at 1K
 (steady-state extrapolation); one configuration at one point under 1 s; the functional 8x8
-attention check under 10 s. GEMM mapper (issue 6): one GEMM mapped under 1 s.
+attention check under 10 s. GEMM mapper (issue 6): one GEMM mapped under 1 s;
+a 100-point sweep under 30 s.
 `python -m experiments` (`make experiments`: every figure, CSV and the report) under 60 s on
 2 cores (issue 7). Ratios below 1.0 meet the target.
 """
@@ -87,6 +88,16 @@ def bench_mapper() -> float:
     return _best_of(3, lambda: map_gemm(gemm, arch, spec.mapper, ert))
 
 
+def bench_sweep_100() -> float:
+    """`python -m simulator.sweep` over 100 points (4 models x 5 lengths x 5 PE arrays,
+    cycle engine), on all local cores, wall time including interpreter start."""
+    grid = ["model=bert,trxl,t5,xlm", "seq=4K,16K,64K,256K,1M", "pe_dim=32,64,128,256,512"]
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "simulator.sweep", "--grid", *grid, "--no-progress"]
+        cmd += ["--out", f"{out}/sweep.csv"]
+        return _best_of(1, lambda: subprocess.run(cmd, check=True, capture_output=True))
+
+
 def bench_experiments() -> float:
     """`python -m experiments` end to end, as `make experiments` runs it (into a temporary
     folder so that experiments/out is left alone)."""
@@ -115,6 +126,7 @@ def main() -> int:
         ("cycle engine: slowest configuration, BERT 1M", worst, 1.0),
         ("functional 8x8 attention, +Binding and +Architecture", bench_functional(), 10.0),
         ("GEMM mapper: one GEMM (BERT FFN1, 1M tokens, FuseMax)", bench_mapper(), 1.0),
+        ("python -m simulator.sweep: 100 points, cycle engine (wall)", bench_sweep_100(), 30.0),
         ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 60.0),
     ]
     width = max(len(name) for name, _, _ in rows)

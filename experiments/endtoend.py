@@ -2,8 +2,7 @@
 
 The rows come from `simulator.endtoend.evaluate_layer(specs, config, workload, ...)` -- one
 encoder layer (attention plus the linear layers) of a configuration on its own chip; its
-result has `latency_s`, `energy_pj`, `traffic_bytes`, `area_um2`. Until that module is
-merged the experiment is reported as pending and its outputs are not written.
+result has `latency_s`, `energy_pj`, `traffic_bytes`, `area_um2`.
 
 The figure and report code work on the reference's shapes: the artifact publishes the
 linear layers alone per chip (`end2end-flat.csv`: FLAT's chip, used by Unfused, FLAT and
@@ -14,7 +13,6 @@ attention), so published and computed values go through one function (`totals`).
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +23,8 @@ from experiments.output import write_csv
 from experiments.plots import Point, Series
 from experiments.published import PAPER_HEADLINES, PUBLISHED_LAYERS, Published
 from experiments.registry import Context, Experiment, Selection
-from simulator.configs import STANDARD, Specs, evaluate
+from simulator.configs import STANDARD, Specs
+from simulator.endtoend import evaluate_layer
 from simulator.spec.workload import make_workload
 from simulator.units import format_count
 
@@ -66,23 +65,15 @@ class E2ERow:
         return (self.model, self.seq)
 
 
-def pending() -> str | None:
-    if importlib.util.find_spec("simulator.endtoend") is None:
-        return "simulator.endtoend (evaluate_layer) is not in this build yet"
-    return None
-
-
 def points(selection: Selection) -> list[tuple[str, str, int]]:
     return [(c, m, s) for c in STANDARD for m in selection.models for s in selection.seqs]
 
 
 def compute(specs: Specs, point: tuple[str, str, int]) -> E2ERow:
-    from simulator.endtoend import evaluate_layer  # pending() checked it exists
-
     config, model, seq_len = point
     workload = make_workload(model, seq_len)
     layer = evaluate_layer(specs, config, workload, accounting=ACCOUNTING, engine=ENGINE)
-    attention = evaluate(specs, config, workload, accounting=ACCOUNTING, engine=ENGINE)
+    attention = layer.attention
     return E2ERow(
         config,
         specs.mapping(config).label,
@@ -296,17 +287,6 @@ def report(rows: Sequence[E2ERow], ctx: Context) -> str:
     )
 
 
-PENDING_REPORT = (
-    "## End-to-end (figures 10, 11)\n\n"
-    "**Pending**: {reason}. When it is merged, this section gives every bar of figures 10 "
-    "and 11 against the published values and the headline means (paper: FuseMax "
-    f"{PAPER_HEADLINES['end2end_speedup_vs_flat']}x / "
-    f"{PAPER_HEADLINES['end2end_speedup_vs_unfused']}x faster than FLAT / Unfused, "
-    f"{100 * PAPER_HEADLINES['end2end_energy_vs_flat']:.0f}% / "
-    f"{100 * PAPER_HEADLINES['end2end_energy_vs_unfused']:.0f}% of their energy); "
-    "`results/end2end-{{flat,proposal}}.csv` and `fig10`, `fig11` are not written.\n"
-)
-
 EXPERIMENT = Experiment(
     name="end2end",
     title="End-to-end: figures 10, 11",
@@ -315,7 +295,5 @@ EXPERIMENT = Experiment(
     write=write,
     figures=figures,
     report=report,
-    pending=pending,
-    pending_report=PENDING_REPORT,
     outputs=("results/end2end-{flat,proposal}.csv", "results/end2end-layers.csv", "fig10", "fig11"),
 )

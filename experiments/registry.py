@@ -57,10 +57,6 @@ class Experiment:
     write: Callable[[Sequence[Any], Context], list[Path]] = lambda rows, ctx: []
     figures: Callable[[Sequence[Any], Context], list[Path]] = lambda rows, ctx: []
     report: Callable[[Sequence[Any], Context], str] = lambda rows, ctx: ""
-    # None when the experiment can run; otherwise why it is pending (e.g. a module missing).
-    pending: Callable[[], str | None] = lambda: None
-    # What the report says for a pending experiment (the figures and headlines it will give).
-    pending_report: str = ""
     chunk: int = 6  # points per worker task
     outputs: tuple[str, ...] = field(default=())  # files it writes, for the report
 

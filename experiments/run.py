@@ -39,7 +39,6 @@ class RunOptions:
 @dataclass(frozen=True)
 class RunSummary:
     written: tuple[Path, ...]
-    pending: tuple[tuple[str, str], ...]  # (experiment, reason)
     points: int
     seconds: float
     report: Path
@@ -129,9 +128,7 @@ def _header(options: RunOptions, experiments: Sequence[Experiment]) -> str:
             "| experiment | outputs | status |",
             "| --- | --- | --- |",
             *[
-                f"| {e.title} | {', '.join(f'`{o}`' for o in e.outputs)} | "
-                + ("pending" if e.pending() else "written")
-                + " |"
+                f"| {e.title} | {', '.join(f'`{o}`' for o in e.outputs)} | written |"
                 for e in experiments
             ],
             "",
@@ -143,17 +140,11 @@ def run(options: RunOptions) -> RunSummary:
     start = time.perf_counter()
     remove_stale_partials(options.out)
     experiments = [by_name(n) for n in options.experiments]
-    pending = [(e, reason) for e in experiments if (reason := e.pending())]
-    ready = [e for e in experiments if not e.pending()]
-    rows = compute_rows(ready, options.selection, options.jobs, options.progress)
+    rows = compute_rows(experiments, options.selection, options.jobs, options.progress)
     ctx = Context(options.out, options.selection, load_published(REFERENCE_DIR), options.compare)
     written: list[Path] = []
     sections = [_header(options, experiments)]
-    pending_names = {e.name: reason for e, reason in pending}
     for e in experiments:
-        if e.name in pending_names:
-            sections.append(e.pending_report.format(reason=pending_names[e.name]))
-            continue
         written += e.write(rows[e.name], ctx)
         written += e.figures(rows[e.name], ctx)
         sections.append(e.report(rows[e.name], ctx))
@@ -161,7 +152,6 @@ def run(options: RunOptions) -> RunSummary:
     written.append(report)
     return RunSummary(
         tuple(written),
-        tuple((e.name, reason) for e, reason in pending),
         sum(len(r) for r in rows.values()),
         time.perf_counter() - start,
         report,

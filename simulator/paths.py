@@ -36,3 +36,16 @@ def resolve_spec(kind: str, name_or_path: str) -> Path:
             return candidate
     shipped = ", ".join(sorted(p.stem for p in base.glob("*.yaml")))
     raise SpecError(f"no such file (shipped {kind}: {shipped})", Loc(name_or_path))
+
+
+def resolve_sweep(name_or_path: str) -> Path:
+    """A sweep file: a user's path, or a shipped sweep in `arch/sweeps/` (`pareto`)."""
+    direct = Path(name_or_path)
+    if direct.is_file():
+        return direct
+    base = data_dir("arch") / "sweeps"
+    for candidate in (base / name_or_path, base / f"{name_or_path}.yaml"):
+        if candidate.is_file():
+            return candidate
+    shipped = ", ".join(sorted(p.stem for p in base.glob("*.yaml")))
+    raise SpecError(f"no such sweep file (shipped sweeps: {shipped})", Loc(name_or_path))

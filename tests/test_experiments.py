@@ -267,16 +267,3 @@ def test_pareto_figure_from_reference_shaped_rows(ctx):
     assert 0.01 < min(a for v in curves.values() for a, _ in v) < 0.1
     assert "Worst point" in pareto.render(published, ctx.published)
     plt.close("all")
-
-
-def test_pending_experiments_are_reported_not_written(tmp_path):
-    if endtoend.pending() is None and pareto.pending() is None:
-        pytest.skip("end-to-end and pareto are in this build")
-    summary = run(_options(tmp_path, SUBSET, ["end2end", "pareto"], jobs=1))
-    report = (tmp_path / "report.md").read_text()
-    names = dict(summary.pending)
-    for name in names:
-        assert name in ("end2end", "pareto")
-    assert report.count("**Pending**") == len(names)
-    assert not (tmp_path / "fig10.png").exists() or "end2end" not in names
-    assert not (tmp_path / "fig12.png").exists() or "pareto" not in names

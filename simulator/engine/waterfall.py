@@ -112,7 +112,6 @@ class Waterfall:
             if self.relevant
             else program.epochs_per_instance
         )
-        self.max_period = 2 * program.tiles_in_flight + 8 + DRAM_RESOLUTION
         self.max_back = max(
             [
                 self.stride[loop]
@@ -123,6 +122,10 @@ class Waterfall:
             ]
             or [0]
         )
+        # Periods of the steady state looked for within a run of epochs: the pipeline's
+        # depth, the DRAM step's fractional phase, and the reach of a dependency on an
+        # earlier tile (a row of P1 tiles back: the state may cycle with that row).
+        self.max_period = 2 * program.tiles_in_flight + 8 + DRAM_RESOLUTION + self.max_back
 
     # ---------------------------------------------------------------- epoch structure
     def _coords(self, epoch: int) -> dict[str, int]:
@@ -502,7 +505,9 @@ class Waterfall:
                 k = (epoch - prev_block) // self.block
                 periods = ((total - epoch) // self.block - 1) // k
                 if periods > 0:
-                    self._jump(periods * k * self.block, periods * (self.t - t0), counters0, periods)
+                    self._jump(
+                        periods * k * self.block, periods * (self.t - t0), counters0, periods
+                    )
                 return
         # Runs of epochs of the same kind: the state repeats with a period of k epochs.
         if last_seen is not None and 0 < epoch - last_seen <= self.max_period:

@@ -1,0 +1,344 @@
+"""Points of a design-space sweep and their evaluation (pure; `simulator.sweep` is the CLI).
+
+A point is one combination of the sweep's grid. Evaluating it resolves the derived values
+(register depths from the PE array, ...), sizes the buffer by the sweep's rule if it has
+one, and runs the configuration through the same path as `python -m simulator.run`: the
+mapping file with its cascade and architecture, resized. Every number of a row comes from
+cascade + mapping + architecture + the sweep file; none is computed here.
+
+The buffer rule ("the smallest power-of-two multiple of the minimum that keeps attention
+compute-bound", the paper's pareto sweep) tries `minimum x grow^k` for k = 0, 1, ... with
+the analytic model and keeps the first size at which a valid mapping exists and no phase
+of attention waits on DRAM or the buffer's ports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.configs import ALIASES, Specs, evaluate
+from simulator.errors import SpecError
+from simulator.model.result import Result
+from simulator.paths import resolve_sweep
+from simulator.spec.expr import as_int
+from simulator.spec.expr import evaluate as evaluate_expr
+from simulator.spec.sweep import DEFAULTS, PARAMETERS, WORKLOAD_FIELDS, SweepSpec, load_sweep
+from simulator.spec.workload import Workload, make_workload
+
+# Design parameters passed to Architecture.with_overrides as keywords.
+_RESIZE = ("pe_dim_1d", "register_words_2d", "register_words_1d")
+_COUNTS = (
+    "seq",
+    "pe_dim",
+    "pe_dim_1d",
+    "buffer_bytes",
+    "register_words_2d",
+    "register_words_1d",
+    *WORKLOAD_FIELDS,
+)
+# Relative slack when comparing memory time with compute time (float sums of phases).
+_SLACK = 1e-9
+
+# The CSV's columns: the point (as evaluated: the design's actual sizes), then the results.
+POINT_COLUMNS = (
+    "accel",
+    "model",
+    "seq",
+    "pe_dim",
+    "pe_dim_1d",
+    "buffer_bytes",
+    "bandwidth_bytes_per_s",
+    "register_words_2d",
+    "register_words_1d",
+)
+ATTENTION_COLUMNS = (
+    "latency_s",
+    "compute_2d_s",
+    "compute_1d_s",
+    "memory_s",
+    "traffic_bytes",
+    "util_2d",
+    "util_1d",
+    "energy_pj",
+    "area_um2",
+    "array_2d_area_um2",
+)
+LAYER_COLUMNS = (
+    "latency_s",
+    "attention_latency_s",
+    "linear_latency_s",
+    "traffic_bytes",
+    "energy_pj",
+    "attention_energy_pj",
+    "linear_energy_pj",
+    "area_um2",
+)
+
+
+def columns(spec: SweepSpec) -> tuple[str, ...]:
+    extra = tuple(f for f in WORKLOAD_FIELDS if spec.values(f) is not None)
+    results = LAYER_COLUMNS if spec.scope == "layer" else ATTENTION_COLUMNS
+    return (*POINT_COLUMNS, *extra, *results, "error")
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int  # position in the sweep (rows are written in this order)
+    values: tuple[tuple[str, Any], ...]  # every grid parameter's value at this point
+
+    def get(self, name: str) -> Any:
+        return dict(self.values).get(name, DEFAULTS.get(name))
+
+
+def points(spec: SweepSpec) -> list[Point]:
+    """Every combination of the grid, the first parameter varying slowest."""
+    names = [p for p, _ in spec.grid]
+    combos = itertools.product(*(values for _, values in spec.grid))
+    return [Point(i, tuple(zip(names, combo, strict=True))) for i, combo in enumerate(combos)]
+
+
+def check(spec: SweepSpec, specs: Specs) -> None:
+    """Errors a whole sweep would hit, before any work: unknown configurations or models."""
+    for accel in spec.values("accel") or (DEFAULTS["accel"],):
+        specs.mapping(ALIASES.get(accel, accel))
+    for model in spec.values("model") or (DEFAULTS["model"],):
+        make_workload(model, DEFAULTS["seq"])
+    if spec.scope == "layer":
+        specs.linear(spec.linear)
+
+
+@dataclass(frozen=True)
+class Design:
+    """A point made concrete: configuration, workload and the architecture's overrides."""
+
+    config: str
+    workload: Workload
+    pe_dim: int | None
+    buffer_bytes: int | None
+    bandwidth: float | None
+    resize: tuple[tuple[str, int], ...]
+
+    def with_buffer(self, buffer_bytes: int) -> Design:
+        return Design(
+            self.config, self.workload, self.pe_dim, buffer_bytes, self.bandwidth, self.resize
+        )
+
+
+def design(spec: SweepSpec, specs: Specs, point: Point) -> tuple[Design, dict[str, float]]:
+    """The point's configuration, workload and overrides, with the derived values applied,
+    and the names the sweep's expressions see."""
+    accel = str(point.get("accel"))
+    config = ALIASES.get(accel, accel)
+    fields = {f: point.get(f) for f in WORKLOAD_FIELDS if point.get(f) is not None}
+    workload = make_workload(str(point.get("model")), point.get("seq"), fields)
+    params: dict[str, Any] = {
+        p: point.get(p) for p in PARAMETERS if p not in ("accel", "model") and point.get(p)
+    }
+    base = specs.architecture(specs.mapping(config))
+    ctx: dict[str, float] = {}
+    ctx.update({k: v for k, v in vars_of(workload).items()})
+    ctx.update(workload.attention_shapes())
+    ctx["value_bytes"] = base.value_bytes
+    ctx.update({k: v for k, v in params.items() if isinstance(v, int | float)})
+    for name, text, loc in spec.derive:
+        value = evaluate_expr(text, ctx, loc)
+        if name in _COUNTS:
+            value = as_int(value, name, loc)
+            if value <= 0:
+                raise SpecError(f"derive {name} = {value} must be positive", loc)
+        ctx[name] = value
+        if name in PARAMETERS:
+            params[name] = value
+    resized = base.with_overrides(params.get("pe_dim"))
+    ctx.update(resized.parameters())
+    d = Design(
+        config,
+        workload,
+        params.get("pe_dim"),
+        params.get("buffer_bytes"),
+        params.get("bandwidth"),
+        tuple((k, int(params[k])) for k in _RESIZE if k in params),
+    )
+    return d, ctx
+
+
+def vars_of(workload: Workload) -> dict[str, float]:
+    """Workload fields expressions may use (`seq`, `batch`, `heads`, `embed`, ...)."""
+    out: dict[str, float] = {"seq": workload.seq_len, "seq_len": workload.seq_len}
+    for f in ("batch", "heads", "embed", "ffn", "dmodel"):
+        value = getattr(workload, f, None)
+        if isinstance(value, int | float):
+            out[f] = value
+    return out
+
+
+def run_attention(spec: SweepSpec, specs: Specs, d: Design, engine: str) -> Result:
+    return evaluate(
+        specs,
+        d.config,
+        d.workload,
+        d.pe_dim,
+        d.buffer_bytes,
+        d.bandwidth,
+        spec.accounting,
+        engine,
+        resize=dict(d.resize),
+    )
+
+
+def compute_bound(result: Result) -> bool:
+    """No phase waits on DRAM or on the buffer's ports (analytic phase times)."""
+    return all(
+        p.memory_s <= p.compute_s * (1 + _SLACK) and p.buffer_s <= p.compute_s * (1 + _SLACK)
+        for p in result.phases
+    )
+
+
+def size_buffer(spec: SweepSpec, specs: Specs, d: Design, ctx: Mapping[str, float]) -> int:
+    """The sweep's buffer rule at one point: the smallest minimum x grow^k (rounded up to
+    whole buffer rows) at which attention maps and is compute-bound."""
+    rule = spec.buffer
+    assert rule is not None
+    minimum = as_int(math.ceil(evaluate_expr(rule.minimum_bytes, ctx, rule.loc)), "minimum_bytes")
+    if minimum <= 0:
+        raise SpecError(f"minimum_bytes = {minimum} must be positive", rule.loc)
+    arch = specs.architecture(specs.mapping(d.config))
+    row = arch.buffer.width_bits // 8
+    last = ""
+    for k in range(rule.max_steps + 1):
+        size = math.ceil(minimum * rule.grow**k / row) * row
+        try:
+            r = run_attention(spec, specs, d.with_buffer(size), "analytic")
+        except SpecError as err:  # no valid mapping with this buffer: grow it
+            last = f" (last: {err})"
+            continue
+        if compute_bound(r):
+            return size
+        last = f" ({size} bytes is memory-bound)"
+    raise SpecError(
+        f"no buffer from {minimum} bytes x {rule.grow}^0..{rule.max_steps} keeps {d.config} "
+        f"compute-bound{last}",
+        rule.loc,
+    )
+
+
+def evaluate_point(spec: SweepSpec, specs: Specs, point: Point) -> dict[str, Any]:
+    """One row: the point as evaluated and its results; a point that cannot be evaluated
+    (no mapping fits, ...) gets its one-line reason in `error` and no results."""
+    row: dict[str, Any] = {
+        "accel": point.get("accel"),
+        "model": point.get("model"),
+        "seq": point.get("seq"),
+    }
+    for f in WORKLOAD_FIELDS:
+        if spec.values(f) is not None:
+            row[f] = point.get(f)
+    try:
+        d, ctx = design(spec, specs, point)
+        if spec.buffer is not None:
+            d = d.with_buffer(size_buffer(spec, specs, d, ctx))
+        arch = specs.architecture(specs.mapping(d.config)).with_overrides(
+            d.pe_dim, d.buffer_bytes, d.bandwidth, **dict(d.resize)
+        )
+        row.update(_design_columns(d, arch))
+        if spec.scope == "layer":
+            row.update(_layer_columns(spec, specs, d))
+        else:
+            row.update(_attention_columns(run_attention(spec, specs, d, spec.engine)))
+    except SpecError as err:
+        row["error"] = str(err)
+    return row
+
+
+def _design_columns(d: Design, arch) -> dict[str, Any]:
+    two = next((a for a in arch.arrays if a.mesh_y > 1), None)
+    one = next((a for a in arch.arrays if a.mesh_y == 1), None)
+    return {
+        "accel": d.config,
+        "model": d.workload.label,
+        "seq": d.workload.seq_len,
+        "pe_dim": two.mesh_x if two else None,
+        "pe_dim_1d": one.mesh_x if one else None,
+        "buffer_bytes": arch.buffer.capacity_bytes,
+        "bandwidth_bytes_per_s": arch.dram.bandwidth_bytes_per_s,
+        "register_words_2d": two.register_words if two else None,
+        "register_words_1d": one.register_words if one else None,
+    }
+
+
+def _attention_columns(r: Result) -> dict[str, Any]:
+    array_2d = None
+    if r.area_per_component and r.array_2d:
+        prefix = (f"{r.array_2d}.", f"{r.array_2d}:")
+        array_2d = sum(a for name, a in r.area_per_component if name.startswith(prefix))
+    return {
+        "latency_s": r.latency_s,
+        "compute_2d_s": r.latency_s * r.util_2d,
+        "compute_1d_s": r.latency_s * r.util_1d,
+        "memory_s": sum(p.memory_s for p in r.phases),
+        "traffic_bytes": r.traffic_bytes,
+        "util_2d": r.util_2d,
+        "util_1d": r.util_1d,
+        "energy_pj": r.energy_pj,
+        "area_um2": r.area_um2,
+        "array_2d_area_um2": array_2d,
+    }
+
+
+def _layer_columns(spec: SweepSpec, specs: Specs, d: Design) -> dict[str, Any]:
+    from simulator.endtoend import evaluate_layer  # the layer scope only
+
+    r = evaluate_layer(
+        specs,
+        d.config,
+        d.workload,
+        d.pe_dim,
+        d.buffer_bytes,
+        d.bandwidth,
+        spec.accounting,
+        spec.engine,
+        spec.linear,
+        resize=dict(d.resize),
+    )
+    return {
+        "latency_s": r.latency_s,
+        "attention_latency_s": r.attention.latency_s,
+        "linear_latency_s": r.linear_latency_s,
+        "traffic_bytes": r.traffic_bytes,
+        "energy_pj": r.energy_pj,
+        "attention_energy_pj": r.attention.energy_pj,
+        "linear_energy_pj": r.linear_energy_pj,
+        "area_um2": r.area_um2,
+    }
+
+
+def evaluate_points(
+    spec: SweepSpec,
+    chunk: list[Point],
+    cascade_override: str | None = None,
+    arch_override: str | None = None,
+) -> list[tuple[int, dict[str, Any]]]:
+    """A chunk of points in one worker (process or Dask), reading each spec file once."""
+    specs = Specs(cascade_override=cascade_override, arch_override=arch_override)
+    return [(p.index, evaluate_point(spec, specs, p)) for p in chunk]
+
+
+def pareto_point(
+    specs: Specs, model: str, pe_dim: int, sweep: str = "pareto", engine: str | None = None
+) -> dict[str, Any]:
+    """One point of a shipped sweep (`arch/sweeps/pareto.yaml`, figure 12) for this model
+    and PE array: the row `python -m simulator.sweep --spec pareto` writes for it (`engine`
+    replaces the sweep's timing model)."""
+    spec = load_sweep(resolve_sweep(sweep)).with_grid((("model", (model,)), ("pe_dim", (pe_dim,))))
+    if engine is not None:
+        spec = dataclasses.replace(spec, engine=engine)
+    (point,) = points(spec)
+    row = evaluate_point(spec, specs, point)
+    if row.get("error"):
+        raise SpecError(row["error"])
+    return row

@@ -1,0 +1,227 @@
+"""`python -m simulator.sweep`: the pareto sweep against the published pareto.csv, user grids,
+the buffer rule, parallel and Dask executors giving identical CSVs, and bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+
+from simulator.configs import Specs, evaluate
+from simulator.design_space import compute_bound
+from simulator.spec.workload import make_workload
+from simulator.sweep import main
+from tests.reference import rows
+
+SMALL = ["--no-progress", "--engine", "analytic"]
+
+
+def _sweep(tmp_path: Path, *args: str, name: str = "out.csv") -> list[dict[str, str]]:
+    out = tmp_path / name
+    assert main([*args, "--out", str(out)]) == 0
+    with open(out, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def pareto_rows(tmp_path_factory) -> list[dict[str, str]]:
+    tmp = tmp_path_factory.mktemp("pareto")
+    return _sweep(tmp, "--spec", "pareto", "--no-progress", "--jobs", "2")
+
+
+def test_pareto_sweep_matches_the_published_latency_and_area(pareto_rows):
+    ours = {(r["model"], int(r["pe_dim"])): r for r in pareto_rows}
+    reference = rows("pareto")
+    assert len(ours) == len(reference) == 24
+    for ref in reference:
+        mine = ours[(ref["model"], int(ref["PE_dim"]))]
+        assert not mine["error"]
+        for column, theirs in (
+            ("latency_s", "latency"),
+            ("area_um2", "area"),
+            ("array_2d_area_um2", "array_2d_area"),
+            ("traffic_bytes", "traffic"),
+            ("memory_s", "mem_lat"),
+        ):
+            assert float(mine[column]) == pytest.approx(float(ref[theirs]), rel=0.02), (
+                column,
+                ref,
+            )
+
+
+def test_buffer_rule_doubles_the_minimum_only_when_attention_is_memory_bound(pareto_rows):
+    # The paper's minimum buffer for the pareto sweep: pe_dim rows of E values, 8 tensors,
+    # 2 bytes each (the sequence is long enough that one row of tiles suffices).
+    specs = Specs()
+    chosen = {(r["model"], int(r["pe_dim"])): int(r["buffer_bytes"]) for r in pareto_rows}
+    for model, pe_dim in (("BERT", 256), ("BERT", 512), ("XLM", 512)):
+        embed = 128 if model == "XLM" else 64
+        minimum = pe_dim * embed * 8 * 2
+        workload = make_workload(model.lower(), "256K")
+        at_min = evaluate(specs, "binding", workload, pe_dim, minimum, None)
+        if compute_bound(at_min):
+            assert chosen[(model, pe_dim)] == minimum
+        else:
+            doubled = evaluate(specs, "binding", workload, pe_dim, 2 * minimum, None)
+            assert compute_bound(doubled)
+            assert chosen[(model, pe_dim)] == 2 * minimum
+    # the 512x512 array is the one whose minimum buffer leaves attention waiting on DRAM
+    assert chosen[("BERT", 512)] == 2 * 512 * 64 * 16 and chosen[("BERT", 256)] == 256 * 64 * 16
+
+
+def test_a_user_grid_runs_every_combination_in_order(tmp_path):
+    got = _sweep(tmp_path, "--grid", "pe_dim=64,128", "buffer_bytes=4M,8M", "seq=64K", *SMALL)
+    assert [(r["pe_dim"], r["buffer_bytes"]) for r in got] == [
+        ("64", "4194304"),
+        ("64", "8388608"),
+        ("128", "4194304"),
+        ("128", "8388608"),
+    ]
+    assert {r["accel"] for r in got} == {"binding"} and {r["model"] for r in got} == {"BERT"}
+    specs = Specs()
+    for r in got:
+        direct = evaluate(
+            specs,
+            "binding",
+            make_workload("bert", "64K"),
+            int(r["pe_dim"]),
+            int(r["buffer_bytes"]),
+            None,
+        )
+        assert float(r["latency_s"]) == direct.latency_s
+    # four times the PEs: about a quarter of the (compute-bound) latency
+    assert float(got[2]["latency_s"]) < 0.3 * float(got[0]["latency_s"])
+
+
+def test_the_1d_width_and_register_files_are_design_parameters(tmp_path):
+    got = _sweep(tmp_path, "--grid", "pe_dim_1d=64,256,512", "seq=64K", *SMALL)
+    narrow, same, wide = got
+    assert [(r["pe_dim"], r["pe_dim_1d"]) for r in got] == [
+        ("256", "64"),
+        ("256", "256"),
+        ("256", "512"),
+    ]
+    # FuseMax's binding spreads a 256-wide tile (P0 = the 2D array's width) over the 1D array
+    assert "PE1D's meshX=64" in narrow["error"] and narrow["latency_s"] == ""
+    # a wider 1D array: the same schedule on half of it, more area
+    assert float(wide["latency_s"]) == pytest.approx(float(same["latency_s"]), rel=1e-9)
+    assert float(wide["util_1d"]) == pytest.approx(float(same["util_1d"]) / 2, rel=1e-9)
+    assert float(wide["area_um2"]) > float(same["area_um2"])
+    # Registers: two tiles in flight on a 64x64 array (E = 64) stall the cycle engine's
+    # waterfall, four do not (the analytic model does not see registers at all).
+    regs = _sweep(
+        tmp_path,
+        "--grid",
+        "seq=256K",
+        "pe_dim=64",
+        "buffer_bytes=64K",
+        "register_words_2d=4,8",
+        "register_words_1d=16",
+        "--no-progress",
+        name="regs.csv",
+    )
+    two, four = (float(r["latency_s"]) for r in regs)
+    analytic = evaluate(Specs(), "binding", make_workload("bert", "256K"), 64, 65536, None)
+    assert two > 1.3 * four
+    assert four == pytest.approx(analytic.latency_s, rel=1e-3)
+
+
+def test_layer_scope_adds_the_linear_layers(tmp_path):
+    attention = _sweep(tmp_path, "--grid", "seq=16K", *SMALL)
+    layer = _sweep(tmp_path, "--grid", "seq=16K", "--scope", "layer", *SMALL, name="l.csv")
+    (a,), (r,) = attention, layer
+    assert float(r["attention_latency_s"]) == float(a["latency_s"])
+    assert float(r["latency_s"]) == pytest.approx(
+        float(r["attention_latency_s"]) + float(r["linear_latency_s"]), rel=1e-12
+    )
+    assert float(r["linear_latency_s"]) > 0
+
+
+def test_a_point_that_cannot_map_keeps_its_row_with_the_reason(tmp_path, capsys):
+    got = _sweep(tmp_path, "--grid", "accel=flat,binding", "pe_dim=16", "seq=1K", *SMALL)
+    flat, binding = got
+    assert "exceeds" in flat["error"] and flat["latency_s"] == ""
+    assert binding["error"] == "" and float(binding["latency_s"]) > 0
+    assert "1 without results" in capsys.readouterr().err
+
+
+def test_results_do_not_depend_on_the_executor(tmp_path):
+    grid = ["--grid", "model=bert,xlm", "seq=1K,64K", "pe_dim=64,256", "--no-progress"]
+    one = _sweep(tmp_path, *grid, "--jobs", "1", name="one.csv")
+    _sweep(tmp_path, *grid, "--jobs", "2", name="two.csv")
+    assert len(one) == 8
+    assert (tmp_path / "one.csv").read_bytes() == (tmp_path / "two.csv").read_bytes()
+
+
+def test_dask_executor_on_a_local_cluster(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    grid = ["--grid", "model=bert,t5", "seq=4K", "pe_dim=64,128", *SMALL]
+    local = _sweep(tmp_path, *grid, "--jobs", "1", name="local.csv")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        remote = _sweep(
+            tmp_path,
+            *grid,
+            "--executor",
+            "dask",
+            "--scheduler",
+            cluster.scheduler_address,
+            name="dask.csv",
+        )
+    assert len(local) == 4 and not any(r["error"] for r in remote)
+    assert (tmp_path / "local.csv").read_bytes() == (tmp_path / "dask.csv").read_bytes()
+
+
+def test_stdout_csv_and_parameter_list(capsys):
+    assert main(["--grid", "seq=1K", *SMALL]) == 0
+    text = capsys.readouterr().out
+    (row,) = list(csv.DictReader(io.StringIO(text)))
+    assert row["seq"] == "1024" and float(row["latency_s"]) > 0
+    assert main(["--list"]) == 0
+    listing = capsys.readouterr().out
+    for name in ("pe_dim_1d", "buffer_bytes", "bandwidth", "register_words_2d", "seq"):
+        assert name in listing
+
+
+BAD_SPEC = """\
+sweep:
+  grid:
+    pe_dim: [64, 128]
+  bufer:
+    minimum_bytes: 1024
+"""
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--grid", "banana=1"], "unknown sweep parameter 'banana'"),
+        (["--grid", "seq=banana"], "'banana' is not a count"),
+        (["--grid", "pe_dim"], "is not NAME=V1,V2"),
+        (["--grid", "pe_dim=64,64"], "listed twice"),
+        (["--grid", "accel=warp"], "warp"),
+        (["--grid", "model=gpt9"], "gpt9"),
+        (["--executor", "dask"], "needs --scheduler"),
+        (["--executor", "dask", "--scheduler", "banana"], "cannot reach the Dask scheduler"),
+        (["--spec", "pareto", "--grid", "buffer_bytes=1M"], "both swept and sized"),
+        (["--spec", "nosuch"], "no such sweep file"),
+        (["--jobs", "0"], "--jobs must be at least 1"),
+    ],
+)
+def test_bad_sweeps_fail_in_one_line(tmp_path, capsys, args, message):
+    out = tmp_path / "never.csv"
+    assert main([*args, "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_sweep_file_typo_names_file_and_line(tmp_path, capsys):
+    spec = tmp_path / "mine.yaml"
+    spec.write_text(BAD_SPEC)
+    assert main(["--spec", str(spec), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{spec}:4" in err and "unknown key 'bufer'" in err

@@ -86,6 +86,20 @@ def test_extrapolation_over_many_blocks_equals_full_simulation(specs):
     assert (fast.cycles, fast.busy, fast.stalls) == (full.cycles, full.busy, full.stalls)
 
 
+def test_extrapolation_with_a_period_of_a_whole_row_of_tiles(specs):
+    # XLM (E = 128) on a 128x128 array at 8K tokens: the 1D array is the busier one and the
+    # state repeats only after a row of query tiles or more (the running max links tiles a
+    # row apart): a period beyond the pipeline depth and the DRAM phase (simulated in full
+    # before the search reached that far).
+    workload = make_workload("xlm", "8K", {"batch": 1, "heads": 1})
+    cascade, mapping, arch = prepare(specs, "binding", workload, pe_dim=128)
+    program = pipelined_point(cascade, mapping, arch, workload).program
+    fast = Waterfall(program).run()
+    full = Waterfall(program, extrapolate=False).run()
+    assert fast.simulated_epochs < full.epochs / 4
+    assert (fast.cycles, fast.busy, fast.stalls) == (full.cycles, full.busy, full.stalls)
+
+
 @pytest.mark.parametrize("model", ["bert", "trxl", "t5", "xlm"])
 @pytest.mark.parametrize("seq", ["64K", "256K", "1M"])
 def test_binding_utilisation_matches_analytic_at_long_sequences(specs, model, seq):

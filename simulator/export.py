@@ -1,5 +1,6 @@
 """`python -m simulator.export timeloop`: write every Einsum of a configuration as a Timeloop
-v0.4 input (problem, architecture, mapping, ERT, ART) that `timeloop-model` runs.
+v0.4 input (problem, architecture, mapping, ERT, ART) for Timeloop's front end, and the
+same in the processed form the `timeloop-model` binary reads (`timeloop-model.yaml`).
 
     python -m simulator.export timeloop --accel binding --model bert --seq 4K -o out/tl
     python -m simulator.export timeloop --mapping my-mapping.yaml --seq 64K -o out/mine

@@ -28,7 +28,12 @@ from pathlib import Path
 
 from simulator.errors import Loc, SpecError
 from simulator.model.accesses import LevelEnergy, analyze, energy_pj
-from simulator.model.timeloop_export import FILES, ExportedEinsum, dump, export_configuration
+from simulator.model.timeloop_export import (
+    MODEL_INPUTS,
+    ExportedEinsum,
+    dump,
+    export_configuration,
+)
 from simulator.spec.arch import Architecture
 from simulator.spec.tables import EnergyTable
 
@@ -88,11 +93,18 @@ def parse_stats(text: str, source: str = "timeloop-model.stats.txt") -> Timeloop
 
 
 def run_einsum(binary: str, directory: Path) -> TimeloopStats:
-    """Run `timeloop-model` on one exported Einsum directory; its outputs go to
+    """Run `timeloop-model` on one exported Einsum directory -- the processed form
+    (`timeloop-model.yaml`, what the C++ binary reads) and the ERT/ART; its outputs go to
     `DIR/timeloop/`. A failure is a one-line SpecError with Timeloop's last message."""
     out = directory / "timeloop"
     out.mkdir(exist_ok=True)
-    command = [binary, *[str((directory / f).resolve()) for f in FILES]]
+    missing = [f for f in MODEL_INPUTS if not (directory / f).is_file()]
+    if missing:
+        raise SpecError(
+            f"{directory} lacks {', '.join(missing)}: not a directory written by "
+            "`python -m simulator.export timeloop`"
+        )
+    command = [binary, *[str((directory / f).resolve()) for f in MODEL_INPUTS]]
     try:
         done = subprocess.run(
             command, cwd=out, capture_output=True, text=True, timeout=TIMEOUT_S, check=False

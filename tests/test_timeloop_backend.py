@@ -80,7 +80,15 @@ def test_timeloop_without_stats_is_one_line(tmp_path, monkeypatch, run_cli):
 def test_successful_run_is_compared(tmp_path, monkeypatch, run_cli):
     """A stand-in that answers every Einsum with the recorded real run's statistics: the
     comparison is parsed and printed for all 12 Einsums, and JSON carries it per config."""
-    bindir = _fake(tmp_path, f'cp "{STATS}" ./timeloop-model.stats.txt\n')
+    # The stand-in insists on what the C++ binary reads: the processed form first (a flat
+    # `subtree`, no v0.4 `nodes:` with tags), then the ERT and ART.
+    check = (
+        'case "$1" in */timeloop-model.yaml) ;; *) echo "not the processed form: $1" >&2; '
+        "exit 4;; esac\n"
+        'grep -q "subtree:" "$1" && ! grep -q "!Container" "$1" || exit 5\n'
+        'case "$2 $3" in */ERT.yaml\\ */ART.yaml) ;; *) echo "no ERT/ART: $2 $3" >&2; exit 6;; esac\n'
+    )
+    bindir = _fake(tmp_path, check + f'cp "{STATS}" ./timeloop-model.stats.txt\n')
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     code, out, err = run_cli(main, ARGS)
     assert code == 0, err

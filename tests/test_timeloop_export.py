@@ -14,8 +14,18 @@ from simulator.configs import Specs, evaluate, prepare
 from simulator.export import main as export_main
 from simulator.model.accesses import analyze
 from simulator.model.energy import action_counts, price
-from simulator.model.timeloop_export import FILES, SIDECAR, configuration_views, read_einsum
+from simulator.model.timeloop_export import (
+    FILES,
+    PROCESSED,
+    SIDECAR,
+    configuration_views,
+    processed_storage_levels,
+    read_einsum,
+)
+from simulator.spec.timeloop_import import load_mapping, load_problem
 from simulator.spec.workload import make_workload
+
+from .conftest import DATA
 
 BINDING_EINSUMS = {"QK", "LM", "RM", "SLN", "SLD", "SLNV", "PRM", "SPD", "RD", "SPNV", "RNV", "AV"}
 
@@ -57,7 +67,7 @@ def original():
 def test_one_directory_per_einsum(exported):
     assert {p.name for p in exported.iterdir()} == BINDING_EINSUMS
     for d in exported.iterdir():
-        assert sorted(p.name for p in d.iterdir()) == sorted((*FILES, SIDECAR))
+        assert sorted(p.name for p in d.iterdir()) == sorted((*FILES, PROCESSED, SIDECAR))
 
 
 def _factor_map(entry) -> dict[str, int]:
@@ -160,6 +170,114 @@ def test_exported_inputs_are_valid_timeloop_v04(exported, einsum):
             for t in table["tables"]
         }
         assert got == set(levels) | {nodes[-1]["name"]}
+
+
+# What the recorded real run's front end handed `timeloop-model` (tests/data/timeloop-check).
+RECORDED = DATA / "timeloop-check" / "parsed-processed-input.yaml"
+# Timeloop's class names (src/model/topology.hpp): a level is storage when its class names
+# one of these, arithmetic when it is one of the compute classes.
+BUFFER_CLASSES = ("DRAM", "SRAM", "regfile", "smartbuffer", "storage")
+COMPUTE_CLASSES = ("mac", "intmac", "fpmac", "compute")
+
+
+def _recorded() -> dict:
+    return yaml.safe_load(RECORDED.read_text())
+
+
+def _shape_of(entries: list[dict]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for e in entries:
+        out.setdefault(e["type"], set()).update(e)
+    return out
+
+
+@pytest.mark.parametrize("einsum", sorted(BINDING_EINSUMS))
+def test_processed_form_has_the_shape_timeloop_model_reads(exported, einsum):
+    """`timeloop-model.yaml` is laid out like the input the real run's front end gave the
+    C++ binary: a flat list of `name[1..N]` instances under `system_top_level`, a dummy
+    storage level for the spatial container, factor and permutation strings, bypass
+    entries, and the problem of problem.yaml."""
+    rec = _recorded()
+    ours = yaml.safe_load((exported / einsum / PROCESSED).read_text())  # no tags: plain YAML
+    assert set(ours) == {"architecture", "problem", "mapping"} and set(ours) <= set(rec)
+    assert ours["problem"] == _load(exported / einsum / "problem.yaml")["problem"]
+
+    arch = ours["architecture"]
+    assert set(arch) == set(rec["architecture"]) == {"version", "subtree"}
+    (tree,) = arch["subtree"]
+    (rec_tree,) = rec["architecture"]["subtree"]
+    assert tree["name"] == rec_tree["name"] == "system_top_level"
+    assert set(tree) == set(rec_tree) == {"name", "attributes", "local"}
+    local = tree["local"]
+    rec_keys = set().union(*(set(e) for e in rec_tree["local"]))
+    instances = {}
+    for e in local:
+        assert set(e) - {"enabled", "required_actions"} <= rec_keys, e
+        m = re.fullmatch(r"(\w+)\[1\.\.(\d+)\]", e["name"])
+        assert m, e["name"]
+        instances[m.group(1)] = int(m.group(2))
+        attrs = e["attributes"]
+        klass = e["class"]
+        assert any(c in klass for c in BUFFER_CLASSES) or klass in COMPUTE_CLASSES, klass
+        if klass != "dummy_storage":
+            # N instances sit on the meshX x meshY grid they name
+            assert attrs["meshX"] * attrs["meshY"] == int(m.group(2)), e
+    assert local[-1]["class"] in COMPUTE_CLASSES and local[0]["class"] == "DRAM"
+    dummies = [e for e in local if e["class"] == "dummy_storage"]
+    assert len(dummies) == 1 and dummies[0]["name"].startswith("inter_")
+    assert {e["class"] for e in rec_tree["local"]} >= {"dummy_storage", "DRAM"}
+
+    mapping = ours["mapping"]
+    shape, rec_shape = _shape_of(mapping), _shape_of(rec["mapping"])
+    assert set(shape) <= set(rec_shape)
+    for kind, keys in shape.items():
+        assert keys <= rec_shape[kind], (kind, keys - rec_shape[kind])
+    dims = ours["problem"]["shape"]["dimensions"]
+    product = {x: 1 for x in dims}
+    for e in mapping:
+        assert e["target"] in instances, e["target"]
+        if e["type"] == "bypass":
+            continue
+        assert isinstance(e["factors"], str) and isinstance(e["permutation"], str)
+        factors = dict(f.split("=") for f in e["factors"].split(","))
+        assert sorted(factors) == sorted(dims) == sorted(e["permutation"])
+        for x, f in factors.items():
+            product[x] *= int(f)
+    assert product == ours["problem"]["instance"]
+    # every storage level has its temporal and bypass entries, in the architecture's order
+    order = [re.sub(r"\[.*", "", e["name"]) for e in local[:-1]]
+    seen = [e["target"] for e in mapping if e["type"] == "temporal"]
+    assert seen == order
+
+
+def test_processed_form_gives_the_same_access_counts(exported, tmp_path):
+    """Read back through the importer, the processed mapping of every Einsum counts the
+    same reads, fills and updates as its v0.4 mapping: one mapping in two forms."""
+    for d in sorted(exported.iterdir()):
+        data = yaml.safe_load((d / PROCESSED).read_text())
+        levels = processed_storage_levels(data)
+        problem = load_problem(d / PROCESSED)
+        processed = analyze(problem, load_mapping(d / PROCESSED, levels))
+        v04 = read_einsum(d).view
+        original = analyze(v04.problem, v04.mapping)
+        assert processed.computes == original.computes, d.name
+        counts = [(lv, ds, c) for lv, ds, c in processed.counts]
+        names = {"DRAM": levels[0], "buffer": levels[1], "registers": levels[-1]}
+        assert [(names[lv], ds, c) for lv, ds, c in original.counts] == counts, d.name
+
+
+def test_recorded_processed_input_reproduces_the_real_run():
+    """Our reading of the processed form is Timeloop's: the recorded input, read with the
+    levels `processed_storage_levels` finds, gives the counts of the real run's mapping."""
+    from simulator.model.accesses import mapping_from_map_text
+
+    levels = processed_storage_levels(_recorded())
+    assert levels == ["DRAM", "L3", "reg_file_1d", "reg_file"]
+    problem = load_problem(RECORDED)
+    ours = analyze(problem, load_mapping(RECORDED, levels))
+    printed = (DATA / "timeloop-check" / "timeloop-model.map.txt").read_text()
+    real = analyze(problem, mapping_from_map_text(printed, levels))
+    assert ours.counts == real.counts and ours.computes == real.computes
 
 
 def test_round_trip_gives_identical_results(exported, original):

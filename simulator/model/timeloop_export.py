@@ -15,6 +15,13 @@ This module writes them in Timeloop's v0.4 shapes, as the FuseMax artifact's
   tables (corrected accounting). Timeloop prices one `compute` per point, so the compute
   unit's energy is this Einsum's energy per point, from the same function the project's
   energy model uses (`energy.action_counts`);
+* `timeloop-model.yaml` -- the same problem, architecture and mapping in the processed form
+  the C++ `timeloop-model` itself reads (`processed_yaml`). The v0.4 files above are the
+  input of Timeloop's Python front end (timeloopfe), which turns `!Container` trees into
+  this form -- a flat `subtree`/`local` list of `name[1..N]` instances, a dummy storage
+  level per spatial container, factor and permutation strings, `bypass` entries -- before
+  it calls the binary (the recorded real run's `parsed-processed-input.yaml` is one);
+  the backend (`--backend timeloop`) gives the binary this file, so it needs no front end;
 * `fusemax-sim.yaml` -- what Timeloop does not read and the way back: the letters'
   rank components, data space -> tensor, level roles, the project architecture (`like`).
 
@@ -40,7 +47,12 @@ from simulator.spec.arch import Architecture
 from simulator.spec.tables import AreaTable, EnergyTable
 
 FILES = ("problem.yaml", "architecture.yaml", "mapping.yaml", "ERT.yaml", "ART.yaml")
+PROCESSED = "timeloop-model.yaml"
+# What `timeloop-model` is given: the processed form and the tables (with an ERT among its
+# inputs Timeloop prices with it instead of calling Accelergy).
+MODEL_INPUTS = (PROCESSED, "ERT.yaml", "ART.yaml")
 SIDECAR = "fusemax-sim.yaml"
+DUMMY_CLASS = "dummy_storage"  # the front end's level for a spatial container
 LETTERS = "MNPQRSTUVWXYZABCDEFGHIJKL"
 # Timeloop tells arithmetic from storage by the component's class; the project's generic
 # `compute` class is written as Timeloop's integer MAC class.
@@ -311,6 +323,147 @@ def mapping_yaml(view: EinsumView, arch: Architecture, letters: dict[str, str]) 
     return {"mapping": entries}
 
 
+# --------------------------------------------------------------------------------------
+# Timeloop's processed form (what the C++ binary reads)
+
+
+def spatial_level(container: str) -> str:
+    """The dummy storage level Timeloop's front end puts in place of a spatial container."""
+    return f"inter_{container}_spatial"
+
+
+def _instances(name: str, n: int) -> str:
+    return f"{name}[1..{n}]"
+
+
+def _processed_architecture(nodes: list[Any]) -> dict:
+    """A v0.4 `nodes:` list (containers and components, outermost first) flattened as the
+    front end does: container attributes go to everything below them; a spatial container
+    becomes a dummy storage level; each component is `name[1..N]` with N the product of
+    the meshes above it, and carries its meshX/meshY."""
+    top: dict[str, Any] = {"version": "0.4"}
+    inherited: dict[str, Any] = {}
+    local: list[dict] = []
+    mesh_x = mesh_y = 1
+    for node in nodes:
+        if isinstance(node, _Container):
+            attrs = dict(node.get("attributes", {}))
+            if not local and len(top) == 1:
+                top.update(attrs)
+            inherited.update(attrs)
+            spatial = node.get("spatial")
+            if spatial:
+                local.append(
+                    {
+                        "name": _instances(spatial_level(node["name"]), mesh_x * mesh_y),
+                        "class": DUMMY_CLASS,
+                        "attributes": {
+                            "width": 1,
+                            "depth": 1,
+                            "datawidth": 1,
+                            "technology": -1,
+                            "meshX": mesh_x,
+                            "meshY": mesh_y,
+                        },
+                    }
+                )
+                mesh_x *= int(spatial.get("meshX", 1))
+                mesh_y *= int(spatial.get("meshY", 1))
+            continue
+        entry: dict[str, Any] = {
+            "name": _instances(node["name"], mesh_x * mesh_y),
+            "class": node["class"],
+        }
+        if "subclass" in node:
+            entry["subclass"] = node["subclass"]
+        entry["attributes"] = {
+            **inherited,
+            **dict(node.get("attributes", {})),
+            "meshX": mesh_x,
+            "meshY": mesh_y,
+        }
+        local.append(entry)
+    return {
+        "version": "0.4",
+        "subtree": [{"name": TOP, "attributes": top, "local": local}],
+    }
+
+
+def _processed_mapping(entries: list[dict], dims: list[str]) -> list[dict]:
+    """v0.4 mapping entries in the processed form: factor and permutation strings,
+    `bypass` entries listing only non-empty sides, and for a spatial container its dummy
+    level (the spatial split, no temporal loops, every data space bypassed)."""
+    spaces: list[str] = []
+    out: list[dict] = []
+    for entry in entries:
+        kind = entry["type"]
+        if kind == "dataspace":
+            spaces = list(entry["keep"]) + list(entry["bypass"])
+            item: dict[str, Any] = {"target": entry["target"], "type": "bypass"}
+            for side in ("keep", "bypass"):
+                if entry[side]:
+                    item[side] = list(entry[side])
+            out.append(item)
+            continue
+        factors = ",".join(entry["factors"])
+        permutation = "".join(entry["permutation"])
+        if kind == "temporal":
+            out.append(
+                {
+                    "target": entry["target"],
+                    "type": "temporal",
+                    "factors": factors,
+                    "permutation": permutation,
+                }
+            )
+            continue
+        dummy = spatial_level(entry["target"])
+        out.append(
+            {
+                "target": dummy,
+                "type": "spatial",
+                "factors": factors,
+                "permutation": permutation,
+                "split": entry["split"],
+            }
+        )
+        out.append(
+            {
+                "target": dummy,
+                "type": "temporal",
+                "factors": ",".join(f"{d}=1" for d in dims),
+                "permutation": "".join(dims),
+            }
+        )
+        out.append({"target": dummy, "type": "bypass", "bypass": spaces})
+    return out
+
+
+def processed_yaml(problem: dict, architecture: dict, mapping: dict) -> dict:
+    """One Einsum's v0.4 problem, architecture and mapping (as exported) in the processed
+    form `timeloop-model` reads: one file, the problem unchanged."""
+    dims = list(problem["problem"]["shape"]["dimensions"])
+    return {
+        "architecture": _processed_architecture(architecture["architecture"]["nodes"]),
+        "problem": problem["problem"],
+        "mapping": _processed_mapping(mapping["mapping"], dims),
+    }
+
+
+def processed_storage_levels(data: dict) -> list[str]:
+    """The storage levels of a processed architecture (`architecture: subtree: local:`),
+    outermost first, without dummy levels and compute units: the levels a mapping keeps
+    data in."""
+    out = []
+    for tree in data["architecture"]["subtree"]:
+        for entry in tree.get("local", []):
+            klass = str(entry.get("class", ""))
+            if klass == DUMMY_CLASS or klass in ("mac", "intmac", "fpmac", "compute"):
+                continue
+            out.append(str(entry["name"]).split("[", 1)[0])
+    return out
+
+
 def _accelergy_name(name: str, instances: int) -> str:
     return f"{TOP}.{name}[1..{instances}]"
 
@@ -389,12 +542,16 @@ def export_einsum(
             "levels": {names[lv]: lv for lv in ("DRAM", "buffer", "registers")},
         }
     }
+    problem = problem_yaml(view, letters)
+    architecture = architecture_yaml(arch, view.array)
+    mapping = mapping_yaml(view, arch, letters)
     files = (
-        ("problem.yaml", problem_yaml(view, letters)),
-        ("architecture.yaml", architecture_yaml(arch, view.array)),
-        ("mapping.yaml", mapping_yaml(view, arch, letters)),
+        ("problem.yaml", problem),
+        ("architecture.yaml", architecture),
+        ("mapping.yaml", mapping),
         ("ERT.yaml", ert_yaml),
         ("ART.yaml", art_yaml),
+        (PROCESSED, processed_yaml(problem, architecture, mapping)),
         (SIDECAR, sidecar),
     )
     return ExportedEinsum(view.einsum, view.array, view, cost, files)

@@ -86,7 +86,8 @@ def test_successful_run_is_compared(tmp_path, monkeypatch, run_cli):
         'case "$1" in */timeloop-model.yaml) ;; *) echo "not the processed form: $1" >&2; '
         "exit 4;; esac\n"
         'grep -q "subtree:" "$1" && ! grep -q "!Container" "$1" || exit 5\n'
-        'case "$2 $3" in */ERT.yaml\\ */ART.yaml) ;; *) echo "no ERT/ART: $2 $3" >&2; exit 6;; esac\n'
+        'case "$2 $3" in */ERT.yaml\\ */ART.yaml) ;; '
+        '*) echo "no ERT/ART: $2 $3" >&2; exit 6;; esac\n'
     )
     bindir = _fake(tmp_path, check + f'cp "{STATS}" ./timeloop-model.stats.txt\n')
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")

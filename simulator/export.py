@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model", default="bert", help="bert, trxl, t5, xlm or custom")
     t.add_argument("--seq", default="4K", help="sequence length (1K, 64k, 1M ...)")
     for name in ("batch", "heads", "embed", "ffn", "dmodel"):
-        t.add_argument(f"--{name}", type=lambda s: parse_count(s, what="value"))
+        t.add_argument(f"--{name}", type=lambda s, o=f"--{name}": parse_count(s, what=o))
     t.add_argument("-o", "--out", required=True, help="output directory")
     return p
 

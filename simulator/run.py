@@ -63,10 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
         ("ffn", "FFN width S"),
         ("dmodel", "model width D"),
     ):
-        p.add_argument(f"--{name}", type=_positive_int, help=help_text)
+        p.add_argument(f"--{name}", type=_positive_int(f"--{name}"), help=help_text)
     p.add_argument(
         "--pe-dim",
-        type=_positive_int,
+        type=_positive_int("--pe-dim"),
         help="PE array dimension: 2D arrays become N x N, 1D arrays N",
     )
     p.add_argument("--buffer-bytes", type=_bytes, help="global buffer size (e.g. 8MB)")
@@ -108,8 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _positive_int(text: str) -> int:
-    return parse_count(text, what="value")
+def _positive_int(option: str):
+    """An argparse type: a positive count, errors naming the option."""
+
+    def parse(text: str) -> int:
+        return parse_count(text, what=option)
+
+    return parse
 
 
 def _bytes(text: str) -> int:

@@ -150,6 +150,8 @@ def test_deleting_a_mapping_file_removes_that_configuration(tmp_path, monkeypatc
         (["--seq", "1000"], "not divisible"),
         (["--accel", "tpu"], "unknown configuration 'tpu'"),
         (["--pe-dim", "-3"], "is not a count"),
+        (["--pe-dim", "0"], "--pe-dim: '0' must be positive"),
+        (["--heads", "x"], "--heads: 'x' is not a count"),
         (["--buffer-bytes", "lots"], "not a size"),
         (["--heads", "8"], ""),  # a bert variant with 8 heads is fine -> exit 0, checked below
     ],

@@ -14,6 +14,7 @@ of attention waits on DRAM or the buffer's ports.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -25,7 +26,7 @@ from simulator.configs import ALIASES, Specs, evaluate
 from simulator.errors import SpecError
 from simulator.model.result import Result
 from simulator.paths import resolve_sweep
-from simulator.spec.expr import as_int
+from simulator.spec.expr import as_int, names_in
 from simulator.spec.expr import evaluate as evaluate_expr
 from simulator.spec.sweep import DEFAULTS, PARAMETERS, WORKLOAD_FIELDS, SweepSpec, load_sweep
 from simulator.spec.workload import Workload, make_workload
@@ -103,13 +104,36 @@ def points(spec: SweepSpec) -> list[Point]:
 
 
 def check(spec: SweepSpec, specs: Specs) -> None:
-    """Errors a whole sweep would hit, before any work: unknown configurations or models."""
+    """Errors a whole sweep would hit, before any work: unknown configurations or models,
+    missing or broken spec files (the overrides included), names the sweep's expressions
+    use that no point defines."""
     for accel in spec.values("accel") or (DEFAULTS["accel"],):
-        specs.mapping(ALIASES.get(accel, accel))
+        mapping = specs.mapping(ALIASES.get(accel, accel))
+        specs.architecture(mapping)
+        specs.cascade(mapping)
     for model in spec.values("model") or (DEFAULTS["model"],):
         make_workload(model, DEFAULTS["seq"])
     if spec.scope == "layer":
         specs.linear(spec.linear)
+    first = points(spec)[0]
+    _config, _workload, _params, base, ctx = _context(spec, specs, first)
+    known = set(ctx)
+    for name, text, loc in spec.derive:
+        _check_names(text, known, loc, f"derive {name}")
+        known.add(name)
+    if spec.buffer is not None:
+        known |= set(base.parameters())
+        _check_names(spec.buffer.minimum_bytes, known, spec.buffer.loc, "minimum_bytes")
+
+
+def _check_names(text: str, known: set[str], loc, what: str) -> None:
+    unknown = sorted(names_in(text) - known)
+    if unknown:
+        raise SpecError(
+            f"{what}: unknown name {', '.join(unknown)} in '{text}' "
+            f"(known: {', '.join(sorted(known))})",
+            loc,
+        )
 
 
 @dataclass(frozen=True)
@@ -129,9 +153,9 @@ class Design:
         )
 
 
-def design(spec: SweepSpec, specs: Specs, point: Point) -> tuple[Design, dict[str, float]]:
-    """The point's configuration, workload and overrides, with the derived values applied,
-    and the names the sweep's expressions see."""
+def _context(spec: SweepSpec, specs: Specs, point: Point):
+    """The point's configuration, workload, grid parameters, the mapping's architecture and
+    the names the sweep's derived values see (before any is derived)."""
     accel = str(point.get("accel"))
     config = ALIASES.get(accel, accel)
     fields = {f: point.get(f) for f in WORKLOAD_FIELDS if point.get(f) is not None}
@@ -145,6 +169,13 @@ def design(spec: SweepSpec, specs: Specs, point: Point) -> tuple[Design, dict[st
     ctx.update(workload.attention_shapes())
     ctx["value_bytes"] = base.value_bytes
     ctx.update({k: v for k, v in params.items() if isinstance(v, int | float)})
+    return config, workload, params, base, ctx
+
+
+def design(spec: SweepSpec, specs: Specs, point: Point) -> tuple[Design, dict[str, float]]:
+    """The point's configuration, workload and overrides, with the derived values applied,
+    and the names the sweep's expressions see."""
+    config, workload, params, base, ctx = _context(spec, specs, point)
     for name, text, loc in spec.derive:
         value = evaluate_expr(text, ctx, loc)
         if name in _COUNTS:
@@ -204,7 +235,10 @@ def size_buffer(spec: SweepSpec, specs: Specs, d: Design, ctx: Mapping[str, floa
     whole buffer rows) at which attention maps and is compute-bound."""
     rule = spec.buffer
     assert rule is not None
-    minimum = as_int(math.ceil(evaluate_expr(rule.minimum_bytes, ctx, rule.loc)), "minimum_bytes")
+    raw = evaluate_expr(rule.minimum_bytes, ctx, rule.loc)
+    if not math.isfinite(raw):
+        raise SpecError(f"minimum_bytes = {raw} is not a finite number", rule.loc)
+    minimum = as_int(math.ceil(raw), "minimum_bytes")
     if minimum <= 0:
         raise SpecError(f"minimum_bytes = {minimum} must be positive", rule.loc)
     arch = specs.architecture(specs.mapping(d.config))
@@ -230,11 +264,21 @@ def size_buffer(spec: SweepSpec, specs: Specs, d: Design, ctx: Mapping[str, floa
 def evaluate_point(spec: SweepSpec, specs: Specs, point: Point) -> dict[str, Any]:
     """One row: the point as evaluated and its results; a point that cannot be evaluated
     (no mapping fits, ...) gets its one-line reason in `error` and no results."""
+    accel = str(point.get("accel"))
     row: dict[str, Any] = {
-        "accel": point.get("accel"),
+        # until the design is known (a failed point keeps these): the point as given
+        "accel": ALIASES.get(accel, accel),
         "model": point.get("model"),
         "seq": point.get("seq"),
+        "pe_dim": point.get("pe_dim"),
+        "pe_dim_1d": point.get("pe_dim_1d"),
+        "buffer_bytes": point.get("buffer_bytes"),
+        "bandwidth_bytes_per_s": point.get("bandwidth"),
+        "register_words_2d": point.get("register_words_2d"),
+        "register_words_1d": point.get("register_words_1d"),
     }
+    with contextlib.suppress(SpecError):
+        row["model"] = make_workload(str(point.get("model")), point.get("seq")).label
     for f in WORKLOAD_FIELDS:
         if spec.values(f) is not None:
             row[f] = point.get(f)

@@ -12,11 +12,10 @@ for what each file holds.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from simulator.atomic import write_text
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
 from simulator.errors import SpecError
@@ -59,17 +58,9 @@ def exported(args: argparse.Namespace) -> list[ExportedEinsum]:
 def write(einsums: list[ExportedEinsum], out: Path) -> None:
     """Write every Einsum's directory; each file appears whole (written aside, renamed)."""
     texts = [(e.einsum, [(n, dump(data)) for n, data in e.files]) for e in einsums]
-    try:
-        for einsum, files in texts:
-            d = out / einsum
-            d.mkdir(parents=True, exist_ok=True)
-            for name, text in files:
-                fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.")
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-                os.replace(tmp, d / name)
-    except OSError as err:
-        raise SpecError(f"cannot write {out}: {err.strerror or err}") from None
+    for einsum, files in texts:
+        for name, text in files:
+            write_text(out / einsum / name, text)
 
 
 @guarded

@@ -25,7 +25,7 @@ from simulator.errors import SpecError
 from simulator.model.result import Result
 from simulator.spec.workload import make_workload
 from simulator.textfmt import table
-from simulator.units import parse_bytes, parse_count
+from simulator.units import parse_bandwidth, parse_bytes, parse_count
 
 
 class _Parser(argparse.ArgumentParser):
@@ -122,14 +122,7 @@ def _bytes(text: str) -> int:
 
 
 def _bandwidth(text: str) -> float:
-    stripped = text.strip().removesuffix("/s")
-    try:
-        value = float(stripped)
-    except ValueError:
-        value = float(parse_bytes(stripped, what="--bandwidth"))
-    if value <= 0:
-        raise SpecError(f"--bandwidth must be positive, got {text}")
-    return value
+    return parse_bandwidth(text, what="--bandwidth")
 
 
 @dataclass(frozen=True)

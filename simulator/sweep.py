@@ -23,7 +23,6 @@ import dataclasses
 import io
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from simulator.atomic import check_writable, write_text
 from simulator.cli import guarded
 from simulator.configs import Specs
 from simulator.design_space import Point, check, columns, evaluate_points, points
@@ -91,7 +91,6 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
     spec = spec.with_grid(parse_grid_args(args.grid))
     settings = {k: getattr(args, k) for k in ("scope", "engine", "accounting", "linear")}
     return dataclasses.replace(spec, **{k: v for k, v in settings.items() if v is not None})
-    return spec
 
 
 def chunked(items: Sequence[Point], jobs: int) -> list[list[Point]]:
@@ -163,17 +162,11 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write the whole file or nothing: a temporary file beside it, renamed over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _absolute(path: str | None) -> str | None:
+    """A file path made absolute; shipped spec names (no such file here) stay names."""
+    if path is None or not Path(path).is_file():
+        return path
+    return str(Path(path).resolve())
 
 
 def _parameters() -> Iterator[str]:
@@ -197,12 +190,19 @@ def main(argv: list[str] | None = None) -> int:
         raise SpecError("--scheduler is for --executor dask")
     if args.jobs is not None and args.jobs < 1:
         raise SpecError(f"--jobs must be at least 1, got {args.jobs}")
+    # Files named on the command line, as absolute paths: workers (Dask's included) may
+    # run in other folders.
+    cascade, arch = _absolute(args.cascade), _absolute(args.arch)
     spec = sweep_spec(args)
-    specs = Specs(cascade_override=args.cascade, arch_override=args.arch)
-    check(spec, specs)  # unknown configurations, models or specs: before any work
+    if spec.linear and Path(spec.linear).is_file():
+        spec = dataclasses.replace(spec, linear=str(Path(spec.linear).resolve()))
+    specs = Specs(cascade_override=cascade, arch_override=arch)
+    check(spec, specs)  # unknown configurations, models, specs, names: before any work
+    if args.out:
+        check_writable(Path(args.out))
     todo = points(spec)
     jobs = args.jobs or os.cpu_count() or 1
-    overrides = (args.cascade, args.arch)
+    overrides = (cascade, arch)
     bar = tqdm(
         total=len(todo),
         desc="sweep",
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = run_local(spec, chunked(todo, jobs), jobs, overrides, bar.update)
     text = render_csv(spec, rows)
     if args.out:
-        write_atomic(Path(args.out), text)
+        write_text(Path(args.out), text)
         failed = sum(1 for _i, r in rows if r.get("error"))
         print(
             f"{len(rows)} points -> {args.out}"

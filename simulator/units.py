@@ -7,6 +7,7 @@ buffer = 2^24 bytes). Anything else is a SpecError, never a silent 0.
 
 from __future__ import annotations
 
+import math
 import re
 
 from simulator.errors import SpecError
@@ -47,6 +48,21 @@ def parse_bytes(text: str | int, what: str = "size") -> int:
     if not match:
         raise SpecError(f"{what}: '{text}' is not a size in bytes (examples: 16MB, 8MiB, 4096)")
     return _scaled(match.group(1), match.group(2), str(text), what)
+
+
+def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
+    """`400GiB`, `400GB/s`, `4.3e11` -> bytes per second."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        stripped = str(text).strip().removesuffix("/s")
+        try:
+            value = float(stripped)
+        except ValueError:
+            value = float(parse_bytes(stripped, what=what))
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError(f"{what} must be a positive finite number, got {text}")
+    return value
 
 
 def format_count(n: int) -> str:

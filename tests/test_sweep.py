@@ -209,6 +209,15 @@ sweep:
         (["--spec", "pareto", "--grid", "buffer_bytes=1M"], "both swept and sized"),
         (["--spec", "nosuch"], "no such sweep file"),
         (["--jobs", "0"], "--jobs must be at least 1"),
+        (
+            ["--spec", "pareto", "--grid", "pe_dim=64", "register_words_2d=8,64"],
+            "register_words_2d is both swept (grid) and derived",
+        ),
+        (["--grid", "bandwidth=nan"], "positive finite number"),
+        (["--grid", "model=bert,BERT"], "listed twice"),
+        (["--grid", "accel=binding,fusemax"], "listed twice"),
+        (["--grid", "seq=4K", "--arch", "nosuch.yaml"], "'nosuch.yaml', which does not exist"),
+        (["--grid", "seq=4K", "--cascade", "nosuch"], "'nosuch', which does not exist"),
     ],
 )
 def test_bad_sweeps_fail_in_one_line(tmp_path, capsys, args, message):
@@ -225,3 +234,82 @@ def test_a_sweep_file_typo_names_file_and_line(tmp_path, capsys):
     assert main(["--spec", str(spec), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert f"{spec}:4" in err and "unknown key 'bufer'" in err
+
+
+@pytest.mark.parametrize(
+    "derive, message",
+    [
+        ("seq: 4 * pe_dim", "derive: 'seq' cannot be computed"),
+        ("batch: 1", "derive: 'batch' cannot be computed"),
+        ("register_words_2d: PE2D.meshX // 8", "unknown name PE2D.meshX"),
+        ("register_words_2d: 2 * pe_dimm", "unknown name pe_dimm"),
+    ],
+)
+def test_derived_values_are_checked_before_any_work(tmp_path, capsys, derive, message):
+    spec = tmp_path / "mine.yaml"
+    spec.write_text(f"sweep:\n  grid:\n    pe_dim: [64, 128]\n  derive:\n    {derive}\n")
+    out = tmp_path / "never.csv"
+    assert main(["--spec", str(spec), "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and f"{spec}:5" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_a_buffer_rule_with_an_unknown_name_stops_the_sweep(tmp_path, capsys):
+    spec = tmp_path / "mine.yaml"
+    spec.write_text(
+        "sweep:\n  grid:\n    pe_dim: [64]\n  buffer:\n    minimum_bytes: pe_dimm * 1024\n"
+    )
+    assert main(["--spec", str(spec), "--no-progress"]) == 2
+    assert "minimum_bytes: unknown name pe_dimm" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["directory", "file as folder"])
+def test_an_unwritable_out_fails_before_the_sweep(tmp_path, capsys, kind):
+    target = tmp_path / "taken"
+    if kind == "directory":
+        target.mkdir()
+        out = target
+    else:
+        target.write_text("a file")
+        out = target / "x.csv"
+    assert main(["--grid", "seq=1K", *SMALL, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write {out}") and err.count("\n") == 1
+
+
+def test_a_failed_point_keeps_its_parameters(tmp_path):
+    (row,) = _sweep(tmp_path, "--grid", "accel=fusemax", "pe_dim=1", "seq=1K", *SMALL)
+    assert row["error"] and row["pe_dim"] == "1" and row["accel"] == "binding"
+    assert row["model"] == "BERT" and row["latency_s"] == ""
+
+
+def test_the_csv_gets_the_usual_file_permissions(tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        _sweep(tmp_path, "--grid", "seq=1K", *SMALL)
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "out.csv").stat().st_mode & 0o777 == 0o644
+
+
+def test_relative_override_paths_reach_the_workers(tmp_path, monkeypatch):
+    """Files named relative to the caller's folder are handed to workers as absolute
+    paths: a Dask worker started elsewhere finds them."""
+    from simulator import sweep as sweep_module
+
+    arch = tmp_path / "mine.yaml"
+    arch.write_text((Path(__file__).parent.parent / "arch" / "fusemax.yaml").read_text())
+    seen = []
+    real = sweep_module.run_local
+
+    def spy(spec, chunks, jobs, overrides, tick):
+        seen.append(overrides)
+        return real(spec, chunks, jobs, overrides, tick)
+
+    monkeypatch.setattr(sweep_module, "run_local", spy)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--grid", "seq=1K", *SMALL, "--arch", "mine.yaml", "--out", "o.csv"]) == 0
+    assert seen == [(None, str(arch.resolve()))]

@@ -238,6 +238,8 @@ class Architecture:
         ):
             if value is not None and value <= 0:
                 raise SpecError(f"{name} must be positive, got {value}")
+        if pe_dim is not None and pe_dim < 2 and any(a.mesh_y > 1 for a in self.arrays):
+            raise SpecError(f"pe_dim must be at least 2 (a {pe_dim} x {pe_dim} array is not 2D)")
         arch = dataclasses.replace(arch, arrays=tuple(resize(a) for a in arch.arrays))
         if buffer_bytes is not None:
             row_bytes = arch.buffer.width_bits // 8

@@ -12,10 +12,11 @@ A sweep file:
         pe_dim: [16, 32, 64, 128, 256, 512]
       derive:                      # per point, in order: restricted arithmetic over the
         min_tiles: 2 * max(1, pe_dim // E)        # point's parameters, the workload's
-        register_words_2d: 2 * min_tiles          # shapes (M P E F batch heads ...) and
-        register_words_1d: 8 * min_tiles          # the design (value_bytes, PE2D.meshX)
+        register_words_2d: 2 * min_tiles          # shapes (M P E F batch heads ...),
+        register_words_1d: 8 * min_tiles          # value_bytes and earlier derived names
       buffer:                      # the buffer rule: the smallest minimum_bytes x grow^k
         minimum_bytes: pe_dim * E * 8 * value_bytes   # that keeps attention compute-bound
+        # (minimum_bytes also sees the resized design: PE2D.meshX, PE1D.pes, ...)
         grow: 2
       accounting: published        # optional: scope, engine, accounting, linear
 
@@ -35,22 +36,7 @@ from simulator.errors import Loc, SpecError
 from simulator.spec import yamlio
 from simulator.spec.expr import is_arithmetic
 from simulator.spec.yamlio import LocDict, LocList
-from simulator.units import parse_bytes, parse_count
-
-
-def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
-    """`400GiB`, `400GB/s`, `4.3e11` -> bytes per second."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
-    else:
-        stripped = str(text).strip().removesuffix("/s")
-        try:
-            value = float(stripped)
-        except ValueError:
-            value = float(parse_bytes(stripped, what=what))
-    if value <= 0:
-        raise SpecError(f"{what} must be positive, got {text}")
-    return value
+from simulator.units import parse_bandwidth, parse_bytes, parse_count
 
 
 def _name(text: str | int | float, what: str = "name") -> str:
@@ -60,11 +46,24 @@ def _name(text: str | int | float, what: str = "name") -> str:
     return value
 
 
+def _model(text: str | int | float, what: str = "model") -> str:
+    """Model names are case-blind (bert = BERT): one spelling, so duplicates show."""
+    return _name(text, what).lower()
+
+
+def _accel(text: str | int | float, what: str = "accel") -> str:
+    """A configuration under its own name (fusemax = binding), so duplicates show."""
+    from simulator.configs import ALIASES  # configs loads the spec modules: import late
+
+    value = _name(text, what)
+    return ALIASES.get(value, value)
+
+
 # Sweepable parameters: name -> (parser, what it is). Design parameters left out of a sweep
 # keep the architecture file's values; accel, model and seq have defaults (DEFAULTS).
 PARAMETERS: dict[str, tuple[Callable[[Any, str], Any], str]] = {
-    "accel": (_name, "configuration (a mapping: unfused, flat, cascade, arch, binding)"),
-    "model": (_name, "workload model (bert, trxl, t5, xlm, custom)"),
+    "accel": (_accel, "configuration (a mapping: unfused, flat, cascade, arch, binding)"),
+    "model": (_model, "workload model (bert, trxl, t5, xlm, custom)"),
     "seq": (parse_count, "sequence length (1K, 64K, 1M)"),
     "pe_dim": (parse_count, "PE array dimension: 2D arrays N x N, 1D arrays N"),
     "pe_dim_1d": (parse_count, "width of the 1D array alone"),
@@ -146,6 +145,9 @@ class SweepSpec:
 def _checked(spec: SweepSpec, loc: Loc | None = None) -> SweepSpec:
     if spec.buffer is not None and spec.values("buffer_bytes") is not None:
         raise SpecError("buffer_bytes is both swept and sized by the buffer rule: choose one", loc)
+    for name, _text, derive_loc in spec.derive:
+        if spec.values(name) is not None:
+            raise SpecError(f"{name} is both swept (grid) and derived: choose one", derive_loc)
     return spec
 
 
@@ -218,8 +220,12 @@ def load_sweep(path: str | Path) -> SweepSpec:
             raise SpecError(
                 f"derive {name}: '{text}' is not an arithmetic expression", derive_raw.loc_of(name)
             )
-        if name in ("accel", "model"):
-            raise SpecError(f"derive: '{name}' cannot be computed", derive_raw.key_locs[name])
+        if name in ("accel", "model", "seq", *WORKLOAD_FIELDS):
+            raise SpecError(
+                f"derive: '{name}' cannot be computed (the workload is set before the derived "
+                "values; make it a grid parameter)",
+                derive_raw.key_locs[name],
+            )
         derive.append((str(name), text, derive_raw.loc_of(name)))
     buffer = _buffer_rule(body["buffer"], body.loc_of("buffer")) if "buffer" in body else None
     choices = {"scope": SCOPES, "engine": ENGINES, "accounting": ACCOUNTINGS}

@@ -398,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         configs = list(args.mapping)
     elif args.accel:
         configs = [ALIASES.get(c.strip(), c.strip()) for c in args.accel.split(",") if c.strip()]
+        if not configs:
+            raise SpecError(f"--accel '{args.accel}' names no configuration")
         known = shipped_configs()
         for c in configs:
             if c not in known:

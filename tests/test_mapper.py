@@ -308,6 +308,13 @@ def test_bad_mapper_settings_name_file_and_line(tmp_path, run_cli):
     assert code == 2 and f"{bad}:5" in err and err.count("\n") == 1
     code, _out, err = run_cli(run_main, ["--scope", "layer", "--linear", "nope", "--seq", "1K"])
     assert code == 2 and "no linear-layer spec 'nope'" in err
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(
+        "linear:\n  cascade: linear-layers\n  shapes: {N: batch * seq_len}\n"
+        "  mapper:\n    buffer: {keep: [right, right]}\n"
+    )
+    with pytest.raises(SpecError, match="names a tensor twice"):
+        load_linear(twice)  # counted twice, it would crowd the buffer for nothing
 
 
 def test_unfused_qk_and_av_are_mapped_by_the_mapper():

@@ -229,6 +229,8 @@ def _tensors(raw: Any, loc: Loc, what: str) -> tuple[str, ...]:
             raise SpecError(
                 f"{what}: unknown GEMM tensor '{n}' (tensors: {', '.join(TENSORS)})", loc
             )
+    if len(set(names)) != len(names):
+        raise SpecError(f"{what} names a tensor twice", loc)
     return names
 
 

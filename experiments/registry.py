@@ -20,6 +20,10 @@ from typing import Any
 
 from experiments.published import Published
 
+# The points the paper's figures and stated means cover (its section VI).
+PAPER_MODELS = ("bert", "trxl", "t5", "xlm")
+PAPER_SEQS = tuple(2**k for k in (10, 12, 14, 16, 18, 20))  # 1K, 4K, 16K, 64K, 256K, 1M
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -30,8 +34,8 @@ class Selection:
 
     @property
     def is_full(self) -> bool:
-        """All four models at all six lengths: what the paper's means are over."""
-        return len(self.models) == 4 and len(self.seqs) == 6
+        """The paper's four models at its six lengths: what the paper's means are over."""
+        return set(self.models) == set(PAPER_MODELS) and set(self.seqs) == set(PAPER_SEQS)
 
 
 @dataclass(frozen=True)

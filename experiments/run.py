@@ -10,6 +10,7 @@ re-run writes byte-identical CSVs.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -60,6 +61,30 @@ class _Inline(Executor):
         return future
 
 
+def _worker_signals() -> None:
+    """Workers leave Ctrl-C and SIGTERM to the main process, which ends them: a worker
+    interrupted mid-task would leave the pool waiting on it forever."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _abandon(executor: Executor) -> None:
+    """After an interrupt: drop the queued work and end the workers now, without waiting
+    for their running tasks (a second Ctrl-C meanwhile is ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        # ProcessPoolExecutor keeps its worker processes here (and forgets them on
+        # shutdown); terminating them is the only way to stop a running task.
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _chunks(points: Sequence[Any], size: int) -> list[list[Any]]:
     return [list(points[i : i + size]) for i in range(0, len(points), max(1, size))]
 
@@ -74,7 +99,11 @@ def compute_rows(
     total = sum(len(chunk) for _, chunk in tasks)
     results: list[list[Any] | None] = [None] * len(tasks)
     bar = tqdm(total=total, desc="experiments", unit="point", disable=None if progress else True)
-    executor: Executor = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else _Inline()
+    executor: Executor = (
+        ProcessPoolExecutor(max_workers=jobs, initializer=_worker_signals)
+        if jobs > 1
+        else _Inline()
+    )
     try:
         futures = {}
         for index, (name, chunk) in enumerate(tasks):
@@ -92,8 +121,12 @@ def compute_rows(
         else:
             for future, index in futures.items():
                 results[index] = future.result()
+    except BaseException:
+        _abandon(executor)
+        raise
+    else:
+        executor.shutdown(wait=True)
     finally:
-        executor.shutdown(wait=True, cancel_futures=True)
         bar.close()
     rows: dict[str, list[Any]] = {e.name: [] for e in experiments}
     for (name, _), chunk_rows in zip(tasks, results, strict=True):
@@ -139,6 +172,8 @@ def _header(options: RunOptions, experiments: Sequence[Experiment]) -> str:
 def run(options: RunOptions) -> RunSummary:
     start = time.perf_counter()
     remove_stale_partials(options.out)
+    # report.md is written last: gone until then, its presence means the run finished.
+    (options.out / "report.md").unlink(missing_ok=True)
     experiments = [by_name(n) for n in options.experiments]
     rows = compute_rows(experiments, options.selection, options.jobs, options.progress)
     ctx = Context(options.out, options.selection, load_published(REFERENCE_DIR), options.compare)

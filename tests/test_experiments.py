@@ -267,3 +267,92 @@ def test_pareto_figure_from_reference_shaped_rows(ctx):
     assert 0.01 < min(a for v in curves.values() for a, _ in v) < 0.1
     assert "Worst point" in pareto.render(published, ctx.published)
     plt.close("all")
+
+
+# ------------------------------------------------ selections, interrupts, end-to-end rows
+
+
+def test_published_means_cover_the_same_points_as_ours(ctx):
+    """On a subset, the 'published data' column is the artifact's means over that subset:
+    fed the published rows of two BERT points as ours, both columns agree."""
+    totals = endtoend.published_totals(ctx.published)
+    subset = {
+        c: {p: q for p, q in v.items() if p in {("BERT", "1K"), ("BERT", "4K")}}
+        for c, v in totals.items()
+    }
+    labels = dict(zip(CONFIGS, CONFIG_LABELS, strict=True))
+    text = endtoend.render(subset, totals, labels, full=False)
+    line = next(ln for ln in text.splitlines() if ln.startswith("| speedup of FuseMax over FLAT"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1] == cells[2] != "5.30x"  # ours == published over BERT 1K, 4K
+    at_1m = next(ln for ln in text.splitlines() if "FLAT at 1M tokens" in ln)
+    assert [c.strip() for c in at_1m.strip("|").split("|")][2] == "-"
+
+
+def test_only_the_papers_points_count_as_a_full_run():
+    assert FULL.is_full
+    other = Selection(FULL.models, (512, 2048, 8192, 32768, 131072, 524288))
+    assert not other.is_full
+    assert not Selection(("bert", "bert", "t5", "xlm"), FULL.seqs).is_full
+
+
+def test_an_interrupted_run_leaves_no_report(tmp_path, monkeypatch):
+    """report.md from an earlier run goes when a new run starts: its presence always means
+    the run that wrote the folder's results finished."""
+    out = tmp_path / "out"
+    run(_options(out, SUBSET, ["cascades"], jobs=1))
+    assert (out / "report.md").exists()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("experiments.run.compute_rows", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(_options(out, SUBSET, ["cascades"], jobs=1))
+    assert not (out / "report.md").exists()
+
+
+def _sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_abandoning_the_pool_ends_busy_workers_at_once():
+    from concurrent.futures import ProcessPoolExecutor
+
+    from experiments.run import _abandon, _worker_signals
+
+    pool = ProcessPoolExecutor(max_workers=2, initializer=_worker_signals)
+    futures = [pool.submit(_sleep, 60) for _ in range(4)]
+    time.sleep(1.0)  # the workers are busy
+    processes = list(pool._processes.values())
+    start = time.perf_counter()
+    _abandon(pool)
+    assert time.perf_counter() - start < 10
+    assert all(not p.is_alive() for p in processes)
+    assert all(f.cancelled() or f.done() for f in futures[2:])
+
+
+def test_end_to_end_csvs_reproduce_the_artifacts_linear_layers(tmp_path):
+    """The end2end experiment itself: its end2end-{flat,proposal}.csv (the linear layers
+    under the artifact's constraints) within 3% of the published files (issue 6), and its
+    report says so."""
+    out = tmp_path / "e2e"
+    selection = Selection(("bert", "xlm"), (4096, 262144))
+    run(_options(out, selection, ["end2end"], jobs=1))
+    for name in ("end2end-flat", "end2end-proposal"):
+        published = {(r["model"], r["seq_len"]): r for r in rows(name)}
+        with open(out / "results" / f"{name}.csv", newline="") as handle:
+            ours = list(csv.DictReader(handle))
+        assert len(ours) == 4
+        for r in ours:
+            ref = published[(r["model"], r["seq_len"])]
+            for column in ("traffic", "latency", "energy"):
+                assert float(r[column]) == pytest.approx(float(ref[column]), rel=0.03), (
+                    name,
+                    r["model"],
+                    r["seq_len"],
+                    column,
+                )
+    report = (out / "report.md").read_text()
+    assert "Linear layers against the artifact's `end2end-*.csv`" in report

@@ -360,3 +360,38 @@ def test_export_bad_input_is_one_line(tmp_path, run_cli):
     )
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("config", ["unfused", "flat", "cascade", "arch"])
+def test_every_configuration_exports_and_comes_back(tmp_path, config):
+    """Not only +Binding: each shipped configuration (the unfused baseline's GEMM-mapped
+    QK and AV included) exports, and every Einsum reads back to its own access counts in
+    both forms (v0.4 files and the processed form)."""
+    out = tmp_path / config
+    assert export_main(["timeloop", "--accel", config, "--seq", "1K", "-o", str(out)]) == 0
+    specs = Specs()
+    workload = make_workload("bert", "1K")
+    cascade, mapping, arch = prepare(specs, config, workload)
+    views, _costs = configuration_views(cascade, mapping, arch, workload)
+    assert sorted(p.name for p in out.iterdir()) == sorted(v.einsum for v in views)
+    for v in views:
+        d = out / v.einsum
+        back = read_einsum(d).view
+        assert analyze(back.problem, back.mapping) == analyze(v.problem, v.mapping), v.einsum
+        data = yaml.safe_load((d / PROCESSED).read_text())
+        processed = analyze(
+            load_problem(d / PROCESSED),
+            load_mapping(d / PROCESSED, processed_storage_levels(data)),
+        )
+        assert processed.computes == math.prod(e for _x, e in v.problem.instance), v.einsum
+
+
+def test_an_imported_architecture_exports_and_comes_back(tmp_path):
+    """The export's way back names the architecture it came from; for an architecture
+    imported from Timeloop files that is the import description, which loads again."""
+    manifest = DATA / "timeloop-artifact" / "fusemax.yaml"
+    argv = ["timeloop", "--accel", "binding", "--seq", "1K", "--arch", str(manifest)]
+    assert export_main([*argv, "-o", str(tmp_path)]) == 0
+    back = read_einsum(tmp_path / "QK")
+    assert back.architecture.dram.bandwidth_bytes_per_s == pytest.approx(400 * 2**30)
+    assert back.architecture.array("PE2D").pes == 256 * 256

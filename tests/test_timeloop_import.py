@@ -320,3 +320,86 @@ def test_a_file_with_its_own_operations_keeps_them(tmp_path):
     assert arch.arrays[0].op("exp").cycles == 6
     with pytest.raises(SpecError, match="!Parallel"):
         import_architecture([ROOT / "arch" / "fusemax.yaml"])
+
+
+# ------------------------------------------- DRAM bandwidth, mapping order, bad entries
+
+
+def _with_shared_bandwidth(tmp_path, value: str):
+    """The artifact's FuseMax pair with its DRAM's shared_bandwidth given (it is commented
+    out in the artifact's file), and an import description of it."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    text = (SPECS / "proposal/arch-2d.yaml").read_text()
+    marker = "      # shared_bandwidth: 215"
+    assert marker in text
+    (tmp_path / "arch-2d.yaml").write_text(text.replace(marker, f"      shared_bandwidth: {value}"))
+    (tmp_path / "arch-1d.yaml").write_text((SPECS / "proposal/arch-1d.yaml").read_text())
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        "timeloop_import:\n  architecture: [arch-2d.yaml, arch-1d.yaml]\n  like: fusemax\n"
+    )
+    return manifest
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_a_non_positive_dram_bandwidth_is_an_error(tmp_path, value):
+    manifest = _with_shared_bandwidth(tmp_path, value)
+    with pytest.raises(SpecError, match="shared_bandwidth .* must be a positive number") as info:
+        load_architecture(manifest)
+    assert info.value.loc.path.endswith("arch-2d.yaml") and info.value.loc.line > 1
+
+
+def test_dram_bandwidth_expressions_are_evaluated(tmp_path):
+    plain = load_architecture(_with_shared_bandwidth(tmp_path / "a", "2"))
+    expression = load_architecture(_with_shared_bandwidth(tmp_path / "b", "1 + 1"))
+    # 2 words of 16 bits per cycle at the artifact's clock, not like=fusemax's 400 GiB/s
+    words = 2 * plain.dram.datawidth_bits / 8 * plain.frequency_hz
+    assert plain.dram.bandwidth_bytes_per_s == pytest.approx(words)
+    assert expression.dram.bandwidth_bytes_per_s == plain.dram.bandwidth_bytes_per_s
+
+
+def test_a_manifests_bandwidth_must_be_positive(tmp_path):
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        f"timeloop_import:\n  architecture: [{SPECS / 'proposal/arch-2d.yaml'}, "
+        f"{SPECS / 'proposal/arch-1d.yaml'}]\n  like: fusemax\n  bandwidth_bytes_per_s: 0\n"
+    )
+    with pytest.raises(SpecError, match="bandwidth_bytes_per_s must be a positive number"):
+        load_architecture(manifest)
+
+
+def test_spatial_entries_attach_where_the_architecture_puts_them(tmp_path):
+    """Timeloop places a spatial container by the architecture, not by where its entry
+    stands in the mapping file: moved to the end, the artifact's QK mapping still counts the
+    same (the fan-out stays below reg_file_1d)."""
+    from simulator.spec.timeloop_import import spatial_anchors
+
+    arch = SPECS / "proposal/arch-2d.yaml"
+    levels, anchors = storage_levels(arch), spatial_anchors(arch)
+    assert anchors == {"PE_col": "reg_file_1d", "PE": "reg_file_1d"}
+    problem = load_problem(SPECS / "proposal/problems/qk.yaml")
+    original = analyze(problem, load_mapping(SPECS / "proposal/mappings/qk.yaml", levels, anchors))
+    text = (SPECS / "proposal/mappings/qk.yaml").read_text()
+    head, spatial_and_rest = text.split("- target: PE_col", 1)
+    spatial, rest = spatial_and_rest.split("- target: reg_file\n", 1)
+    moved = tmp_path / "qk.yaml"
+    moved.write_text(head + "- target: reg_file\n" + rest + "\n- target: PE_col" + spatial)
+    reordered = analyze(problem, load_mapping(moved, levels, anchors))
+    assert reordered.counts == original.counts
+
+
+@pytest.mark.parametrize(
+    "entry, needle",
+    [
+        ("{target: DRAM, type: temporal, factors: 5}", "'factors' must be a list"),
+        ("{target: DRAM, type: temporal, permutation: 5}", "'permutation' must be a list"),
+        ("{target: DRAM, type: dataspace, keep: QK}", "'keep' must be a list"),
+        ("{target: PE, type: spatial, factors: [P=2], split: x}", "'split' must be a whole"),
+    ],
+)
+def test_malformed_mapping_entries_are_named(tmp_path, entry, needle):
+    path = tmp_path / "map.yaml"
+    path.write_text(f"mapping:\n- {entry}\n")
+    with pytest.raises(SpecError, match=needle) as info:
+        load_mapping(path, ["DRAM", "L3", "reg_file"])
+    assert info.value.loc.line == 2

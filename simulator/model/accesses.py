@@ -241,13 +241,17 @@ def energy_pj(
 
 
 def mapping_from_timeloop(
-    entries: list, level_order: list[str], source: str = "<mapping>"
+    entries: list,
+    level_order: list[str],
+    source: str = "<mapping>",
+    anchors: Mapping[str, str] | None = None,
 ) -> tuple[LevelMapping, ...]:
     """A Timeloop v0.4 `mapping:` list (targets with temporal/spatial/dataspace entries).
 
     `level_order` lists the storage levels outermost first; spatial entries target a
-    container and attach to the storage level above it. Timeloop permutations list loops
-    innermost first."""
+    container and attach to the storage level above it in the architecture (`anchors`:
+    container -> that level; without them, the level of the temporal entry before it).
+    Timeloop permutations list loops innermost first."""
     temporal: dict[str, tuple[Loop, ...]] = {}
     spatial: dict[str, list[Loop]] = {lv: [] for lv in level_order}
     keep: dict[str, frozenset[str]] = {lv: frozenset() for lv in level_order}
@@ -266,7 +270,10 @@ def mapping_from_timeloop(
             temporal[target] = tuple(Loop(d, factors[d]) for d in order if d in factors)
             last_storage = target
         elif kind == "spatial":
-            anchor = _storage_above(target, level_order, last_storage)
+            if anchors and target in anchors and target not in level_order:
+                anchor = anchors[target]
+            else:
+                anchor = _storage_above(target, level_order, last_storage)
             axis_split = entry.get("split")
             order = perm + [d for d in factors if d not in perm]
             for k, d in enumerate(d for d in order if d in factors):

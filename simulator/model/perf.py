@@ -382,6 +382,20 @@ def cycles_per_point(
     return total
 
 
+def plan_costs(
+    plan: PhasePlan,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+) -> list[EinsumCost]:
+    """The Einsum costs of one phase: the GEMM mapper's for a mapped GEMM phase, else each
+    Einsum's points x cycles per point over its PEs."""
+    if plan.gemm is not None:
+        return [_gemm_cost(plan)]
+    return einsum_costs(plan, mapping, facts, arch, extents)
+
+
 def einsum_costs(
     plan: PhasePlan,
     mapping: Mapping,
@@ -589,10 +603,7 @@ def evaluate_mapping(
         phase_views(plan, mapping, facts, arch, extents, partitions, workload) for plan in plans
     ]
     for plan, plan_views in zip(plans, views, strict=True):
-        if plan.gemm is not None:
-            einsums = [_gemm_cost(plan)]
-        else:
-            einsums = einsum_costs(plan, mapping, facts, arch, extents)
+        einsums = plan_costs(plan, mapping, facts, arch, extents)
         costs += einsums
         cycles = {c.einsum: c.cycles for c in einsums}
         ctx = _factor_context(arch, mapping, extents)

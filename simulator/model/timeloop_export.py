@@ -40,7 +40,7 @@ import yaml
 from simulator.errors import Loc, SpecError
 from simulator.model.accesses import LevelMapping, Loop, Problem, analyze
 from simulator.model.energy import action_counts
-from simulator.model.perf import cascade_facts, choose_extents, einsum_costs
+from simulator.model.perf import cascade_facts, choose_extents, plan_costs
 from simulator.model.result import EinsumCost
 from simulator.model.timeloop_view import EinsumView, phase_views
 from simulator.spec.arch import Architecture
@@ -83,7 +83,7 @@ def configuration_views(cascade, mapping, arch: Architecture, workload):
     costs: list[EinsumCost] = []
     for plan in plans:
         views += phase_views(plan, mapping, facts, arch, extents, partitions, workload)
-        costs += einsum_costs(plan, mapping, facts, arch, extents)
+        costs += plan_costs(plan, mapping, facts, arch, extents)
     return views, costs
 
 
@@ -617,7 +617,8 @@ def read_einsum(directory: str | Path) -> ImportedEinsum:
         ),
     )
     order = ti.storage_levels(d / "architecture.yaml")
-    raw = ti.load_mapping(d / "mapping.yaml", order)
+    anchors = ti.spatial_anchors(d / "architecture.yaml")
+    raw = ti.load_mapping(d / "mapping.yaml", order, anchors)
     mapping = tuple(
         LevelMapping(
             levels[lm.level],

@@ -29,6 +29,7 @@ naming the construct.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -559,6 +560,7 @@ def import_architecture(
     frequency = built.frequency_hz
     if bandwidth_bytes_per_s is not None:
         bandwidth = float(bandwidth_bytes_per_s)
+        _check_bandwidth(bandwidth, "bandwidth_bytes_per_s", None)
     elif shared_words is not None:
         # Timeloop's DRAM `shared_bandwidth` is in words per cycle.
         bandwidth = float(shared_words) * built.dram.datawidth_bits / 8 * frequency
@@ -610,13 +612,32 @@ def _drams(nodes: list[Any]) -> list[LocDict]:
 
 
 def _dram_shared_bandwidth(nodes: list[Any]) -> float | None:
+    """The DRAM's Timeloop `shared_bandwidth` (words per cycle; a number or an expression
+    over its numeric attributes), checked positive."""
+    from simulator.spec import expr
+
     for d in _drams(nodes):
         attrs = d.get("attributes")
-        if isinstance(attrs, LocDict) and "bandwidth_bytes_per_s" not in attrs:
-            value = attrs.get("shared_bandwidth")
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                return float(value)
+        if (
+            isinstance(attrs, LocDict)
+            and "bandwidth_bytes_per_s" not in attrs
+            and "shared_bandwidth" in attrs
+        ):
+            loc = attrs.loc_of("shared_bandwidth")
+            context = {
+                str(k): v
+                for k, v in attrs.items()
+                if isinstance(v, int | float) and not isinstance(v, bool)
+            }
+            value = float(expr.evaluate(attrs["shared_bandwidth"], context, loc))
+            _check_bandwidth(value, "DRAM shared_bandwidth (words per cycle)", loc)
+            return value
     return None
+
+
+def _check_bandwidth(value: float, what: str, loc: Loc | None) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError(f"{what} must be a positive number, got {value:g}", loc)
 
 
 # --------------------------------------------------------------------------------------
@@ -668,9 +689,9 @@ def load_manifest(data: LocDict, source: str) -> Architecture:
         like = arch_mod.load_architecture(path)
     bandwidth = None
     if "bandwidth_bytes_per_s" in body:
-        bandwidth = float(
-            expr.evaluate(body["bandwidth_bytes_per_s"], {}, body.loc_of("bandwidth_bytes_per_s"))
-        )
+        where = body.loc_of("bandwidth_bytes_per_s")
+        bandwidth = float(expr.evaluate(body["bandwidth_bytes_per_s"], {}, where))
+        _check_bandwidth(bandwidth, "bandwidth_bytes_per_s", where)
     values = body.get("variables", {})
     if not isinstance(values, dict):
         raise SpecError("'variables' must map Jinja names to values", body.loc_of("variables"))
@@ -682,7 +703,9 @@ def load_manifest(data: LocDict, source: str) -> Architecture:
         bandwidth_bytes_per_s=bandwidth,
         name=Path(source).stem,
     )
-    return imported.architecture
+    # The description is the architecture's file: loading it again gives the same design
+    # (an export's way back names it).
+    return dataclasses.replace(imported.architecture, path=source)
 
 
 # --------------------------------------------------------------------------------------
@@ -750,6 +773,29 @@ def storage_levels(path: str | Path, values: Mapping[str, Any] | None = None) ->
     mapping's levels take)."""
     f = _read_file(path, values or {}, None)
     return [str(c.get("name")) for c in _components(f.prefix + f.array) if _is_storage(c)]
+
+
+def spatial_anchors(path: str | Path, values: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Each spatial container of a Timeloop architecture file -> the storage level above
+    it: where a mapping's spatial entry for that container attaches, wherever the entry
+    stands in the mapping file."""
+    f = _read_file(path, values or {}, None)
+    out: dict[str, str] = {}
+    last: list[str] = []
+
+    def walk(nodes: list[Any]) -> None:
+        for node in nodes:
+            if not isinstance(node, LocDict):
+                continue
+            if node.tag == "Component" and _is_storage(node):
+                last.append(str(node.get("name")))
+            elif node.tag == "Container" and "spatial" in node and last:
+                out[str(node.get("name"))] = last[-1]
+            elif node.tag in ("Parallel", "Hierarchical") and isinstance(node.get("nodes"), list):
+                walk(list(node["nodes"]))
+
+    walk(f.prefix + f.array)
+    return out
 
 
 def load_problem(path: str | Path) -> Problem:
@@ -827,8 +873,11 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def load_mapping(path: str | Path, levels: Sequence[str]) -> tuple[LevelMapping, ...]:
-    """A Timeloop v0.4 `mapping:` list over the storage `levels` (outermost first)."""
+def load_mapping(
+    path: str | Path, levels: Sequence[str], anchors: Mapping[str, str] | None = None
+) -> tuple[LevelMapping, ...]:
+    """A Timeloop v0.4 `mapping:` list over the storage `levels` (outermost first);
+    `anchors` (`spatial_anchors` of the architecture) place its spatial entries."""
     source = str(path)
     data = load_yaml(path)
     entries = data.get("mapping") if isinstance(data, LocDict) else None
@@ -844,6 +893,24 @@ def load_mapping(path: str | Path, levels: Sequence[str]) -> tuple[LevelMapping,
         factors = item.get("factors", [])
         if isinstance(factors, str):  # Timeloop's processed form: "B=64,E=1" or "B=64 E=1"
             item["factors"] = [f for f in re.split(r"[,\s]+", factors) if f]
+        elif not isinstance(factors, list):
+            raise SpecError(
+                "'factors' must be a list (or string) of DIM=N", entry.loc_of("factors")
+            )
+        permutation = item.get("permutation", [])
+        if isinstance(permutation, str):  # one character per dimension, innermost first
+            item["permutation"] = list(permutation.replace(",", "").replace(" ", ""))
+        elif not isinstance(permutation, list):
+            raise SpecError(
+                "'permutation' must be a list (or string) of dimensions",
+                entry.loc_of("permutation"),
+            )
+        for key in ("keep", "bypass"):
+            if key in item and not isinstance(item[key], list):
+                raise SpecError(f"'{key}' must be a list of data spaces", entry.loc_of(key))
+        split = item.get("split")
+        if split is not None and (isinstance(split, bool) or not isinstance(split, int)):
+            raise SpecError("'split' must be a whole number of dimensions", entry.loc_of("split"))
         if entry["type"] not in ("temporal", "spatial", "dataspace", "bypass"):
             raise SpecError(
                 f"unsupported mapping entry type '{entry['type']}' (temporal, spatial, dataspace)",
@@ -859,4 +926,4 @@ def load_mapping(path: str | Path, levels: Sequence[str]) -> tuple[LevelMapping,
                 )
             continue  # Timeloop's dummy levels of the processed form: no storage
         normal.append(item)
-    return mapping_from_timeloop(normal, list(levels), source)
+    return mapping_from_timeloop(normal, list(levels), source, anchors)

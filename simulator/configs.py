@@ -17,7 +17,7 @@ from simulator.model.result import Result
 from simulator.paths import data_dir, resolve_spec
 from simulator.spec.arch import Architecture, load_architecture
 from simulator.spec.linear import LinearSpec, load_linear
-from simulator.spec.mapping import Mapping, MappingSpec, load_mapping, resolve
+from simulator.spec.mapping import CascadeNames, Mapping, MappingSpec, load_mapping, resolve
 from simulator.spec.tables import (
     AreaTable,
     EnergyTable,
@@ -92,20 +92,32 @@ class Specs:
         return self._linear[name_or_path]
 
     def cascade(self, spec: MappingSpec) -> Cascade:
-        name = self.cascade_override or spec.cascade
-        path = self._relative(spec, "cascades", name)
+        if self.cascade_override:
+            path = self._override("cascades", "--cascade", self.cascade_override)
+        else:
+            path = self._relative(spec, "cascades", spec.cascade)
         key = str(path)
         if key not in self._cascades:
             self._cascades[key] = load_cascade(path)
         return self._cascades[key]
 
     def architecture(self, spec: MappingSpec) -> Architecture:
-        name = self.arch_override or spec.architecture
-        path = self._relative(spec, "arch", name)
+        if self.arch_override:
+            path = self._override("arch", "--arch", self.arch_override)
+        else:
+            path = self._relative(spec, "arch", spec.architecture)
         key = str(path)
         if key not in self._archs:
             self._archs[key] = load_architecture(path)
         return self._archs[key]
+
+    @staticmethod
+    def _override(kind: str, option: str, name: str) -> Path:
+        """A command line's file (relative to the current folder) or shipped spec name."""
+        try:
+            return resolve_spec(kind, name).resolve()
+        except SpecError as err:
+            raise SpecError(f"{option} {name}: {err.message}") from None
 
     @staticmethod
     def _relative(spec: MappingSpec, kind: str, name: str) -> Path:
@@ -179,6 +191,21 @@ def prepare(
     context = dict(arch.parameters())
     context.update(workload.attention_shapes())
     mapping = resolve(
-        spec, workload_fields(workload), context, compute, [a.name for a in arch.arrays]
+        spec,
+        workload_fields(workload),
+        context,
+        compute,
+        [a.name for a in arch.arrays],
+        cascade_names(cascade),
     )
     return cascade, mapping, arch
+
+
+def cascade_names(cascade: Cascade) -> CascadeNames:
+    """The ranks, rank components and tensors of a cascade, which a mapping may name."""
+    components = {r for t in cascade.tensors for r in t.ranks}
+    for rank, comps in cascade.partitions:
+        components.add(rank)
+        components.update(comps)
+    tensors = {t.name for t in cascade.tensors} | {e.output.tensor for e in cascade.einsums}
+    return CascadeNames(frozenset(components), frozenset(tensors))

@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     specs = Specs(cascade_override=args.cascade, arch_override=args.arch)
     if args.mapping:
         configs = list(args.mapping)
-    elif args.accel:
+    elif args.accel is not None:
         configs = [ALIASES.get(c.strip(), c.strip()) for c in args.accel.split(",") if c.strip()]
         if not configs:
             raise SpecError(f"--accel '{args.accel}' names no configuration")

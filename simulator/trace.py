@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.atomic import check_writable, write_text
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
 from simulator.engine.program import Program
@@ -117,6 +119,9 @@ def plot_waterfall(
     return handles, [f"epoch {e}" for e in epochs]
 
 
+LEGEND_EPOCHS = 16
+
+
 def draw(events: list[TraceEvent], arrays: list[str], title: str, path: Path) -> None:
     import matplotlib
 
@@ -126,6 +131,8 @@ def draw(events: list[TraceEvent], arrays: list[str], title: str, path: Path) ->
     end = max((e.end for e in events), default=1)
     fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, end / 60)), 1.4 + 0.9 * len(arrays)))
     handles, labels = plot_waterfall(ax, events, arrays)
+    # the legend names the first epochs' colours (they repeat): a long trace keeps it short
+    handles, labels = handles[:LEGEND_EPOCHS], labels[:LEGEND_EPOCHS]
     ax.set_xlabel("cycle")
     ax.set_title(title, fontsize=9)
     ax.legend(
@@ -144,8 +151,13 @@ def draw(events: list[TraceEvent], arrays: list[str], title: str, path: Path) ->
 
 def render_summary(r: WaterfallResult, arrays: list[str], epochs: int) -> str:
     lines = [
-        f"{r.cycles} cycles for {r.epochs} epochs of one instance "
-        f"({r.simulated_epochs} simulated, the rest extrapolated); traced {epochs}"
+        f"{r.cycles} cycles for {r.epochs} epoch{'s' if r.epochs != 1 else ''} of one instance "
+        + (
+            f"({r.simulated_epochs} simulated, the rest extrapolated)"
+            if r.simulated_epochs < r.epochs
+            else "(all simulated)"
+        )
+        + f"; traced {epochs}"
     ]
     for array in arrays:
         stalls = ", ".join(
@@ -159,22 +171,46 @@ def render_summary(r: WaterfallResult, arrays: list[str], epochs: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m simulator.trace`."""
     args = build_parser().parse_args(argv)
+    # Outputs checked before the simulation: a typo costs a second, not a run.
+    if args.out:
+        _check_figure_path(Path(args.out))
+    if args.csv:
+        check_writable(Path(args.csv))
     workload = make_workload(args.model, args.seq, {"batch": 1, "heads": 1})
     config = args.mapping or ALIASES.get(args.accel, args.accel)
     t = trace_point(Specs(), config, workload, args.epochs, args.pe_dim)
     r, arrays, events, mapping, program = t.result, t.arrays, t.events, t.mapping, t.program
+    traced = min(args.epochs, r.epochs)
     if args.csv:
-        buf = [["cycle", *arrays], *activity_rows(events, arrays)]
-        with open(args.csv, "w", newline="") as f:
-            csv.writer(f, lineterminator="\n").writerows(buf)
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows(
+            [["cycle", *arrays], *activity_rows(events, arrays)]
+        )
+        write_text(Path(args.csv), out.getvalue())
     if args.out:
         title = (
             f"{mapping.label}: {workload.label} at {workload.seq_label} tokens, first "
-            f"{args.epochs} epochs ({program.tiles_in_flight} tiles in flight)"
+            f"{traced} epoch{'s' if traced != 1 else ''} "
+            f"({program.tiles_in_flight} tiles in flight)"
         )
-        draw(events, arrays, title, Path(args.out))
-    print(render_summary(r, arrays, args.epochs))
+        try:
+            draw(events, arrays, title, Path(args.out))
+        except OSError as err:
+            raise SpecError(f"cannot write {args.out}: {err.strerror or err}") from None
+    print(render_summary(r, arrays, traced))
     return 0
+
+
+def _check_figure_path(path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    kinds = FigureCanvasAgg.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in kinds:
+        raise SpecError(
+            f"--out {path}: a figure needs one of the suffixes "
+            f"{', '.join('.' + k for k in sorted(kinds))}"
+        )
+    check_writable(path)
 
 
 if __name__ == "__main__":

@@ -144,3 +144,40 @@ def test_subprocess_has_no_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["compare", "attention-1pass", "attention-3pass", "--seed", "-1"], "--seed must be 0"),
+        (["compare", "attention-1pass", "attention-3pass", "--rtol", "-1"], "--rtol must be"),
+        (["compare", "attention-1pass", "attention-3pass", "--rtol", "nan"], "--rtol must be"),
+        (["eval", "attention-1pass", "--scale", "0"], "--scale must be"),
+        # float64 tensors of a 1M x 1M attention: one line, not a memory error
+        (["eval", "attention-1pass", "--shape", "M=1M,P=1M"], "GiB of float64 tensors"),
+        (["compare", "attention-1pass", "attention-3pass", "--shape", "M=1M,P=1M"], "GiB"),
+    ],
+)
+def test_bad_numeric_options_are_one_line(run_cli, argv, needle):
+    code, out, err = run_cli(main, argv)
+    assert code == 2 and out == "", err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_the_trace_cli_checks_its_outputs_first(tmp_path, run_cli):
+    from simulator.trace import main as trace_main
+
+    argv = ["--seq", "1K"]
+    code, _out, err = run_cli(trace_main, [*argv, "--out", str(tmp_path / "x.txt")])
+    assert code == 2 and "a figure needs one of the suffixes" in err and err.count("\n") == 1
+    code, _out, err = run_cli(trace_main, [*argv, "--csv", str(tmp_path)])
+    assert code == 2 and "is a directory" in err and err.count("\n") == 1
+    png, table = tmp_path / "w.png", tmp_path / "w.csv"
+    code, out, err = run_cli(
+        trace_main, [*argv, "--epochs", "100000", "--out", str(png), "--csv", str(table)]
+    )
+    assert code == 0, err
+    # the trace covers the epochs that exist, and says how many
+    epochs = int(out.split(" epochs of one instance")[0].split()[-1])
+    assert f"traced {epochs}" in out and epochs < 100000
+    assert png.stat().st_size > 0 and table.read_text().startswith("cycle,")

@@ -264,3 +264,18 @@ def test_buffer_bandwidth_must_be_positive(specs, tmp_path):
     path = _narrow_buffer_mapping(tmp_path, 0)
     with pytest.raises(SpecError, match="shared_bandwidth"):
         evaluate(specs, path, make_workload("bert", "4K"))
+
+
+def test_phase_compute_time_leaves_memory_stalls_out(specs):
+    """A phase's compute_s means the same in both engines: what its arrays need, memory
+    apart. The unfused QK phase at 1M tokens waits on DRAM most of the time: the cycle
+    engine's latency is the memory time, its compute the analytic compute."""
+    w = make_workload("bert", "1M")
+    cycle = evaluate(specs, "unfused", w, engine="cycle")
+    analytic = evaluate(specs, "unfused", w, engine="analytic")
+    for c, a in zip(cycle.phases, analytic.phases, strict=True):
+        assert c.compute_s == pytest.approx(a.compute_s, rel=0.01), c.name
+        assert c.latency_s >= c.compute_s
+    qk = cycle.phases[0]
+    assert qk.name == "QK" and qk.compute_s < 0.5 * qk.memory_s
+    assert qk.latency_s == pytest.approx(qk.memory_s, rel=0.01)

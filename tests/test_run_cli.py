@@ -195,6 +195,13 @@ def _mapping_with(tmp_path, old: str, new: str, name: str = "binding") -> str:
         ("    P0: PE2D.meshX", "    P0: 512", "exceeds PE2D"),
         ("  binding:", "  bindings:", "unknown key 'bindings'"),
         ("      loops: [P2, M1, P1]", "      loops: [P2, M1, P1\n", "YAML syntax error"),
+        # names the cascade and the mapping's partitions do not have
+        ("    PE2D: [P0, M0]", "    PE2D: [P0, M7]", "spatial of PE2D names 'M7'"),
+        ("    Q: {home: DRAM, keep: P2}", "    Q: {home: DRAM, keep: Z9}", "names 'Z9'"),
+        ("    Q: {home: DRAM, keep: P2}", "    Q9: {home: DRAM, keep: P2}", "'Q9' is no tensor"),
+        ("      loops: [P2, M1, P1]", "      loops: [P2, M1, P9]", "names 'P9'"),
+        ("    P: [P2, P1, P0]", "    P: [P1, P0]", "names 'P2'"),
+        ("    P: [P2, P1, P0]", "    P: [P2, P1, P0]\n    X: [X1, X0]", "'X' is no rank"),
     ],
 )
 def test_bad_mapping_files(tmp_path, run_cli, old, new, fragment):
@@ -232,3 +239,25 @@ def test_bad_architecture_files(tmp_path, run_cli, old, new, fragment):
     )
     assert code == 2 and out == "", err
     assert "bad-arch.yaml:" in err and fragment in err and err.count("\n") == 1, err
+
+
+def test_option_paths_are_relative_to_the_current_folder(tmp_path, monkeypatch, run_cli):
+    """`--arch ../arch/fusemax.yaml` is the user's file, not the shipped one a path relative
+    to the mapping's folder would find."""
+    (tmp_path / "arch").mkdir()
+    (tmp_path / "work").mkdir()
+    text = (ROOT / "arch" / "fusemax.yaml").read_text()
+    text = text.replace("tables/", f"{ROOT / 'arch' / 'tables'}/")
+    text = text.replace("meshX: 256, meshY: 256", "meshX: 128, meshY: 128")
+    assert "meshX: 128, meshY: 128" in text
+    (tmp_path / "arch" / "fusemax.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path / "work")
+    argv = ["--accel", "binding", "--seq", "4K", "--engine", "analytic", "--format", "json"]
+    code, out, err = run_cli(main, [*argv, "--arch", "../arch/fusemax.yaml"])
+    assert code == 0, err
+    mine = json.loads(out)[0]
+    shipped = json.loads(run_cli(main, argv)[1])[0]
+    # a quarter of the PEs: about four times the compute-bound latency
+    assert mine["latency_s"] / shipped["latency_s"] == pytest.approx(4, rel=0.05)
+    code, _out, err = run_cli(main, [*argv, "--arch", "nosuch.yaml"])
+    assert code == 2 and err.startswith("error: --arch nosuch.yaml: no such file")

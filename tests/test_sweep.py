@@ -216,8 +216,8 @@ sweep:
         (["--grid", "bandwidth=nan"], "positive finite number"),
         (["--grid", "model=bert,BERT"], "listed twice"),
         (["--grid", "accel=binding,fusemax"], "listed twice"),
-        (["--grid", "seq=4K", "--arch", "nosuch.yaml"], "'nosuch.yaml', which does not exist"),
-        (["--grid", "seq=4K", "--cascade", "nosuch"], "'nosuch', which does not exist"),
+        (["--grid", "seq=4K", "--arch", "nosuch.yaml"], "--arch nosuch.yaml: no such file"),
+        (["--grid", "seq=4K", "--cascade", "nosuch"], "--cascade nosuch: no such file"),
     ],
 )
 def test_bad_sweeps_fail_in_one_line(tmp_path, capsys, args, message):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import numpy as np
@@ -36,6 +37,29 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise SpecError(f"{self.prog}: {message}")
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise SpecError(f"--seed: '{text}' is not a whole number") from None
+    if value < 0:
+        raise SpecError(f"--seed must be 0 or more, got {value}")
+    return value
+
+
+def _positive(option: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise SpecError(f"{option}: '{text}' is not a number") from None
+        if not math.isfinite(value) or value <= 0:
+            raise SpecError(f"{option} must be a positive number, got {text}")
+        return value
+
+    return parse
 
 
 def _load(name: str) -> Cascade:
@@ -282,22 +306,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file_a")
     p.add_argument("file_b")
     p.add_argument("--shape", help=shape_help)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument(
         "--scale",
-        type=float,
+        type=_positive("--scale"),
         default=1.0,
         help="standard deviation of the random inputs (large values probe overflow)",
     )
-    p.add_argument("--rtol", type=float, default=1e-5)
+    p.add_argument("--rtol", type=_positive("--rtol"), default=1e-5)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("eval", help="run a cascade on random inputs and summarise its outputs")
     p.add_argument("file")
     p.add_argument("--shape", help=shape_help)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--scale", type=_positive("--scale"), default=1.0)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("graph", help="dependency graph and recurrences (text or Graphviz DOT)")

@@ -12,6 +12,7 @@ non-finite values, which :func:`compare` reports (the naive softmax does overflo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import reduce
@@ -70,10 +71,31 @@ def tensor_shape(cascade: Cascade, tensor: str, shapes: Mapping[str, int]) -> tu
     return tuple(dims)
 
 
+# Numerical evaluation holds every tensor in float64: it is for small shapes. Beyond this
+# the machine would swap or fail mid-run; the user gets one line instead.
+MAX_EVALUATION_BYTES = 2 * 2**30
+
+
+def check_evaluation_size(cascade: Cascade, shapes: Mapping[str, int]) -> None:
+    """A SpecError when the cascade's tensors at `shapes` would not fit the budget."""
+    names = list(cascade.inputs) + [
+        e.output.tensor for e in cascade.einsums if e.output.tensor not in cascade.inputs
+    ]
+    total = 8 * sum(math.prod(tensor_shape(cascade, n, shapes)) for n in dict.fromkeys(names))
+    if total > MAX_EVALUATION_BYTES:
+        raise SpecError(
+            f"evaluating {cascade.name} at these shapes needs {total / 2**30:.3g} GiB of float64 "
+            f"tensors (at most {MAX_EVALUATION_BYTES / 2**30:g} GiB): numerical checks are for "
+            "small shapes, e.g. --shape M=256,P=256",
+            Loc(cascade.path),
+        )
+
+
 def random_inputs(
     cascade: Cascade, shapes: Mapping[str, int], seed: int = 0, scale: float = 1.0
 ) -> dict[str, np.ndarray]:
     """Normally distributed inputs (standard deviation `scale`), reproducible by seed."""
+    check_evaluation_size(cascade, shapes)
     rng = np.random.default_rng(seed)
     return {
         name: scale * rng.standard_normal(tensor_shape(cascade, name, shapes))
@@ -86,6 +108,7 @@ def evaluate(
 ) -> dict[str, np.ndarray]:
     """Every tensor of the cascade, computed from `inputs` (float64)."""
     shapes = dict(shapes) if shapes is not None else resolve_shapes(cascade)
+    check_evaluation_size(cascade, shapes)
     arrays: dict[str, np.ndarray] = {}
     for name in cascade.inputs:
         if name not in inputs:

@@ -619,9 +619,13 @@ def evaluate_mapping(
                 plan, mapping, facts, arch, extents, partitions, instances, ctx, port_cycles
             )
             sims.append(sim)
-            phase_cycles = sim.cycles / instances
-            compute_s = sim.cycles / f
-            phase_latency = compute_s  # DRAM and the buffer's ports are part of the simulation
+            # DRAM and the buffer's ports are part of the simulation: the phase takes its
+            # simulated cycles; its compute is what the busiest array needs without the
+            # cycles it waited for memory (as in the analytic form, memory apart).
+            compute = _simulated_compute_cycles(sim, mapping)
+            phase_cycles = compute / instances
+            compute_s = compute / f
+            phase_latency = sim.cycles / f
         else:
             phase_cycles = schedule_cycles(plan.phase.schedule, cycles, ctx)
             compute_s = phase_cycles * instances / f
@@ -719,6 +723,19 @@ def _gemm_cost(plan: PhasePlan) -> EinsumCost:
         parallel,
         cycles,
     )
+
+
+def _simulated_compute_cycles(sim, mapping: Mapping) -> int:
+    """A simulated phase's cycles less the memory stalls, for the array that has the most
+    left (over the arrays that work in the phase)."""
+    working = {mapping.array_of(e) for e, n in sim.busy if n > 0}
+    if not working:
+        return sim.cycles
+    waited: dict[str, int] = {}
+    for array, why, n in sim.stalls:
+        if why == "memory":
+            waited[array] = waited.get(array, 0) + n
+    return max(sim.cycles - waited.get(a, 0) for a in working)
 
 
 def _stall_totals(sims: list) -> tuple[tuple[str, str, int], ...]:

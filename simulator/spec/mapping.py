@@ -428,14 +428,42 @@ def _schedule(raw: Any, loc: Loc) -> Schedule:
     )
 
 
+@dataclass(frozen=True)
+class CascadeNames:
+    """What a mapping may name from its cascade: ranks and their components (the cascade's
+    partitions'), and tensors."""
+
+    components: frozenset[str]
+    tensors: frozenset[str]
+
+
+def _check_components(
+    names: tuple[str, ...], known: frozenset[str] | None, loc: Loc | None, what: str
+) -> tuple[str, ...]:
+    if known is not None:
+        for n in names:
+            if n not in known:
+                raise SpecError(
+                    f"{what} names '{n}', which is no rank or rank component of the cascade "
+                    f"or the mapping's partitions (known: {', '.join(sorted(known))})",
+                    loc,
+                )
+    return names
+
+
+KEEP_WORDS = ("stream", "top")
+
+
 def resolve(
     spec: MappingSpec,
     workload_fields: dict[str, Any],
     context: dict[str, float],
     einsum_names: list[str],
     array_names: list[str],
+    cascade_names: CascadeNames | None = None,
 ) -> Mapping:
-    """Fix a mapping to one point: pick its table row, apply selects, check names."""
+    """Fix a mapping to one point: pick its table row, apply selects, check names (against
+    the cascade's ranks and tensors when `cascade_names` is given)."""
     row, note = find_row(spec, workload_fields) if spec.table else (None, None)
     body = _apply_selects(spec.data, row, spec.name)
     ctx = dict(context)
@@ -461,6 +489,18 @@ def resolve(
         (str(k), _names(v, partitions_raw.loc_of(k), f"partition of {k}"))
         for k, v in partitions_raw.items()
     )
+    known: frozenset[str] | None = None
+    if cascade_names is not None:
+        for rank, _comps in partitions:
+            if rank not in cascade_names.components:
+                raise SpecError(
+                    f"partitions: '{rank}' is no rank of the cascade "
+                    f"(ranks and components: {', '.join(sorted(cascade_names.components))})",
+                    partitions_raw.key_locs[rank],
+                )
+        known = cascade_names.components | {c for _r, comps in partitions for c in comps}
+        for name, loc in factor_locs:
+            _check_components((name,), known, loc, "factors")
 
     binding_raw = body.get("binding")
     if not isinstance(binding_raw, LocDict):
@@ -511,14 +551,33 @@ def resolve(
     for array, comps in spatial_raw.items():
         if array not in array_names:
             raise SpecError(f"unknown array '{array}'", spatial_raw.key_locs[array])
-        spatial[str(array)] = _names(comps, spatial_raw.loc_of(array), f"spatial of {array}")
+        spatial[str(array)] = _check_components(
+            _names(comps, spatial_raw.loc_of(array), f"spatial of {array}"),
+            known,
+            spatial_raw.loc_of(array),
+            f"spatial of {array}",
+        )
 
     base_placements: dict[str, Placement] = {}
     tensors_raw = body.get("tensors") or LocDict()
     if not isinstance(tensors_raw, LocDict):
         raise SpecError("tensors must map tensor names to placements", body.loc_of("tensors"))
+
+    def placement(tensor: Any, raw: Any, where: LocDict) -> Placement:
+        name = str(tensor)
+        if cascade_names is not None and name not in cascade_names.tensors:
+            raise SpecError(
+                f"tensors: '{name}' is no tensor of the cascade "
+                f"(tensors: {', '.join(sorted(cascade_names.tensors))})",
+                where.key_locs[tensor],
+            )
+        place = _placement(name, raw, where.loc_of(tensor), ctx)
+        if known is not None and place.keep not in (None, *KEEP_WORDS):
+            _check_components((place.keep,), known, place.loc, f"keep of '{name}' (or stream, top)")
+        return place
+
     for tensor, raw in tensors_raw.items():
-        base_placements[str(tensor)] = _placement(str(tensor), raw, tensors_raw.loc_of(tensor), ctx)
+        base_placements[str(tensor)] = placement(tensor, raw, tensors_raw)
 
     phases_raw = body["phases"]
     if not isinstance(phases_raw, LocList) or not phases_raw:
@@ -531,7 +590,12 @@ def resolve(
         pname = str(praw.get("name", f"phase{i + 1}"))
         if "schedule" not in praw:
             raise SpecError(f"phase '{pname}' needs a 'schedule'", praw.loc)
-        loops = _names(praw.get("loops", []), praw.loc_of("loops"), "loops")
+        loops = _check_components(
+            _names(praw.get("loops", []), praw.loc_of("loops"), "loops"),
+            known,
+            praw.loc_of("loops"),
+            f"loops of phase '{pname}'",
+        )
         sched = _schedule(praw["schedule"], praw.loc_of("schedule"))
         names = sched.einsums()
         for name in names:
@@ -560,19 +624,22 @@ def resolve(
             over = overrides.get(name) or LocDict()
             _check_keys(over, EINSUM_KEYS, f"overrides of '{name}'")
             array = binding[name]
+
+            def listed(key: str, over: LocDict = over, name: str = name) -> tuple[str, ...]:
+                return _check_components(
+                    _names(over[key], over.loc_of(key), key),
+                    known,
+                    over.loc_of(key),
+                    f"{key} of '{name}'",
+                )
+
             maps.append(
                 EinsumMap(
                     name,
                     array,
-                    _names(over["loops"], over.loc_of("loops"), "loops")
-                    if "loops" in over
-                    else None,
-                    _names(over["inner"], over.loc_of("inner"), "inner")
-                    if "inner" in over
-                    else None,
-                    _names(over["spatial"], over.loc_of("spatial"), "spatial")
-                    if "spatial" in over
-                    else spatial.get(array, ()),
+                    listed("loops") if "loops" in over else None,
+                    listed("inner") if "inner" in over else None,
+                    listed("spatial") if "spatial" in over else spatial.get(array, ()),
                 )
             )
         placements = dict(base_placements)
@@ -580,7 +647,7 @@ def resolve(
         if not isinstance(ptensors, LocDict):
             raise SpecError("tensors must map tensor names to placements", praw.loc_of("tensors"))
         for tensor, raw in ptensors.items():
-            placements[str(tensor)] = _placement(str(tensor), raw, ptensors.loc_of(tensor), ctx)
+            placements[str(tensor)] = placement(tensor, raw, ptensors)
         pipeline = praw.get("pipeline")
         tiles_in_flight = None
         if pipeline is not None:
@@ -634,7 +701,12 @@ def resolve(
     unpriced = _names(
         published.get("unpriced", []), published.loc_of("unpriced"), "published.unpriced"
     )
-    padded = _names(body.get("padded", []), body.loc_of("padded"), "padded")
+    padded = _check_components(
+        _names(body.get("padded", []), body.loc_of("padded"), "padded"),
+        known,
+        body.loc_of("padded"),
+        "padded",
+    )
     return Mapping(
         padded=padded,
         unpriced=unpriced,

@@ -17,7 +17,14 @@ from simulator.model.result import Result
 from simulator.paths import data_dir, resolve_spec
 from simulator.spec.arch import Architecture, load_architecture
 from simulator.spec.linear import LinearSpec, load_linear
-from simulator.spec.mapping import CascadeNames, Mapping, MappingSpec, load_mapping, resolve
+from simulator.spec.mapping import (
+    CascadeNames,
+    Mapping,
+    MappingSpec,
+    load_mapping,
+    mapping_shapes,
+    resolve,
+)
 from simulator.spec.tables import (
     AreaTable,
     EnergyTable,
@@ -146,6 +153,9 @@ def workload_fields(workload: Workload) -> dict[str, object]:
         "batch": workload.batch,
         "heads": workload.heads,
         "embed": workload.embed,
+        "value_embed": workload.value_embed,
+        "dmodel": workload.dmodel,
+        "ffn": workload.ffn,
     }
 
 
@@ -189,7 +199,7 @@ def prepare(
     )
     compute = [e.name for e in cascade.einsums if e.kind == "compute"]
     context = dict(arch.parameters())
-    context.update(workload.attention_shapes())
+    context.update(rank_shapes(spec, workload))
     mapping = resolve(
         spec,
         workload_fields(workload),
@@ -199,6 +209,14 @@ def prepare(
         cascade_names(cascade),
     )
     return cascade, mapping, arch
+
+
+def rank_shapes(spec: MappingSpec, workload: Workload) -> dict[str, int]:
+    """The rank extents a workload gives a configuration: the mapping's `shapes:`, then any
+    explicit rank override of the workload (a plain GEMM's M != P)."""
+    shapes = mapping_shapes(spec, workload_fields(workload))
+    shapes.update(workload.rank_overrides)
+    return shapes
 
 
 def cascade_names(cascade: Cascade) -> CascadeNames:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.configs import ALIASES, Specs, evaluate
+from simulator.configs import ALIASES, Specs, evaluate, rank_shapes
 from simulator.errors import SpecError
 from simulator.model.result import Result
 from simulator.paths import resolve_sweep
@@ -166,7 +166,7 @@ def _context(spec: SweepSpec, specs: Specs, point: Point):
     base = specs.architecture(specs.mapping(config))
     ctx: dict[str, float] = {}
     ctx.update({k: v for k, v in vars_of(workload).items()})
-    ctx.update(workload.attention_shapes())
+    ctx.update(rank_shapes(specs.mapping(config), workload))
     ctx["value_bytes"] = base.value_bytes
     ctx.update({k: v for k, v in params.items() if isinstance(v, int | float)})
     return config, workload, params, base, ctx

@@ -261,3 +261,43 @@ def test_option_paths_are_relative_to_the_current_folder(tmp_path, monkeypatch, 
     assert mine["latency_s"] / shipped["latency_s"] == pytest.approx(4, rel=0.05)
     code, _out, err = run_cli(main, [*argv, "--arch", "nosuch.yaml"])
     assert code == 2 and err.startswith("error: --arch nosuch.yaml: no such file")
+
+
+def _renamed_rank(tmp_path, old: str, new: str, shapes: bool = True) -> str:
+    """The 1-pass cascade and the +Binding mapping with rank `old` renamed `new`, its
+    components and index variables too (M -> N, M1 -> N1, m1 -> n1), side by side."""
+    upper = (re.compile(rf"\b{old}(\d?)\b"), rf"{new}\1")
+    lower = (re.compile(rf"\b{old.lower()}(\d?)\b"), rf"{new.lower()}\1")
+    cascade = (ROOT / "cascades" / "attention-1pass.yaml").read_text()
+    cascade = lower[0].sub(lower[1], upper[0].sub(upper[1], cascade))
+    (tmp_path / "renamed.yaml").write_text(cascade)
+    mapping = (ROOT / "mappings" / "binding.yaml").read_text()
+    mapping = upper[0].sub(upper[1], mapping)
+    mapping = mapping.replace("cascade: attention-1pass", "cascade: renamed.yaml")
+    if not shapes:
+        mapping = re.sub(r"  shapes:[^\n]*\n(    \w+: \w+[^\n]*\n)+", "", mapping)
+        assert "shapes:" not in mapping
+    path = tmp_path / "renamed-binding.yaml"
+    path.write_text(mapping)
+    return str(path)
+
+
+@pytest.mark.parametrize("old,new", [("M", "N"), ("E", "H"), ("E", "B")])
+def test_a_cascades_rank_names_are_its_own(tmp_path, run_cli, old, new):
+    """No rank name is special in Python: renamed (N for the keys, H or B for the embedding,
+    which also name the batch and head loops inside the model), the cascade and a mapping
+    that says which rank the workload sizes give the shipped numbers."""
+    argv = ["--seq", "4K", "--engine", "analytic", "--format", "json"]
+    mine = run_cli(main, [*argv, "--mapping", _renamed_rank(tmp_path, old, new)])
+    shipped = run_cli(main, [*argv, "--accel", "binding"])
+    assert mine[0] == 0, mine[2]
+    a, b = json.loads(mine[1])[0], json.loads(shipped[1])[0]
+    for key in ("latency_s", "traffic_bytes", "util_2d", "util_1d", "energy_pj"):
+        assert a[key] == pytest.approx(b[key], rel=1e-12), key
+
+
+def test_a_rank_the_workload_does_not_size_is_noted(tmp_path, run_cli):
+    path = _renamed_rank(tmp_path, "M", "N", shapes=False)
+    code, out, err = run_cli(main, ["--seq", "4K", "--engine", "analytic", "--mapping", path])
+    assert code == 0, err
+    assert "rank N = 1024 is the cascade's example shape" in out

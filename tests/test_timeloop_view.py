@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.configs import Specs, evaluate, workload_fields
+from simulator.configs import Specs, evaluate, prepare
 from simulator.model.accesses import analyze
 from simulator.model.perf import cascade_facts, choose_extents
 from simulator.model.timeloop_view import phase_views
-from simulator.spec.mapping import resolve
 from simulator.spec.workload import make_workload
 
 
@@ -20,16 +19,7 @@ from simulator.spec.workload import make_workload
 def test_views_reproduce_dram_traffic(config, model, seq):
     specs = Specs()
     workload = make_workload(model, seq)
-    spec = specs.mapping(config)
-    cascade, arch = specs.cascade(spec), specs.architecture(spec)
-    context = dict(arch.parameters()) | workload.attention_shapes()
-    mapping = resolve(
-        spec,
-        workload_fields(workload),
-        context,
-        [e.name for e in cascade.einsums if e.kind == "compute"],
-        [a.name for a in arch.arrays],
-    )
+    cascade, mapping, arch = prepare(specs, config, workload)
     facts = cascade_facts(cascade)
     extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
     from_views: dict[str, list[int]] = {}

@@ -22,7 +22,13 @@ from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import count_points
 from simulator.engine.program import OpSpec, Program, build_program, padded_extents
 from simulator.engine.waterfall import Waterfall, WaterfallResult
-from simulator.model.perf import CascadeFacts, PhasePlan, cycles_per_point, schedule_cycles
+from simulator.model.perf import (
+    CascadeFacts,
+    PhasePlan,
+    cycles_per_point,
+    schedule_cycles,
+    workload_shapes,
+)
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 
@@ -277,5 +283,5 @@ def pipelined_point(
         workload.instances,
         buffer_port_cycles(views, arch.buffer),
     )
-    shapes = {**extents, **workload.attention_shapes()}
+    shapes = {**extents, **workload_shapes(mapping, workload)}
     return PipelinedPoint(cascade, arch, program, shapes, extents, partitions)

@@ -50,7 +50,7 @@ from simulator.model.nest import (
     transfer_factor,
 )
 from simulator.model.result import EinsumCost, PhaseCost, Result, TensorTraffic
-from simulator.model.timeloop_view import phase_views
+from simulator.model.timeloop_view import BATCH, HEADS, phase_views
 from simulator.spec import expr
 from simulator.spec.arch import Architecture, Array, Memory
 from simulator.spec.mapping import Mapping, Phase, Placement, Schedule
@@ -105,6 +105,27 @@ def _factor_context(
     return ctx
 
 
+def workload_shapes(mapping: Mapping, workload: Workload) -> dict[str, int]:
+    """Rank extents the workload sets: the mapping's `shapes:` (evaluated for this
+    workload), then the workload's explicit rank overrides."""
+    return {**dict(mapping.shapes), **dict(workload.rank_overrides)}
+
+
+def example_shape_notes(cascade: Cascade, mapping: Mapping, workload: Workload) -> tuple[str, ...]:
+    """A rank that neither the workload (the mapping's `shapes:`) nor a factor sizes keeps
+    the cascade's example extent whatever `--seq` says: said in the output, not silent."""
+    sized = set(workload_shapes(mapping, workload)) | {name for name, _ in mapping.factors}
+    partitioned = {c for _r, comps in mapping.partitions for c in comps}
+    partitioned |= {c for _r, comps in cascade.partitions for c in comps}
+    ranks = {r for t in cascade.tensors for r in t.ranks}
+    return tuple(
+        f"{mapping.name}: rank {rank} = {value} is the cascade's example shape; the mapping's "
+        "'shapes:' does not size it from the workload"
+        for rank, value in cascade.shapes
+        if rank in ranks and rank not in sized and rank not in partitioned
+    )
+
+
 def fixed_extents(
     cascade: Cascade, mapping: Mapping, arch: Architecture, workload: Workload
 ) -> tuple[dict[str, int], list[str], dict[str, tuple[str, ...]]]:
@@ -115,7 +136,7 @@ def fixed_extents(
     for rank, value in cascade.shapes:
         if rank in ranks and not any(rank in comps for comps in partitions.values()):
             known[rank] = value
-    for rank, value in workload.attention_shapes().items():
+    for rank, value in workload_shapes(mapping, workload).items():
         if rank in ranks:
             known[rank] = value
     locs = dict(mapping.factor_locs)
@@ -483,7 +504,7 @@ def choose_extents(
         known, partitions, mapping.name, Loc(mapping.path), frozenset(mapping.padded)
     )
     locs = dict(mapping.factor_locs)
-    instances = (("B", workload.batch), ("H", workload.heads))
+    instances = ((BATCH, workload.batch), (HEADS, workload.heads))
     mapped: dict = {}
     if not search:
         extents = _complete(known, partitions, cascade, mapping)
@@ -687,7 +708,7 @@ def evaluate_mapping(
         factors=tuple((n, extents[n]) for n in factor_names if n in extents),
         array_2d=two,
         array_1d=one,
-        notes=mapping.notes,
+        notes=mapping.notes + example_shape_notes(cascade, mapping, workload),
         engine=engine,
         stalls=_stall_totals(sims),
         epochs=sum(s.epochs for s in sims),

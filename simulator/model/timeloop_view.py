@@ -32,7 +32,11 @@ from simulator.model.accesses import DataSpace, LevelMapping, Loop, Problem
 from simulator.model.nest import Nest, tensor_components
 from simulator.spec.mapping import Placement
 
-BATCH_DIMS = (("B", "batch"), ("H", "heads"))
+# The batch and head loops every Einsum runs under. Lower-case names, so they cannot clash
+# with a cascade's ranks (upper-case by the language's rule): a cascade may have a rank B or
+# H. The Timeloop export gives them the letters B and H when the cascade leaves them free.
+BATCH, HEADS = "batch", "heads"
+BATCH_DIMS = ((BATCH, "batch"), (HEADS, "heads"))
 LEVELS = ("DRAM", "buffer", "registers")
 
 
@@ -70,7 +74,7 @@ def einsum_view(
         canon = canonical.get(tensor, tensor)
         base = canon if not any(n == canon for n, _ in names) else f"{canon}_{len(names)}"
         comps, _ = tensor_components(cascade, tensor, partitions)
-        dims = ("B", "H") + tuple(c for c in comps if c in nest.comps)
+        dims = (BATCH, HEADS) + tuple(c for c in comps if c in nest.comps)
         dataspaces.append(DataSpace(base, dims, read_write=is_output))
         names.append((base, canon))
         place = placements[canon]
@@ -88,7 +92,7 @@ def einsum_view(
         elif place.home == "buffer" and canon not in forwarded:
             keep_buffer.add(base)
     boundary = max(keep_points) + 1 if keep_points else len(nest.tile_loops)
-    dram_loops = tuple(Loop(d, v) for d, v in (("B", batch), ("H", heads))) + tuple(
+    dram_loops = tuple(Loop(d, v) for d, v in ((BATCH, batch), (HEADS, heads))) + tuple(
         Loop(c, extents[c]) for c in nest.tile_loops[:boundary]
     )
     buffer_loops = tuple(Loop(c, extents[c]) for c in nest.tile_loops[boundary:] + nest.inner)
@@ -99,7 +103,7 @@ def einsum_view(
     for i, c in enumerate(nest.spatial + leftover):
         spatial.append(Loop(c, extents[c], axes[min(i, 1)] if mesh[1] > 1 else "X"))
     register_loops: tuple[Loop, ...] = ()
-    instance = (("B", batch), ("H", heads)) + tuple((c, extents[c]) for c in nest.comps)
+    instance = ((BATCH, batch), (HEADS, heads)) + tuple((c, extents[c]) for c in nest.comps)
     every = frozenset(n for n, _ in names)
     mapping = (
         LevelMapping("DRAM", dram_loops, (), frozenset(keep_dram)),

@@ -40,6 +40,7 @@ TOP_KEYS = (
     "description",
     "cascade",
     "architecture",
+    "shapes",
     "dataflow",
     "factors",
     "partitions",
@@ -135,6 +136,7 @@ class Mapping:
     binding_locs: tuple[tuple[str, Loc], ...] = ()
     unpriced: tuple[str, ...] = ()  # components the published accounting left unpriced
     padded: tuple[str, ...] = ()  # ranks rounded up to a whole number of tiles
+    shapes: tuple[tuple[str, int], ...] = ()  # ranks the workload sizes (`shapes:`)
 
     def binding_loc(self, einsum: str) -> Loc:
         return dict(self.binding_locs).get(einsum, Loc(self.path))
@@ -177,6 +179,31 @@ class MappingSpec:
     @property
     def architecture(self) -> str:
         return str(self.data["architecture"])
+
+
+def mapping_shapes(spec: MappingSpec, fields: dict[str, Any]) -> dict[str, int]:
+    """The cascade ranks the workload sizes, from the mapping's `shapes:` (rank ->
+    expression over the workload's fields: `M: seq_len`, `E: embed`). Ranks it does not
+    name keep the cascade's example shapes or come from the mapping's factors."""
+    raw = spec.data.get("shapes")
+    if raw is None:
+        return {}
+    if not isinstance(raw, LocDict):
+        raise SpecError(
+            "shapes must map cascade ranks to workload expressions, e.g. {M: seq_len}",
+            spec.data.loc_of("shapes"),
+        )
+    numbers = {
+        k: v for k, v in fields.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    out: dict[str, int] = {}
+    for rank, text in raw.items():
+        loc = raw.loc_of(rank)
+        value = expr.as_int(expr.evaluate(text, numbers, loc), f"shape of {rank}", loc)
+        if value <= 0:
+            raise SpecError(f"shape of {rank} must be positive, got {value}", loc)
+        out[str(rank)] = value
+    return out
 
 
 def load_mapping(path: str | Path) -> MappingSpec:
@@ -707,7 +734,18 @@ def resolve(
         body.loc_of("padded"),
         "padded",
     )
+    shapes = mapping_shapes(spec, workload_fields)
+    if cascade_names is not None:
+        raw_shapes = body.get("shapes") or LocDict()
+        for rank in shapes:
+            if rank not in cascade_names.components:
+                raise SpecError(
+                    f"shapes: '{rank}' is no rank of the cascade "
+                    f"(ranks and components: {', '.join(sorted(cascade_names.components))})",
+                    raw_shapes.key_locs[rank],
+                )
     return Mapping(
+        shapes=tuple(shapes.items()),
         padded=padded,
         unpriced=unpriced,
         name=spec.name,

@@ -32,7 +32,7 @@ class Workload:
     dmodel: int  # D
     ffn: int  # S
     seq_len: int  # M = P
-    # Extents that replace the attention shapes (e.g. M != P for a plain GEMM cascade).
+    # Extents that replace the mapping's rank shapes (e.g. M != P for a plain GEMM cascade).
     rank_overrides: tuple[tuple[str, int], ...] = ()
 
     @property
@@ -43,11 +43,6 @@ class Workload:
     @property
     def seq_label(self) -> str:
         return format_count(self.seq_len)
-
-    def attention_shapes(self) -> dict[str, int]:
-        shapes = {"M": self.seq_len, "P": self.seq_len, "E": self.embed, "F": self.value_embed}
-        shapes.update(self.rank_overrides)
-        return shapes
 
     def describe(self) -> str:
         return (

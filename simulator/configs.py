@@ -226,4 +226,8 @@ def cascade_names(cascade: Cascade) -> CascadeNames:
         components.add(rank)
         components.update(comps)
     tensors = {t.name for t in cascade.tensors} | {e.output.tensor for e in cascade.einsums}
-    return CascadeNames(frozenset(components), frozenset(tensors))
+    reads = tuple(
+        (e.name, tuple(dict.fromkeys(a.tensor for a in e.reads()))) for e in cascade.einsums
+    )
+    producers = tuple((e.output.tensor, e.name) for e in cascade.einsums if e.kind == "compute")
+    return CascadeNames(frozenset(components), frozenset(tensors), reads, producers)

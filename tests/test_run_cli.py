@@ -7,6 +7,7 @@ import io
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -167,10 +168,13 @@ def test_bad_arguments(run_cli, argv, fragment):
 
 
 def _mapping_with(tmp_path, old: str, new: str, name: str = "binding") -> str:
+    """The shipped mapping with `old` replaced by `new` (several edits: `|`-separated)."""
     text = (ROOT / "mappings" / f"{name}.yaml").read_text()
-    assert old in text, old
+    for o, n in zip(old.split("|"), new.split("|"), strict=True):
+        assert o in text, o
+        text = text.replace(o, n)
     path = tmp_path / f"bad-{name}.yaml"
-    path.write_text(text.replace(old, new))
+    path.write_text(text)
     return str(path)
 
 
@@ -183,10 +187,15 @@ def _mapping_with(tmp_path, old: str, new: str, name: str = "binding") -> str:
             "bound to both",
         ),
         (
-            "    PE2D: [QK, LM, SLN, SLD, SLNV]\n    PE1D: [RM, PRM, SPD, SPNV, RD, RNV, AV]",
-            "    PE2D: [QK, LM, SLN, SLD, SLNV, AV]\n    PE1D: [RM, PRM, SPD, SPNV, RD, RNV]",
+            "    PE2D: [QK, LM, SLN, SLD, SLNV]\n    PE1D: [RM, PRM, SPD, SPNV, RD, RNV, AV]"
+            "|par: [[QK, LM], [RD, RNV, AV]]",
+            "    PE2D: [QK, LM, SLN, SLD, SLNV, AV]\n    PE1D: [RM, PRM, SPD, SPNV, RD, RNV]"
+            "|par: [[QK, LM, AV], [RD, RNV]]",
             "needs 'divide'",
         ),
+        ("par: [[QK, LM], [RD, RNV, AV]]", "par: [[QK], [LM], [RD, RNV, AV]]", "par overlaps"),
+        ("  shapes:", "  shapez:", "unknown key 'shapez'"),
+        ("    P: seq_len\n", "    P: seq_len\n    Z: seq_len\n", "'Z' is no rank"),
         ("        - RM\n", "        - RMX\n", "unknown Einsum 'RMX'"),
         ("        - RM\n", "", "appear in no phase"),
         ("    P1: search", "    P1: banana * 2", "unknown name 'banana'"),
@@ -274,9 +283,9 @@ def _renamed_rank(tmp_path, old: str, new: str, shapes: bool = True) -> str:
     mapping = (ROOT / "mappings" / "binding.yaml").read_text()
     mapping = upper[0].sub(upper[1], mapping)
     mapping = mapping.replace("cascade: attention-1pass", "cascade: renamed.yaml")
-    if not shapes:
-        mapping = re.sub(r"  shapes:[^\n]*\n(    \w+: \w+[^\n]*\n)+", "", mapping)
-        assert "shapes:" not in mapping
+    if not shapes:  # the workload sizes no rank: the cascade's example shapes stay
+        mapping = re.sub(r"  shapes:[^\n]*\n(    \w+: \w+[^\n]*\n)+", "  shapes: {}\n", mapping)
+        assert "shapes: {}" in mapping
     path = tmp_path / "renamed-binding.yaml"
     path.write_text(mapping)
     return str(path)
@@ -301,3 +310,7 @@ def test_a_rank_the_workload_does_not_size_is_noted(tmp_path, run_cli):
     code, out, err = run_cli(main, ["--seq", "4K", "--engine", "analytic", "--mapping", path])
     assert code == 0, err
     assert "rank N = 1024 is the cascade's example shape" in out
+    without = Path(path).read_text().replace("  shapes: {}\n", "")
+    Path(path).write_text(without)
+    code, out, err = run_cli(main, ["--seq", "4K", "--engine", "analytic", "--mapping", path])
+    assert code == 2 and "needs 'shapes:'" in err and err.count("\n") == 1

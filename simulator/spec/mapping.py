@@ -187,7 +187,12 @@ def mapping_shapes(spec: MappingSpec, fields: dict[str, Any]) -> dict[str, int]:
     name keep the cascade's example shapes or come from the mapping's factors."""
     raw = spec.data.get("shapes")
     if raw is None:
-        return {}
+        raise SpecError(
+            f"mapping '{spec.name}' needs 'shapes:', the cascade ranks the workload sizes "
+            "(e.g. {M: seq_len, P: seq_len, E: embed, F: value_embed}; {} keeps the "
+            "cascade's example shapes)",
+            spec.data.loc,
+        )
     if not isinstance(raw, LocDict):
         raise SpecError(
             "shapes must map cascade ranks to workload expressions, e.g. {M: seq_len}",
@@ -458,10 +463,13 @@ def _schedule(raw: Any, loc: Loc) -> Schedule:
 @dataclass(frozen=True)
 class CascadeNames:
     """What a mapping may name from its cascade: ranks and their components (the cascade's
-    partitions'), and tensors."""
+    partitions'), and tensors; and which Einsum reads and produces which tensors, to check
+    that phases run in an order the dependencies allow."""
 
     components: frozenset[str]
     tensors: frozenset[str]
+    reads: tuple[tuple[str, tuple[str, ...]], ...] = ()  # einsum -> tensors it reads
+    producers: tuple[tuple[str, str], ...] = ()  # tensor -> the Einsum writing it
 
 
 def _check_components(
@@ -479,6 +487,48 @@ def _check_components(
 
 
 KEEP_WORDS = ("stream", "top")
+
+
+def _check_phase_order(phases: list[Phase], names: CascadeNames) -> None:
+    """Phases run one after another: an Einsum may read what its own or an earlier phase
+    produces, never what a later phase does."""
+    phase_of = {em.einsum: i for i, ph in enumerate(phases) for em in ph.einsums}
+    producers = dict(names.producers)
+    for einsum, tensors in names.reads:
+        if einsum not in phase_of:
+            continue
+        for tensor in tensors:
+            producer = producers.get(tensor)
+            if producer in phase_of and phase_of[producer] > phase_of[einsum]:
+                here, later = phases[phase_of[einsum]], phases[phase_of[producer]]
+                raise SpecError(
+                    f"phase '{here.name}' runs {einsum}, which reads {tensor}, but {producer} "
+                    f"produces it in the later phase '{later.name}': order the phases as the "
+                    "dependencies run",
+                    here.loc,
+                )
+
+
+def _check_par(schedule: Schedule, binding: dict[str, str]) -> None:
+    """`par` overlaps branches that run on different arrays: an array runs one Einsum at
+    a time, so two branches on the same array cannot overlap (their time would be counted
+    once)."""
+    for child in schedule.children:
+        _check_par(child, binding)
+    if schedule.kind != "par":
+        return
+    seen: dict[str, list[str]] = {}
+    for branch in schedule.children:
+        names = branch.einsums()
+        for array in dict.fromkeys(binding[n] for n in names):
+            if array in seen:
+                raise SpecError(
+                    f"par overlaps {', '.join(seen[array])} and {', '.join(names)}, which "
+                    f"both run on {array}: one array runs one Einsum at a time (list them in "
+                    "one branch, in sequence)",
+                    schedule.loc,
+                )
+            seen[array] = names
 
 
 def resolve(
@@ -637,6 +687,7 @@ def resolve(
                     praw.loc_of("schedule"),
                 )
             scheduled[name] = pname
+        _check_par(sched, binding)
         overrides = praw.get("einsums") or LocDict()
         if not isinstance(overrides, LocDict):
             raise SpecError("einsums must map Einsum names to overrides", praw.loc_of("einsums"))
@@ -717,6 +768,8 @@ def resolve(
                 mapper,
             )
         )
+    if cascade_names is not None:
+        _check_phase_order(phases, cascade_names)
     unscheduled = [e for e in einsum_names if e not in scheduled]
     if unscheduled:
         raise SpecError(

@@ -181,3 +181,34 @@ def test_the_trace_cli_checks_its_outputs_first(tmp_path, run_cli):
     epochs = int(out.split(" epochs of one instance")[0].split()[-1])
     assert f"traced {epochs}" in out and epochs < 100000
     assert png.stat().st_size > 0 and table.read_text().startswith("cycle,")
+
+
+def test_reduction_over_all_steps_after_the_loop_is_fine(tmp_path, run_cli):
+    decl = {"A": "[K]", "R": "[K]", "S": "[]"}
+    exprs = ["R[0] = 0", "R[k+1] = R[k] + A[k]  until k == K", "S = R[k]"]
+    path = _file(tmp_path, decl, exprs, "shapes: {K: 4}\n")
+    code, out, err = run_cli(main, ["eval", path])
+    assert code == 0, err
+
+
+SHAPES_DECL = {"K": "[M]", "BK": "[M1, M0]"}
+SHAPES_EXPR = ["BK[m1, m0] = K[m1*M0 + m0]"]
+
+
+@pytest.mark.parametrize(
+    "shapes, col, fragment",
+    [
+        ("{M: 4, Q: 3}", 16, "unknown rank 'Q'"),
+        ("{M: 10, M0: 4}", 10, "not divisible"),
+        ("{M: 8, M0: 4, M1: 3}", 10, "M1 x M0"),
+    ],
+)
+@pytest.mark.parametrize("command", ["passes", "eval"])
+def test_bad_shapes_entry_is_named_by_line_and_column(
+    tmp_path, run_cli, shapes, col, fragment, command
+):
+    path = _file(tmp_path, SHAPES_DECL, SHAPES_EXPR, f"shapes: {shapes}\n")
+    code, out, err = run_cli(main, [command, path])
+    assert code == 2 and out == "", out
+    assert err.startswith(f"error: {path}:1:{col}: "), err
+    assert fragment in err and err.count("\n") == 1

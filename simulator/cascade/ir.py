@@ -288,7 +288,8 @@ class Cascade:
 
     `partitions` maps a rank to its components, outer first (`M -> (M1, M0)`); `iterative`
     maps an iterative variable to its stop bound (`m1 -> M1`, from `until m1 == M1`);
-    `shapes` holds default rank extents from the file (overridable by the user).
+    `shapes` holds default rank extents from the file (overridable by the user) and
+    `shape_locs` where each is written, so a bad extent is reported at its entry.
     """
 
     name: str
@@ -300,6 +301,7 @@ class Cascade:
     partitions: tuple[tuple[str, tuple[str, ...]], ...] = ()
     iterative: tuple[tuple[str, str], ...] = ()
     shapes: tuple[tuple[str, int], ...] = ()
+    shape_locs: tuple[tuple[str, Loc], ...] = field(default=(), compare=False)
 
     # ---- lookups (derived, cheap) ----
     def tensor(self, name: str) -> TensorDecl:
@@ -307,6 +309,10 @@ class Cascade:
             if decl.name == name:
                 return decl
         raise KeyError(name)
+
+    def shape_loc(self, rank: str) -> Loc:
+        """Where the file gives the rank's default extent (else the file itself)."""
+        return dict(self.shape_locs).get(rank, Loc(self.path))
 
     def einsum(self, name: str) -> Einsum:
         for e in self.einsums:

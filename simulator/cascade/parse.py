@@ -284,12 +284,15 @@ def _declarations(raw: Any, where: Loc) -> tuple[TensorDecl, ...]:
     return tuple(decls)
 
 
-def _shapes(raw: Any, where: Loc) -> tuple[tuple[str, int], ...]:
+def _shapes(
+    raw: Any, where: Loc
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, Loc], ...]]:
+    """The file's default extents and where each entry is written (its key)."""
     if raw is None:
-        return ()
+        return (), ()
     if not isinstance(raw, LocDict):
         raise SpecError("shapes must map ranks to positive integers, e.g. 'M: 4096'", where)
-    out = []
+    out, locs = [], []
     for rank, value in raw.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise SpecError(
@@ -297,7 +300,8 @@ def _shapes(raw: Any, where: Loc) -> tuple[tuple[str, int], ...]:
                 raw.loc_of(rank),
             )
         out.append((str(rank), int(value)))
-    return tuple(out)
+        locs.append((str(rank), raw.key_locs.get(rank, where)))
+    return tuple(out), tuple(locs)
 
 
 def _operators(raw: Any, where: Loc) -> dict[str, Operator]:
@@ -436,7 +440,7 @@ def build_cascade(data: Any, source: str) -> Cascade:
     if not isinstance(name, str) or not isinstance(description, str):
         raise SpecError("'name' and 'description' must be strings", data.loc)
     decls = _declarations(einsum["declaration"], einsum.loc_of("declaration"))
-    shapes = _shapes(data.get("shapes"), data.loc_of("shapes"))
+    shapes, shape_locs = _shapes(data.get("shapes"), data.loc_of("shapes"))
     ops = _operators(data.get("operators"), data.loc_of("operators"))
     exprs = einsum["expressions"]
     if not isinstance(exprs, LocList) or not exprs:
@@ -455,7 +459,7 @@ def build_cascade(data: Any, source: str) -> Cascade:
             text = _as_str(item, exprs.loc_of(i), "an Einsum")
         statements.append(_parse_text(text, "start"))
     return _Checker(
-        str(name), str(description).strip(), source, decls, shapes, ops, statements
+        str(name), str(description).strip(), source, decls, shapes, ops, statements, shape_locs
     ).build()
 
 
@@ -504,11 +508,13 @@ class _Checker:
         shapes: tuple[tuple[str, int], ...],
         ops: dict[str, Operator],
         statements: list[RawStatement],
+        shape_locs: tuple[tuple[str, Loc], ...] = (),
     ) -> None:
         self.name, self.description, self.source = name, description, source
         self.decls = {d.name: d for d in decls}
         self.decl_order = decls
         self.shapes = shapes
+        self.shape_locs = shape_locs
         self.ops = ops
         self.statements = statements
         self.declared_ranks = {r for d in decls for r in d.ranks}
@@ -723,10 +729,11 @@ class _Checker:
             partitions=tuple(sorted(self.partitions.items())),
             iterative=tuple(sorted((v, b) for v, (b, _) in stops.items())),
             shapes=self.shapes,
+            shape_locs=self.shape_locs,
         )
         for rank, _ in self.shapes:
             if not (self.known_rank(rank)):
-                raise SpecError(f"shapes: unknown rank '{rank}'", Loc(self.source))
+                raise SpecError(f"shapes: unknown rank '{rank}'", cascade.shape_loc(rank))
         return cascade
 
     def _check_partition_cycles(self) -> None:

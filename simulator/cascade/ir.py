@@ -384,6 +384,19 @@ class Cascade:
         return tuple(leaves)
 
 
+def reads_previous_step(access: Access, pos: int, var: str, reduced: tuple[str, ...]) -> bool:
+    """Does `access` read the previous step of an iterative tensor (rank position `pos`,
+    iterative variable `var`) from an Einsum reducing `reduced`?
+
+    `T[r, ...]` at the plain variable is the previous step while `r` is a point of the
+    reader's output (`RD[m1+1, p] = ... RD[m1, p]`, `SPD[m1, p] = RD[m1, p] * ...`): the loop
+    carries that value. Reduced over `r` (`Y = R[k]`), the read takes every step at once, so
+    it depends on the whole recurrence -- it is not carried, and inside the loop it closes a
+    real cycle."""
+    ix = access.indices[pos].expr
+    return isinstance(ix, IVar) and ix.name == var and var not in reduced
+
+
 def rank_of(var: str) -> str:
     """The rank a variable ranges over: its upper-case spelling (`m1 -> M1`)."""
     return var.upper()

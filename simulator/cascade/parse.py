@@ -51,6 +51,7 @@ from simulator.cascade.ir import (
     index_syms,
     index_vars,
     rank_of,
+    reads_previous_step,
 )
 from simulator.errors import Loc, SpecError
 from simulator.spec import yamlio
@@ -914,7 +915,7 @@ class _Checker:
                 t = acc.tensor
                 if t not in main and t not in init:
                     continue
-                carried = _is_carried_read(acc, iterative_tensors.get(t))
+                carried = _is_carried_read(e, acc, iterative_tensors.get(t))
                 if carried and t in init:
                     edges[init[t]].append((j, t))
                 elif t in main:
@@ -933,7 +934,7 @@ class _Checker:
                 t = acc.tensor
                 if t not in main and t not in init:
                     continue  # an input of the cascade
-                carried = _is_carried_read(acc, iterative_tensors.get(t))
+                carried = _is_carried_read(e, acc, iterative_tensors.get(t))
                 if carried:
                     if init.get(t, len(einsums)) > j:
                         raise SpecError(
@@ -965,13 +966,13 @@ def _iterates(e: Einsum, var: str) -> bool:
     return var in e.iteration
 
 
-def _is_carried_read(acc: Access, iterative: tuple[int, str, Loc] | None) -> bool:
-    """A read `T[r, ...]` of an iterative tensor at the plain variable: the previous step."""
+def _is_carried_read(e: Einsum, acc: Access, iterative: tuple[int, str, Loc] | None) -> bool:
+    """A read `T[r, ...]` of an iterative tensor at the plain variable, not reduced by `e`:
+    the previous step (see :func:`reads_previous_step`)."""
     if iterative is None:
         return False
     pos, var, _ = iterative
-    ix = acc.indices[pos].expr
-    return isinstance(ix, IVar) and ix.name == var
+    return reads_previous_step(acc, pos, var, e.reduced)
 
 
 def _find_cycle(edges: dict[int, list[tuple[int, str]]]) -> list[int]:

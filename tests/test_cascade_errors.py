@@ -181,3 +181,57 @@ def test_the_trace_cli_checks_its_outputs_first(tmp_path, run_cli):
     epochs = int(out.split(" epochs of one instance")[0].split()[-1])
     assert f"traced {epochs}" in out and epochs < 100000
     assert png.stat().st_size > 0 and table.read_text().startswith("cycle,")
+
+
+def test_reduction_over_an_iterative_rank_inside_its_loop_is_a_cycle(tmp_path, run_cli):
+    # Y = R[k] sums every step of R, and each step of R needs Y: no order can compute it.
+    decl = {"A": "[K]", "Y": "[]", "R": "[K]", "Z": "[]"}
+    exprs = ["R[0] = 0", "Y = R[k]", "R[k+1] = R[k] + Y + A[k]  until k == K", "Z = R[K]"]
+    path = _file(tmp_path, decl, exprs)
+    for argv in (["passes", path], ["eval", path, "--shape", "K=4"], ["graph", path]):
+        code, out, err = run_cli(main, argv)
+        command = argv[0]
+        assert code == 2 and out == "", (command, out)
+        assert err.count("\n") == 1 and "dependency cycle" in err, err
+        assert "Y -> R" in err or "R -> Y" in err, err
+        line = int(err.split(f"{path}:")[1].split(":")[0])
+        assert line in (4 + len(decl) + 1, 4 + len(decl) + 2), err
+
+
+def test_reduction_over_all_steps_after_the_loop_is_fine(tmp_path, run_cli):
+    decl = {"A": "[K]", "R": "[K]", "S": "[]"}
+    exprs = ["R[0] = 0", "R[k+1] = R[k] + A[k]  until k == K", "S = R[k]"]
+    path = _file(tmp_path, decl, exprs, "shapes: {K: 4}\n")
+    code, out, err = run_cli(main, ["eval", path])
+    assert code == 0, err
+    from simulator.cascade.evaluate import evaluate, random_inputs
+    from simulator.cascade.parse import load_cascade
+
+    cascade = load_cascade(path)
+    inputs = random_inputs(cascade, {"K": 4}, seed=1)
+    values = evaluate(cascade, inputs, {"K": 4})
+    steps = [sum(inputs["A"][:k]) for k in range(4)]  # R[0] .. R[K-1]
+    assert abs(float(values["S"]) - sum(steps)) < 1e-9
+
+
+SHAPES_DECL = {"K": "[M]", "BK": "[M1, M0]"}
+SHAPES_EXPR = ["BK[m1, m0] = K[m1*M0 + m0]"]
+
+
+@pytest.mark.parametrize(
+    "shapes, col, fragment",
+    [
+        ("{M: 4, Q: 3}", 16, "unknown rank 'Q'"),
+        ("{M: 10, M0: 4}", 10, "not divisible"),
+        ("{M: 8, M0: 4, M1: 3}", 10, "M1 x M0"),
+    ],
+)
+@pytest.mark.parametrize("command", ["passes", "eval"])
+def test_bad_shapes_entry_is_named_by_line_and_column(
+    tmp_path, run_cli, shapes, col, fragment, command
+):
+    path = _file(tmp_path, SHAPES_DECL, SHAPES_EXPR, f"shapes: {shapes}\n")
+    code, out, err = run_cli(main, [command, path])
+    assert code == 2 and out == "", out
+    assert err.startswith(f"error: {path}:1:{col}: "), err
+    assert fragment in err and err.count("\n") == 1

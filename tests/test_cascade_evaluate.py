@@ -138,3 +138,38 @@ einsum:
     out = evaluate(cascade, inputs, shapes)["L"]
     a = inputs["A"]
     assert np.isclose(out, np.log(np.exp(a).sum()))
+
+
+def test_sum_of_products_broadcasts_over_output_ranks_it_does_not_read():
+    from simulator.cascade.parse import loads_cascade
+
+    text = """
+shapes: {K: 4, I: 3, J: 5}
+einsum:
+  declaration: {A: [K], B: [K], C: [J, K], W: [I], X: [I, J], Y: [J, I]}
+  expressions:
+    - W[i] = A[k] * B[k]
+    - X[i, j] = A[k] * C[j, k]
+    - Y[j, i] = C[j, k] * A[k]
+"""
+    cascade = loads_cascade(text, "broadcast.yaml")
+    shapes = resolve_shapes(cascade)
+    inputs = random_inputs(cascade, shapes, seed=2)
+    out = evaluate(cascade, inputs, shapes)
+    a, b, c = inputs["A"], inputs["B"], inputs["C"]
+    assert np.allclose(out["W"], np.full(3, a @ b))
+    assert np.allclose(out["X"], np.broadcast_to(c @ a, (3, 5)))
+    assert np.allclose(out["Y"], np.broadcast_to((c @ a)[:, None], (5, 3)))
+
+
+def test_cli_eval_broadcast_has_no_traceback(tmp_path, run_cli):
+    path = tmp_path / "w.yaml"
+    path.write_text(
+        "shapes: {K: 4, I: 3}\neinsum:\n  declaration: {A: [K], B: [K], W: [I]}\n"
+        "  expressions:\n    - W[i] = A[k] * B[k]\n"
+    )
+    for command in ("eval", "compare"):
+        argv = [command, str(path)] + ([str(path)] if command == "compare" else [])
+        code, out, err = run_cli(main, argv)
+        assert code == 0, err
+        assert "W" in out

@@ -25,7 +25,7 @@ from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import KINDS, cascade_ops, totals
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
-from simulator.cascade.shapes import parse_shape_arg, resolve_shapes
+from simulator.cascade.shapes import MissingShapes, parse_shape_arg, resolve_shapes
 from simulator.cli import guarded
 from simulator.errors import SpecError
 from simulator.paths import data_dir, resolve_spec
@@ -88,10 +88,10 @@ def cmd_passes(args: argparse.Namespace) -> int:
     report = analyze_passes(cascade)
     try:
         shapes = _shapes(cascade, args.shape)
-    except SpecError:
+    except MissingShapes:
         if args.shape:
             raise
-        shapes = None  # symbolic only: the file gives no default shapes
+        shapes = None  # symbolic only: the file gives no (or not all) default shapes
     if args.format == "json":
         data = report.to_json()
         for fiber in data["fibers"]:

@@ -273,7 +273,11 @@ def _einsum_fast(
     extents: Mapping[str, int],
     env: Mapping[str, object],
 ) -> np.ndarray | None:
-    """Sum of products via np.einsum, avoiding the full iteration-space array."""
+    """Sum of products via np.einsum, avoiding the full iteration-space array.
+
+    An output variable that no factor reads (`W[i] = A[k] * B[k]`) is left out of the
+    einsum, which cannot name it, and kept as a length-1 axis: the caller broadcasts the
+    result over it, as the slow path does."""
     factors = _factors(expr)
     if factors is None:
         return None
@@ -281,14 +285,17 @@ def _einsum_fast(
     if len(letters) > 26:
         return None
     operands, subscripts = [], []
+    read: set[str] = set()
     for acc in factors:
         own = [v for v in free if any(v in index_vars(p.expr) for p in acc.indices)]
+        read.update(own)
         arr = np.broadcast_to(gather(acc), tuple(extents[v] if v in own else 1 for v in free))
         operands.append(arr.reshape(tuple(extents[v] for v in own)))
         subscripts.append("".join(letters[v] for v in own))
-    spec = ",".join(subscripts) + "->" + "".join(letters[v] for v in out_free)
+    spec = ",".join(subscripts) + "->" + "".join(letters[v] for v in out_free if v in read)
     del env
-    return np.einsum(spec, *operands, optimize=True)
+    result = np.einsum(spec, *operands, optimize=True)
+    return result.reshape(tuple(extents[v] if v in read else 1 for v in out_free))
 
 
 def _identity(cascade: Cascade, op: str) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.cascade.ir import Access, Cascade, Einsum, IVar
+from simulator.cascade.ir import Access, Cascade, Einsum, reads_previous_step
 
 
 @dataclass(frozen=True)
@@ -32,14 +32,14 @@ class Graph:
         return tuple(dict.fromkeys(e.dst for e in self.edges if e.src == node))
 
 
-def carried_var(cascade: Cascade, access: Access) -> str | None:
-    """The iterative variable if `access` reads the previous step of an iterative tensor."""
+def carried_var(cascade: Cascade, reader: Einsum, access: Access) -> str | None:
+    """The iterative variable if `access` (in `reader`) reads the previous step of an
+    iterative tensor; a reduction over every step (`Y = R[k]`) is an ordinary edge."""
     info = cascade.iterative_tensors().get(access.tensor)
     if info is None:
         return None
     pos, var = info
-    ix = access.indices[pos].expr
-    return var if isinstance(ix, IVar) and ix.name == var else None
+    return var if reads_previous_step(access, pos, var, reader.reduced) else None
 
 
 def producer_of_read(cascade: Cascade, access: Access) -> Einsum | None:
@@ -56,7 +56,7 @@ def dependency_graph(cascade: Cascade) -> Graph:
     for consumer in cascade.einsums:
         for access in consumer.reads():
             producers = cascade.producers(access.tensor)
-            carried = carried_var(cascade, access)
+            carried = carried_var(cascade, consumer, access)
             for producer in producers:
                 if producer.kind == "init" and carried is None:
                     continue  # a non-carried read sees the iterated value, not the initial one

@@ -288,7 +288,8 @@ class Cascade:
 
     `partitions` maps a rank to its components, outer first (`M -> (M1, M0)`); `iterative`
     maps an iterative variable to its stop bound (`m1 -> M1`, from `until m1 == M1`);
-    `shapes` holds default rank extents from the file (overridable by the user).
+    `shapes` holds default rank extents from the file (overridable by the user) and
+    `shape_locs` where each is written, so a bad extent is reported at its entry.
     """
 
     name: str
@@ -300,6 +301,7 @@ class Cascade:
     partitions: tuple[tuple[str, tuple[str, ...]], ...] = ()
     iterative: tuple[tuple[str, str], ...] = ()
     shapes: tuple[tuple[str, int], ...] = ()
+    shape_locs: tuple[tuple[str, Loc], ...] = field(default=(), compare=False)
 
     # ---- lookups (derived, cheap) ----
     def tensor(self, name: str) -> TensorDecl:
@@ -307,6 +309,10 @@ class Cascade:
             if decl.name == name:
                 return decl
         raise KeyError(name)
+
+    def shape_loc(self, rank: str) -> Loc:
+        """Where the file gives the rank's default extent (else the file itself)."""
+        return dict(self.shape_locs).get(rank, Loc(self.path))
 
     def einsum(self, name: str) -> Einsum:
         for e in self.einsums:
@@ -376,6 +382,19 @@ class Cascade:
         for part in parts:
             leaves += self.group_components(part)
         return tuple(leaves)
+
+
+def reads_previous_step(access: Access, pos: int, var: str, reduced: tuple[str, ...]) -> bool:
+    """Does `access` read the previous step of an iterative tensor (rank position `pos`,
+    iterative variable `var`) from an Einsum reducing `reduced`?
+
+    `T[r, ...]` at the plain variable is the previous step while `r` is a point of the
+    reader's output (`RD[m1+1, p] = ... RD[m1, p]`, `SPD[m1, p] = RD[m1, p] * ...`): the loop
+    carries that value. Reduced over `r` (`Y = R[k]`), the read takes every step at once, so
+    it depends on the whole recurrence -- it is not carried, and inside the loop it closes a
+    real cycle."""
+    ix = access.indices[pos].expr
+    return isinstance(ix, IVar) and ix.name == var and var not in reduced
 
 
 def rank_of(var: str) -> str:

@@ -51,6 +51,7 @@ from simulator.cascade.ir import (
     index_syms,
     index_vars,
     rank_of,
+    reads_previous_step,
 )
 from simulator.errors import Loc, SpecError
 from simulator.spec import yamlio
@@ -284,12 +285,15 @@ def _declarations(raw: Any, where: Loc) -> tuple[TensorDecl, ...]:
     return tuple(decls)
 
 
-def _shapes(raw: Any, where: Loc) -> tuple[tuple[str, int], ...]:
+def _shapes(
+    raw: Any, where: Loc
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, Loc], ...]]:
+    """The file's default extents and where each entry is written (its key)."""
     if raw is None:
-        return ()
+        return (), ()
     if not isinstance(raw, LocDict):
         raise SpecError("shapes must map ranks to positive integers, e.g. 'M: 4096'", where)
-    out = []
+    out, locs = [], []
     for rank, value in raw.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise SpecError(
@@ -297,7 +301,8 @@ def _shapes(raw: Any, where: Loc) -> tuple[tuple[str, int], ...]:
                 raw.loc_of(rank),
             )
         out.append((str(rank), int(value)))
-    return tuple(out)
+        locs.append((str(rank), raw.key_locs.get(rank, where)))
+    return tuple(out), tuple(locs)
 
 
 def _operators(raw: Any, where: Loc) -> dict[str, Operator]:
@@ -436,7 +441,7 @@ def build_cascade(data: Any, source: str) -> Cascade:
     if not isinstance(name, str) or not isinstance(description, str):
         raise SpecError("'name' and 'description' must be strings", data.loc)
     decls = _declarations(einsum["declaration"], einsum.loc_of("declaration"))
-    shapes = _shapes(data.get("shapes"), data.loc_of("shapes"))
+    shapes, shape_locs = _shapes(data.get("shapes"), data.loc_of("shapes"))
     ops = _operators(data.get("operators"), data.loc_of("operators"))
     exprs = einsum["expressions"]
     if not isinstance(exprs, LocList) or not exprs:
@@ -455,7 +460,7 @@ def build_cascade(data: Any, source: str) -> Cascade:
             text = _as_str(item, exprs.loc_of(i), "an Einsum")
         statements.append(_parse_text(text, "start"))
     return _Checker(
-        str(name), str(description).strip(), source, decls, shapes, ops, statements
+        str(name), str(description).strip(), source, decls, shapes, ops, statements, shape_locs
     ).build()
 
 
@@ -504,11 +509,13 @@ class _Checker:
         shapes: tuple[tuple[str, int], ...],
         ops: dict[str, Operator],
         statements: list[RawStatement],
+        shape_locs: tuple[tuple[str, Loc], ...] = (),
     ) -> None:
         self.name, self.description, self.source = name, description, source
         self.decls = {d.name: d for d in decls}
         self.decl_order = decls
         self.shapes = shapes
+        self.shape_locs = shape_locs
         self.ops = ops
         self.statements = statements
         self.declared_ranks = {r for d in decls for r in d.ranks}
@@ -723,10 +730,11 @@ class _Checker:
             partitions=tuple(sorted(self.partitions.items())),
             iterative=tuple(sorted((v, b) for v, (b, _) in stops.items())),
             shapes=self.shapes,
+            shape_locs=self.shape_locs,
         )
         for rank, _ in self.shapes:
             if not (self.known_rank(rank)):
-                raise SpecError(f"shapes: unknown rank '{rank}'", Loc(self.source))
+                raise SpecError(f"shapes: unknown rank '{rank}'", cascade.shape_loc(rank))
         return cascade
 
     def _check_partition_cycles(self) -> None:
@@ -907,7 +915,7 @@ class _Checker:
                 t = acc.tensor
                 if t not in main and t not in init:
                     continue
-                carried = _is_carried_read(acc, iterative_tensors.get(t))
+                carried = _is_carried_read(e, acc, iterative_tensors.get(t))
                 if carried and t in init:
                     edges[init[t]].append((j, t))
                 elif t in main:
@@ -926,7 +934,7 @@ class _Checker:
                 t = acc.tensor
                 if t not in main and t not in init:
                     continue  # an input of the cascade
-                carried = _is_carried_read(acc, iterative_tensors.get(t))
+                carried = _is_carried_read(e, acc, iterative_tensors.get(t))
                 if carried:
                     if init.get(t, len(einsums)) > j:
                         raise SpecError(
@@ -958,13 +966,13 @@ def _iterates(e: Einsum, var: str) -> bool:
     return var in e.iteration
 
 
-def _is_carried_read(acc: Access, iterative: tuple[int, str, Loc] | None) -> bool:
-    """A read `T[r, ...]` of an iterative tensor at the plain variable: the previous step."""
+def _is_carried_read(e: Einsum, acc: Access, iterative: tuple[int, str, Loc] | None) -> bool:
+    """A read `T[r, ...]` of an iterative tensor at the plain variable, not reduced by `e`:
+    the previous step (see :func:`reads_previous_step`)."""
     if iterative is None:
         return False
     pos, var, _ = iterative
-    ix = acc.indices[pos].expr
-    return isinstance(ix, IVar) and ix.name == var
+    return reads_previous_step(acc, pos, var, e.reduced)
 
 
 def _find_cycle(edges: dict[int, list[tuple[int, str]]]) -> list[int]:

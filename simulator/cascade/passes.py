@@ -9,27 +9,43 @@ reductions.
 How it is computed. Per rank group G (an original rank with its partitions, M = M1 x M0),
 every tensor gets a state (level, reduced): `level` counts the full reductions over G its
 values depend on, `reduced` the components of G already reduced on top of that level
-(LM has reduced M0 of the M fibre, not all of it). An Einsum starts at the combination of
-its inputs' states (the highest level, and the union of the components reduced at that
-level); it outputs its start plus the components it reduces; once every component of G is
-reduced, the level increases. Reading the final step of an iterative rank (`RNV[f, M1, p]`)
-counts as reducing that rank. Iterative ranks otherwise read only the previous step, so
-they never add a level. A filtered reduction (`A[k : k <= i]`) reduces a prefix, not the
-fibre, and adds no level. The states are a monotone fixpoint, so recurrences converge.
+(LM has reduced M0 of the M fibre, not all of it). An Einsum -- initialisations included:
+`R[0] = Y` makes R depend on everything Y does -- starts at the combination of its inputs'
+states (the highest level, and the union of the components reduced at that level); it
+outputs its start plus the components it reduces; once every component of G is reduced,
+the level increases. Reading the final step of an iterative rank (`RNV[f, M1, p]`) counts as
+reducing that rank. Iterative ranks otherwise read only the previous step, so they never
+add a level. The states are a monotone fixpoint, so recurrences converge -- unless a
+recurrence reduces G fully at every step (`S[k] = T[k, j]`, `T[k+1, j] = T[k, j] + S[k]`):
+then the passes grow with the number of steps, and the analysis says so instead of
+reporting a number.
 
-The cascade makes 1 + (highest start level of an Einsum traversing G) passes over G. For a
-tensor T, the passes over its G fibre count the levels at which T -- or a tensor derived
-from it element-wise along G -- is traversed. Its minimum live footprint is the whole fibre
-(G) when that is more than one pass; otherwise the components reduced between T's
-production and a later traversal in the same pass (the M0 chunk of BQK in 1-pass
-attention); otherwise 1 (streamed).
+Filters. A filtered reduction (`GM[p] = QK[m : m <= p, p] :: max(m)`) counts as a full
+reduction over the filtered rank. The filter restricts the points, but nothing here proves
+that the kept points end before a later use needs the rest of the fibre -- and for causal
+attention they do not: for the last p the prefix is the whole fibre, so SN waits for all of
+QK's fibre as in the unmasked cascade. Counting it as full is the conservative choice; it can
+over-count only for a filter that keeps a bounded prefix (`k < 4`), which no cascade here has.
+
+The cascade makes 1 + (highest start level of an Einsum traversing G) passes over G; an
+Einsum runs in the earliest pass its inputs allow (the reference table's convention: in
+2-pass attention SLN is produced in pass 1 and kept for pass 2). For a tensor T, the passes
+over its G fibre run from the first to the last pass in which T -- or a tensor derived from
+it element-wise along G -- is traversed: from its production if an Einsum computes it, from
+its first read if it is an input. A partition copy (`BK[e, m1, m0] = K[e, m1*M0 + m0]`) is a
+view, not a traversal: BK is read where its readers read it. Its minimum live footprint is
+its own whole fibre (M, or M1 for a [M1, P] tensor) when that is more than one pass;
+otherwise the components of its fibre reduced between its first and a later traversal in
+the same pass (the M0 chunk of BQK in 1-pass attention); otherwise 1 (streamed).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.cascade.ir import Access, Cascade, Einsum, ISym, rank_of
+from simulator.cascade.graph import recurrences
+from simulator.cascade.ir import Access, Cascade, Einsum, ISym, Read, index_vars, rank_of
+from simulator.errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -81,19 +97,25 @@ class PassReport:
 ZERO = State(0, frozenset())
 
 
+@dataclass(frozen=True)
+class GroupStates:
+    """The fixpoint for one rank group: where every Einsum starts, what it outputs, and the
+    state of every tensor (all its producers combined, the initialisation included)."""
+
+    start: dict[str, State]
+    out: dict[str, State]
+    tensors: dict[str, State]
+
+
 def _components_iterated(cascade: Cascade, e: Einsum, group: str) -> frozenset[str]:
     return frozenset(rank_of(v) for v in e.iteration if cascade.rank_group(rank_of(v)) == group)
 
 
-def _filtered_vars(e: Einsum) -> set[str]:
-    out: set[str] = set()
-    for acc in e.reads():
-        for pos in acc.indices:
-            if pos.filter is not None:
-                from simulator.cascade.ir import index_vars
-
-                out.update(index_vars(pos.expr))
-    return out
+def _is_view(e: Einsum) -> bool:
+    """A copy that only re-indexes one tensor, like the partition
+    `BK[e, m1, m0] = K[e, m1*M0 + m0]`: it computes nothing, so it is not a traversal of
+    its own; BK is traversed where its readers read it."""
+    return e.kind == "copy" and isinstance(e.expr, Read)
 
 
 def _normalize(state: State, comps: frozenset[str], einsum: str) -> State:
@@ -117,7 +139,7 @@ def _combine(states: list[State]) -> State:
 
 
 def _read_state(
-    cascade: Cascade, acc: Access, states: dict[str, State], group: str, comps: frozenset[str]
+    cascade: Cascade, acc: Access, states: dict[str, State], comps: frozenset[str]
 ) -> State:
     state = states.get(acc.tensor, ZERO)
     info = cascade.iterative_tensors().get(acc.tensor)
@@ -133,42 +155,75 @@ def _read_state(
     return state
 
 
-def _states(cascade: Cascade, group: str) -> tuple[dict[str, State], dict[str, State]]:
-    """Fixpoint of tensor states and Einsum start states for one rank group."""
+def _reduced_components(e: Einsum, comps: frozenset[str]) -> frozenset[str]:
+    """Components of the group the Einsum reduces. A filter (`QK[m : m <= p, p]`) does not
+    make the reduction partial: see the module docstring."""
+    return frozenset(rank_of(v) for v in e.reduced if rank_of(v) in comps)
+
+
+def _states(cascade: Cascade, group: str) -> GroupStates:
+    """Least fixpoint of the Einsum and tensor states for one rank group.
+
+    Every Einsum raises a level at most twice (a final-step read, then its own full
+    reduction), so along the dependency graph no level can exceed twice the number of
+    Einsums; a level beyond that can only come from a recurrence that reduces the group at
+    every step, whose pass count grows with the number of steps."""
     comps = frozenset(cascade.group_components(group))
-    tensor_state: dict[str, State] = {}
     start: dict[str, State] = {}
-    for _ in range(4 * len(cascade.einsums) + 4):
+    out: dict[str, State] = {}
+    tensors: dict[str, State] = {}
+    limit = 2 * len(cascade.einsums)
+    while True:
         changed = False
         for e in cascade.einsums:
-            if e.kind == "init":
-                continue
-            begin = _combine(
-                [_read_state(cascade, a, tensor_state, group, comps) for a in e.reads()]
+            begin = _combine([_read_state(cascade, a, tensors, comps) for a in e.reads()])
+            end = _normalize(
+                State(begin.level, begin.reduced | _reduced_components(e, comps), begin.why),
+                comps,
+                e.name,
             )
-            filtered = _filtered_vars(e)
-            reduced = frozenset(
-                rank_of(v) for v in e.reduced if v not in filtered and rank_of(v) in comps
-            )
-            out = _normalize(State(begin.level, begin.reduced | reduced, begin.why), comps, e.name)
-            if start.get(e.name) != begin or tensor_state.get(e.output.tensor) != out:
-                start[e.name] = begin
-                tensor_state[e.output.tensor] = out
+            if start.get(e.name) != begin or out.get(e.name) != end:
+                start[e.name], out[e.name] = begin, end
+                producers = cascade.producers(e.output.tensor)
+                tensors[e.output.tensor] = _combine(
+                    [out[q.name] for q in producers if q.name in out]
+                )
                 changed = True
         if not changed:
-            break
-    return tensor_state, start
+            return GroupStates(start, out, tensors)
+        runaway = [e for e in cascade.einsums if out[e.name].level > limit]
+        if runaway:
+            raise _growing_passes(cascade, group, runaway)
+
+
+def _growing_passes(cascade: Cascade, group: str, runaway: list[Einsum]) -> SpecError:
+    """The error for a recurrence that makes one more pass over `group` at every step."""
+    names = {e.name for e in runaway}
+    for rec in recurrences(cascade):
+        if names & set(rec.einsums):
+            first = cascade.einsum(rec.einsums[0])
+            return SpecError(
+                f"passes over {group} cannot be counted: the recurrence "
+                f"{{{', '.join(rec.einsums)}}} reduces all of {group} at every step of "
+                f"{', '.join(rec.carried_by) or 'its rank'}, so the count grows with the "
+                "number of steps",
+                first.loc,
+            )
+    first = runaway[0]
+    return SpecError(
+        f"passes over {group} cannot be counted: the levels of "
+        f"{', '.join(e.name for e in runaway)} keep rising, so the count grows with the "
+        "number of steps",
+        first.loc,
+    )
 
 
 def _traverses(cascade: Cascade, acc: Access, group: str) -> bool:
     """Does this read walk a fibre of `group` (a variable indexes one of its ranks)?"""
     decl = cascade.tensor(acc.tensor)
     for rank, pos in zip(decl.ranks, acc.indices, strict=True):
-        if cascade.rank_group(rank) == group:
-            from simulator.cascade.ir import index_vars
-
-            if index_vars(pos.expr):
-                return True
+        if cascade.rank_group(rank) == group and index_vars(pos.expr):
+            return True
     return False
 
 
@@ -177,41 +232,29 @@ def analyze_passes(cascade: Cascade) -> PassReport:
     per_rank = []
     fibers: list[FiberPasses] = []
     for group in groups:
-        comps = frozenset(cascade.group_components(group))
-        tstate, start = _states(cascade, group)
-        traversing = [
-            e
-            for e in cascade.einsums
-            if e.kind != "init" and _components_iterated(cascade, e, group)
-        ]
-        deepest = max(traversing, key=lambda e: start[e.name].level, default=None)
-        n = 1 + (start[deepest.name].level if deepest else 0)
-        per_rank.append((group, n, start[deepest.name].why if deepest else ()))
+        states = _states(cascade, group)
+        traversing = [e for e in cascade.einsums if _components_iterated(cascade, e, group)]
+        deepest = max(traversing, key=lambda e: states.start[e.name].level, default=None)
+        n = 1 + (states.start[deepest.name].level if deepest else 0)
+        per_rank.append((group, n, states.start[deepest.name].why if deepest else ()))
         for t in cascade.tensors:
             t_comps = tuple(r for r in t.ranks if cascade.rank_group(r) == group)
             if not t_comps:
                 continue
-            fibers.append(_fiber(cascade, t.name, group, t_comps, comps, tstate, start))
+            fibers.append(_fiber(cascade, t.name, group, t_comps, states))
     max_passes = max((n for _, n, _ in per_rank), default=1)
     return PassReport(cascade.name, max_passes, tuple(per_rank), tuple(fibers))
 
 
-def _fiber(
-    cascade: Cascade,
-    tensor: str,
-    group: str,
-    t_comps: tuple[str, ...],
-    comps: frozenset[str],
-    tstate: dict[str, State],
-    start: dict[str, State],
-) -> FiberPasses:
-    # Tensors derived from `tensor` element-wise along the group (they keep a group rank).
+def _derived(cascade: Cascade, tensor: str, group: str) -> set[str]:
+    """`tensor` and the tensors computed from it element-wise along the group (they keep a
+    group rank): traversing them traverses `tensor`'s values again, or what replaced them."""
     derived = {tensor}
     changed = True
     while changed:
         changed = False
         for e in cascade.einsums:
-            if e.kind == "init" or e.output.tensor in derived:
+            if e.output.tensor in derived:
                 continue
             reads_derived = any(
                 a.tensor in derived and _traverses(cascade, a, group) for a in e.reads()
@@ -220,27 +263,62 @@ def _fiber(
             if reads_derived and keeps_group:
                 derived.add(e.output.tensor)
                 changed = True
+    return derived
+
+
+def _leaves(cascade: Cascade, ranks: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(leaf for r in ranks for leaf in cascade.group_components(r))
+
+
+def _fibre_extent(cascade: Cascade, group: str, t_comps: tuple[str, ...]) -> str:
+    """A whole fibre of the tensor along the group: the group (M) when it spans all of it,
+    else its own components (M1 for LM[M1, P], whose fibre holds M1 values, not M)."""
+    if _leaves(cascade, t_comps) >= frozenset(cascade.group_components(group)):
+        return group
+    return "*".join(t_comps)
+
+
+def _fiber(
+    cascade: Cascade,
+    tensor: str,
+    group: str,
+    t_comps: tuple[str, ...],
+    states: GroupStates,
+) -> FiberPasses:
+    derived = _derived(cascade, tensor, group)
+    producers = [
+        e
+        for e in cascade.producers(tensor)
+        if not _is_view(e) and _components_iterated(cascade, e, group)
+    ]
     readers = [
         e
         for e in cascade.einsums
-        if e.kind != "init"
+        if not _is_view(e)
         and _components_iterated(cascade, e, group)
         and any(a.tensor in derived and _traverses(cascade, a, group) for a in e.reads())
     ]
-    own = tstate.get(tensor, ZERO)
-    if not readers:
+    traversals = producers + readers
+    if not traversals:
         return FiberPasses(tensor, group, t_comps, 1, "1", ())
-    deepest = max(readers, key=lambda e: start[e.name].level)
-    passes = 1 + start[deepest.name].level - own.level
-    if passes > 1:
-        why = start[deepest.name].why[len(own.why) :]
-        return FiberPasses(tensor, group, t_comps, passes, group, why)
+    first = min(states.start[e.name].level for e in traversals)
+    deepest = max(traversals, key=lambda e: states.start[e.name].level)
+    last = states.start[deepest.name].level
+    if last > first:
+        why = states.start[deepest.name].why[first:last]
+        footprint = _fibre_extent(cascade, group, t_comps)
+        return FiberPasses(tensor, group, t_comps, 1 + last - first, footprint, why)
+    # One pass: what must stay live between the first traversal and a later one that
+    # waits for a partial reduction (BQK's M0 chunk, re-read by SLN after LM reduced it).
+    if producers:
+        base = states.tensors[tensor].reduced
+    else:
+        base = frozenset.intersection(*(states.start[e.name].reduced for e in readers))
+    own = _leaves(cascade, t_comps)
     chunk: set[str] = set()
     for e in readers:
-        s = start[e.name]
-        if s.level == own.level:
-            chunk |= (s.reduced - own.reduced) & _components_iterated(cascade, e, group)
-    ordered = [c for c in cascade.group_components(group) if c in chunk]
+        chunk |= (states.start[e.name].reduced - base) & _components_iterated(cascade, e, group)
+    ordered = [c for c in cascade.group_components(group) if c in chunk & own]
     footprint = "*".join(ordered) if ordered else "1"
     return FiberPasses(tensor, group, t_comps, 1, footprint, ())
 
@@ -250,10 +328,8 @@ def pass_index(cascade: Cascade) -> dict[str, int]:
 
     Two Einsums in the same pass can hand values over directly; a value read in a later
     pass must have been stored."""
-    groups = cascade.rank_groups()
     out = {e.name: 0 for e in cascade.einsums}
-    for group in groups:
-        _, start = _states(cascade, group)
-        for name, state in start.items():
+    for group in cascade.rank_groups():
+        for name, state in _states(cascade, group).start.items():
             out[name] = max(out[name], state.level)
     return out

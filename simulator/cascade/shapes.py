@@ -7,7 +7,7 @@ silently truncated).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from simulator.cascade.ir import Cascade
 from simulator.errors import Loc, SpecError
@@ -28,16 +28,31 @@ def parse_shape_arg(text: str) -> dict[str, int]:
     return shapes
 
 
+class MissingShapes(SpecError):
+    """Some rank has no extent: an analysis that can stay symbolic may go on without one."""
+
+
+def _entry_loc(cascade: Cascade, ranks: Sequence[str], overrides: Mapping[str, int]) -> Loc:
+    """The first `shapes:` entry of the file among `ranks` that the user did not override:
+    where a partition that does not divide is written (else the file)."""
+    written = dict(cascade.shape_locs)
+    for rank in ranks:
+        if rank in written and rank not in overrides:
+            return written[rank]
+    return Loc(cascade.path)
+
+
 def resolve_shapes(cascade: Cascade, overrides: Mapping[str, int] | None = None) -> dict[str, int]:
     """Extent of every rank of the cascade (defaults < overrides; partitions derived)."""
+    overrides = overrides or {}
     known: dict[str, int] = dict(cascade.shapes)
-    for rank, value in (overrides or {}).items():
+    for rank, value in overrides.items():
         known[rank] = int(value)
     ranks = {r for t in cascade.tensors for r in t.ranks}
     for parent, comps in cascade.partitions:
         ranks.add(parent)
         ranks.update(comps)
-    unknown = sorted(set(overrides or {}) - ranks)
+    unknown = sorted(set(overrides) - ranks)
     if unknown:
         raise SpecError(
             f"--shape: cascade '{cascade.name}' has no rank {', '.join(unknown)} "
@@ -63,7 +78,7 @@ def resolve_shapes(cascade: Cascade, overrides: Mapping[str, int] | None = None)
                     raise SpecError(
                         f"rank {parent}={known[parent]} is not divisible into "
                         f"chunks of {rest} ({' x '.join(comps)})",
-                        Loc(cascade.path),
+                        _entry_loc(cascade, (parent, *comps), overrides),
                     )
                 known[missing[0]] = known[parent] // rest
                 changed = True
@@ -81,11 +96,11 @@ def resolve_shapes(cascade: Cascade, overrides: Mapping[str, int] | None = None)
             raise SpecError(
                 f"rank {parent}={known[parent]} but {' x '.join(comps)} = "
                 f"{' x '.join(str(known[c]) for c in comps)} = {product}",
-                Loc(cascade.path),
+                _entry_loc(cascade, (parent, *comps), overrides),
             )
     missing = sorted(r for r in ranks if r not in known)
     if missing:
-        raise SpecError(
+        raise MissingShapes(
             f"no shape for rank(s) {', '.join(missing)} of cascade "
             f"'{cascade.name}'; give them with --shape, e.g. "
             f"--shape {','.join(f'{m}=64' for m in missing)}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -74,7 +75,16 @@ def _arch_with_table(tmp_path, old: str, new: str, kind: str = "ERT") -> str:
             "ERT",
             "{name: compute, energy: 17.1645}",
             "{name: compute, energy: -1.0}",
-            "negative energy",
+            "non-negative number of pJ, got -1.0",
+        ),
+        ("ERT", "{name: compute, energy: 17.1645}", "{name: compute, energy: .nan}", "got nan"),
+        ("ERT", "{name: compute, energy: 17.1645}", "{name: compute, energy: 1e400}", "inf is not"),
+        ("ART", "{name: PE2D.mac, area: 1545.0}", "{name: PE2D.mac, area: .inf}", "'PE2D.mac'"),
+        (
+            "ERT",
+            "    - {name: compute, energy: 17.1645}\n    - {name: leak, energy: 0.180192}\n",
+            "    - {name: compute, energy: 17.1645}\n",
+            "'PE2D.mac' lacks action(s) leak",
         ),
         ("ERT", "  - name: PE2D.max\n", "  - name: PE2D.maximum\n", "component 'PE2D.maximum'"),
         ("ART", "{name: PE2D.mac, area: 1545.0}", "{name: PE2D.mac, area: -3}", "'PE2D.mac'"),
@@ -91,3 +101,51 @@ def test_malformed_tables_are_clean_errors(tmp_path, run_cli, kind, old, new, fr
     code, out, err = run_cli(main, ["--arch", arch, "--accel", "binding", "--seq", "4K"])
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and fragment in err and f"fusemax.{kind}.yaml" in err, err
+
+
+def test_updates_are_priced_as_updates(tmp_path, run_cli):
+    """Timeloop prices a partial sum written back as an `update`, not a `write`: zero the
+    updates' energy and the energy falls (the shipped tables have update = write, so the
+    shipped numbers do not move)."""
+    tables = tmp_path / "tables"
+    shutil.copytree(ROOT / "arch" / "tables", tables)
+    path = tables / "fusemax.ERT.yaml"
+    text, n = re.subn(
+        r"\{name: update, energy: [^}]*\}", "{name: update, energy: 0.0}", path.read_text()
+    )
+    assert n >= 3
+    path.write_text(text)
+    shutil.copy(ROOT / "arch" / "fusemax.yaml", tmp_path / "fusemax.yaml")
+    argv = ["--accel", "binding", "--seq", "4K", "--engine", "analytic", "--format", "json"]
+    shipped = json.loads(run_cli(main, argv)[1])[0]["energy_pj"]
+    code, out, err = run_cli(main, [*argv, "--arch", str(tmp_path / "fusemax.yaml")])
+    assert code == 0, err
+    assert json.loads(out)[0]["energy_pj"] < shipped * (1 - 1e-6)
+
+
+def test_an_array_without_registers_prices_none(tmp_path, run_cli):
+    """The register file is optional in an architecture; energy then prices none for that
+    array (it crashed on a missing component)."""
+    tables = tmp_path / "tables"
+    shutil.copytree(ROOT / "arch" / "tables", tables)
+    for path in tables.rglob("fusemax.ERT.yaml"):
+        path.write_text(
+            re.sub(r"  - name: reg_file_1d\n(    .*\n)+?(?=  - name)", "", path.read_text())
+        )
+    for path in tables.rglob("fusemax.ART.yaml"):
+        path.write_text(re.sub(r"  - \{name: reg_file_1d.*\n", "", path.read_text()))
+    text = (ROOT / "arch" / "fusemax.yaml").read_text()
+    component = (
+        "      - !Component\n        name: reg_file_1d\n        class: storage\n"
+        "        subclass: aladdin_register\n"
+        "        attributes: {depth: 32, width: 16, datawidth: 16}\n"
+    )
+    assert component in text
+    (tmp_path / "fusemax.yaml").write_text(text.replace(component, ""))
+    argv = ["--accel", "binding", "--seq", "4K", "--format", "json", "--breakdown"]
+    code, out, err = run_cli(main, [*argv, "--arch", str(tmp_path / "fusemax.yaml")])
+    assert code == 0, err
+    mine = json.loads(out)[0]
+    shipped = json.loads(run_cli(main, argv)[1])[0]
+    assert mine["energy_pj"] < shipped["energy_pj"] and mine["area_um2"] < shipped["area_um2"]
+    assert not any("reg_file_1d" in name for name in dict(mine["energy_per_component_pj"]))

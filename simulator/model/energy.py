@@ -63,17 +63,22 @@ def action_counts(
         array = arch.array(view.array)
         report = analyze(view.problem, view.mapping)
         for level, _ds, c in report.counts:
+            # Timeloop's pricing: reads as `read`, fills as `write`, updates (a partial sum
+            # written back) as `update`.
             if level == "DRAM":
                 counts[(dram.name, "read")] += c.reads / dram_width
-                counts[(dram.name, "write")] += (c.fills + c.updates) / dram_width
+                counts[(dram.name, "write")] += c.fills / dram_width
+                counts[(dram.name, "update")] += c.updates / dram_width
             elif level == "buffer":
                 counts[(buffer.name, "read")] += c.reads / row
-                counts[(buffer.name, "write")] += (c.fills + c.updates) / row
-            else:
+                counts[(buffer.name, "write")] += c.fills / row
+                counts[(buffer.name, "update")] += c.updates / row
+            elif array.register_component:  # an array without registers prices none
                 scale = 1.0 if accounting == "corrected" else 1.0 / max(1, c.instances)
                 reg = array.register_component
                 counts[(reg, "read")] += c.reads * scale
-                counts[(reg, "write")] += (c.fills + c.updates) * scale
+                counts[(reg, "write")] += c.fills * scale
+                counts[(reg, "update")] += c.updates * scale
         e = cascade.einsum(view.einsum)
         per_point = ops_per_point(cascade, e)
         total_points = points[view.einsum] * instances

@@ -164,14 +164,16 @@ class Architecture:
         return out
 
     def required_actions(self) -> dict[str, tuple[str, ...]]:
-        storage = ("read", "write", "update")
+        """What the energy model prices of each component: a table lacking one of these
+        would price it at 0 without a word (leakage included: 0 must be written)."""
+        storage = ("read", "write", "update", "leak")
         out: dict[str, tuple[str, ...]] = {self.dram.name: storage, self.buffer.name: storage}
         for a in self.arrays:
             if a.register_component:
                 out[a.register_component] = storage
             for op in a.operations:
                 for unit, _count in op.actions:
-                    out[f"{a.name}.{unit}"] = ("compute",)
+                    out[f"{a.name}.{unit}"] = ("compute", "leak")
         return out
 
     @property

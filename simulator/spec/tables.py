@@ -13,6 +13,7 @@ non-negative, and no table entry names a component the architecture lacks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,8 +86,10 @@ def _value(
             raise SpecError(f"component '{component}', {what}: {err.message}", Loc(path)) from None
     else:
         number = float(value)
-    if number < 0:
-        raise SpecError(f"component '{component}', {what}: negative value {number}", Loc(path))
+    if not math.isfinite(number) or number < 0:
+        raise SpecError(
+            f"component '{component}', {what}: {number} is not a non-negative number", Loc(path)
+        )
     return number
 
 
@@ -139,9 +142,10 @@ def load_energy_table(path: str | Path) -> EnergyTable:
                     f"be a number of pJ, got {energy!r}",
                     action.loc_of("energy"),
                 )
-            if energy < 0:
+            if not math.isfinite(energy) or energy < 0:
                 raise SpecError(
-                    f"component '{name}', action '{action['name']}': negative energy {energy} pJ",
+                    f"component '{name}', action '{action['name']}': energy must be a "
+                    f"non-negative number of pJ, got {energy}",
                     action.loc_of("energy"),
                 )
             parsed.append((str(action["name"]), float(energy)))
@@ -166,7 +170,12 @@ def load_area_table(path: str | Path) -> AreaTable:
         if isinstance(area, str) and expr.is_arithmetic(area):
             entries.append((name, area))
             continue
-        if isinstance(area, bool) or not isinstance(area, int | float) or area < 0:
+        if (
+            isinstance(area, bool)
+            or not isinstance(area, int | float)
+            or not math.isfinite(area)
+            or area < 0
+        ):
             raise SpecError(
                 f"component '{name}': area must be a non-negative number of um^2, got {area!r}",
                 table.loc_of("area"),

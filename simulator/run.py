@@ -409,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         configs = shipped_configs()
     if args.scope == "layer":
+        if args.breakdown:
+            raise SpecError(
+                "--breakdown shows attention's energy per component: use --scope attention"
+            )
         if args.backend == "timeloop":
             raise SpecError("--backend timeloop compares attention Einsums: use --scope attention")
         return _print_layer(args, specs, configs, workload)

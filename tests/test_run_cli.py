@@ -151,6 +151,7 @@ def test_deleting_a_mapping_file_removes_that_configuration(tmp_path, monkeypatc
         (["--seq", "1000"], "not divisible"),
         (["--accel", "tpu"], "unknown configuration 'tpu'"),
         (["--accel", ","], "names no configuration"),
+        (["--scope", "layer", "--breakdown"], "use --scope attention"),
         (["--pe-dim", "-3"], "is not a count"),
         (["--pe-dim", "0"], "--pe-dim: '0' must be positive"),
         (["--heads", "x"], "--heads: 'x' is not a count"),

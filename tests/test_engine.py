@@ -279,3 +279,18 @@ def test_phase_compute_time_leaves_memory_stalls_out(specs):
     qk = cycle.phases[0]
     assert qk.name == "QK" and qk.compute_s < 0.5 * qk.memory_s
     assert qk.latency_s == pytest.approx(qk.memory_s, rel=0.01)
+
+
+@pytest.mark.parametrize("config", ["arch", "binding"])
+def test_every_cycle_of_every_array_is_busy_or_a_stall(specs, config):
+    """Busy issue cycles plus stalls (dependencies, memory, fill/drain, idle) cover the whole
+    run on each array, the last wavefront's drain included."""
+    from simulator.trace import trace_point
+
+    workload = make_workload("bert", "4K", {"batch": 1, "heads": 1})
+    t = trace_point(specs, config, workload, 0)
+    r = t.result
+    for array in t.arrays:
+        busy = sum(n for e, n in r.busy.items() if t.mapping.array_of(e) == array)
+        stalled = sum(n for (a, _why), n in r.stalls.items() if a == array)
+        assert busy + stalled == r.cycles, array

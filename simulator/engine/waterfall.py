@@ -231,6 +231,12 @@ class Waterfall:
             self._account(nxt)
             self.t = nxt
         cycles = max(self.end_time, self.t)
+        # The last wavefront drains after the last issue: every array's time after its last
+        # operation is fill/drain, so busy + stalls add up to the cycles on each array.
+        for array in self.arrays:
+            tail = cycles - max(self.t, self.free[array])
+            if tail > 0:
+                self.stalls[(array, "fill/drain")] += tail
         return WaterfallResult(
             cycles,
             total,

@@ -16,30 +16,11 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-PARTIAL = ".partial-"  # marks a temporary: `.<name>.partial-<pid>`
-
-
-def partial_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}{PARTIAL}{os.getpid()}")
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path to write; renamed to `path` when the block ends without an error
-    and removed when it raises (KeyboardInterrupt and SystemExit included)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = partial_name(path)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+from simulator.atomic import PARTIAL, atomic_path
 
 
 @contextlib.contextmanager

@@ -1,18 +1,39 @@
-"""Writing a result file whole or not at all (I/O edge: the CLIs call it).
+"""Writing a result file whole or not at all (I/O edge: the CLIs and experiments call it).
 
-The text goes to a hidden temporary beside the destination, which is renamed over it once
-complete (`os.replace` is atomic within a directory): a run killed midway leaves the old
-file or none, never half a CSV. The temporary is opened like any new file, so the result
-gets the user's usual permissions (umask), unlike `tempfile.mkstemp`'s private 0600.
+Every output goes to a hidden temporary beside its destination (`.<name>.partial-<pid>`)
+and is renamed over it once complete (`os.replace` is atomic within a directory): a run
+killed midway leaves the old file or none, never half a CSV. The temporary is opened like
+any new file, so results get the user's usual permissions (umask).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from simulator.errors import SpecError
+
+PARTIAL = ".partial-"  # marks a temporary: `.<name>.partial-<pid>`
+
+
+def partial_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}{PARTIAL}{os.getpid()}")
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path to write; renamed to `path` when the block ends without an error
+    and removed when it raises (KeyboardInterrupt and SystemExit included)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = partial_name(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
 
 
 def check_writable(path: Path) -> None:
@@ -22,7 +43,7 @@ def check_writable(path: Path) -> None:
         raise SpecError(f"cannot write {path}: it is a directory")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        probe = _temporary(path)
+        probe = partial_name(path)
         probe.open("w").close()
         probe.unlink()
     except OSError as err:
@@ -31,18 +52,8 @@ def check_writable(path: Path) -> None:
 
 def write_text(path: Path, text: str) -> None:
     """`text` to `path`, atomically; an OS error is a one-line SpecError."""
-    tmp = _temporary(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", newline="", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as out:
+            out.write(text)
     except OSError as err:
         raise SpecError(f"cannot write {path}: {err.strerror or err}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-
-
-def _temporary(path: Path) -> Path:
-    return path.with_name(f".{path.name}.partial-{os.getpid()}")

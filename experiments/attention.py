@@ -30,7 +30,7 @@ from experiments.published import (
 )
 from experiments.registry import Context, Experiment, Selection
 from simulator.configs import STANDARD, Specs, evaluate
-from simulator.model.result import Result
+from simulator.result import Result
 from simulator.spec.workload import make_workload
 from simulator.units import format_count
 

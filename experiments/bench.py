@@ -61,15 +61,16 @@ def _cycle_point(config: str, seq: str) -> float:
 
 def bench_functional() -> float:
     from simulator.configs import Specs, prepare
-    from simulator.engine.functional import check_attention
-    from simulator.engine.simulate import pipelined_point
+    from simulator.plan.point import plan_point
     from simulator.spec.workload import make_workload
+    from simulator.timing.cycle.functional import check_attention
+    from simulator.timing.cycle.simulate import pipelined_point
 
     def run() -> None:
         workload = make_workload("custom", "64", {"batch": 1, "heads": 1, "embed": 8})
         for config in ("binding", "arch"):
             c, m, a = prepare(Specs(), config, workload, pe_dim=8)
-            pt = pipelined_point(c, m, a, workload)
+            pt = pipelined_point(plan_point(c, m, a, workload))
             assert check_attention(pt).error < 1e-6
 
     return _best_of(1, run)
@@ -78,7 +79,7 @@ def bench_functional() -> float:
 def bench_mapper() -> float:
     """Mapping one GEMM (BERT FFN1 at 1M tokens on FuseMax, the default linear spec)."""
     from simulator.configs import Specs
-    from simulator.model.mapper import Gemm, map_gemm
+    from simulator.plan.mapper import Gemm, map_gemm
 
     specs = Specs()
     spec, _cascade = specs.linear("gemm")

@@ -12,12 +12,15 @@ from pathlib import Path
 from simulator.cascade.ir import Cascade
 from simulator.cascade.parse import load_cascade
 from simulator.errors import SpecError
-from simulator.model.perf import evaluate_mapping
-from simulator.model.result import Result
+from simulator.evaluate import evaluate_mapping
 from simulator.paths import data_dir, resolve_spec
-from simulator.spec.arch import Architecture, load_architecture
+from simulator.result import Result
+from simulator.spec.arch import Architecture
+from simulator.spec.arch_file import load_architecture
 from simulator.spec.linear import LinearSpec, load_linear
 from simulator.spec.mapping import (
+    ALIASES,
+    STANDARD,
     CascadeNames,
     Mapping,
     MappingSpec,
@@ -33,10 +36,6 @@ from simulator.spec.tables import (
     load_energy_table,
 )
 from simulator.spec.workload import Workload
-
-# The five configurations of the paper's evaluation, in its order.
-STANDARD = ("unfused", "flat", "cascade", "arch", "binding")
-ALIASES = {"fusemax": "binding"}
 
 
 def shipped_configs() -> list[str]:

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.configs import ALIASES, Specs, evaluate, rank_shapes
+from simulator.endtoend import evaluate_layer
 from simulator.errors import SpecError
-from simulator.model.result import Result
 from simulator.paths import resolve_sweep
+from simulator.result import Result
 from simulator.spec.expr import as_int, names_in
 from simulator.spec.expr import evaluate as evaluate_expr
 from simulator.spec.sweep import DEFAULTS, PARAMETERS, WORKLOAD_FIELDS, SweepSpec, load_sweep
@@ -335,7 +336,6 @@ def _attention_columns(r: Result) -> dict[str, Any]:
 
 
 def _layer_columns(spec: SweepSpec, specs: Specs, d: Design) -> dict[str, Any]:
-    from simulator.endtoend import evaluate_layer  # the layer scope only
 
     r = evaluate_layer(
         specs,

@@ -4,9 +4,9 @@ The attention comes from the configuration's own mapping (`configs.evaluate`). T
 layers -- the GEMMs of a linear-layer spec (`mappings/linear/*.yaml`, cascade
 `linear-layers`) -- run one after another on the same design: its 2D array, global buffer
 and DRAM (the configuration's architecture, with any --pe-dim / --buffer-bytes /
---bandwidth override). Each GEMM is mapped by the GEMM mapper (`model/mapper.py`) with the
+--bandwidth override). Each GEMM is mapped by the GEMM mapper (`plan/mapper.py`) with the
 spec's settings; it takes max(compute, DRAM traffic / bandwidth), and its accesses are
-priced like the attention's (`model/energy.py`). The mapper's energy objective always uses
+priced like the attention's (`pricing/energy.py`). The mapper's energy objective always uses
 the architecture's corrected table, so the chosen mappings do not depend on the accounting
 that prices them. Layer latency, energy and traffic are the sums of the parts; the area is
 the chip's.
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from simulator.cascade.ir import Cascade
 from simulator.configs import Specs, evaluate
 from simulator.errors import SpecError
-from simulator.model.energy import action_counts, price
-from simulator.model.mapper import GemmMapping, gemm_of, map_gemm, with_gemm
-from simulator.model.result import Result
-from simulator.model.timeloop_view import EinsumView
+from simulator.plan.mapper import GemmMapping, gemm_of, map_gemm, with_gemm
+from simulator.plan.views import EinsumView
+from simulator.pricing.energy import action_counts, price
+from simulator.result import Result
 from simulator.spec import expr
 from simulator.spec.arch import Architecture
 from simulator.spec.linear import LinearSpec

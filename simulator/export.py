@@ -5,7 +5,7 @@ same in the processed form the `timeloop-model` binary reads (`timeloop-model.ya
     python -m simulator.export timeloop --accel binding --model bert --seq 4K -o out/tl
     python -m simulator.export timeloop --mapping my-mapping.yaml --seq 64K -o out/mine
 
-One directory per Einsum (`DIR/QK/`, `DIR/LM/`, ...); see simulator/model/timeloop_export.py
+One directory per Einsum (`DIR/QK/`, `DIR/LM/`, ...); see simulator/timeloop/export.py
 for what each file holds.
 """
 
@@ -19,8 +19,8 @@ from simulator.atomic import write_text
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
 from simulator.errors import SpecError
-from simulator.model.timeloop_export import ExportedEinsum, dump, export_configuration
 from simulator.spec.workload import make_workload
+from simulator.timeloop.export import ExportedEinsum, dump, export_configuration
 from simulator.units import parse_count
 
 

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, evaluate, shipped_configs
+from simulator.endtoend import compare_layers, layer_record, render_layer_table
 from simulator.errors import SpecError
-from simulator.model.result import Result
+from simulator.result import Result
 from simulator.spec.workload import make_workload
 from simulator.textfmt import table
+from simulator.timeloop import backend as timeloop_backend
 from simulator.units import parse_bandwidth, parse_bytes, parse_count
 
 
@@ -418,8 +420,6 @@ def main(argv: list[str] | None = None) -> int:
         return _print_layer(args, specs, configs, workload)
     timeloop = None
     if args.backend == "timeloop":
-        from simulator import timeloop_backend
-
         if args.format == "csv":
             raise SpecError("--backend timeloop prints a table or JSON, not CSV")
         timeloop = timeloop_backend.find_timeloop()  # before any work: one line if absent
@@ -466,8 +466,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print_layer(args: argparse.Namespace, specs: Specs, configs: list[str], workload) -> int:
-    from simulator.endtoend import compare_layers, layer_record, render_layer_table
-
     rows, notes = compare_layers(
         specs,
         configs,

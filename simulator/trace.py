@@ -19,12 +19,13 @@ from pathlib import Path
 from simulator.atomic import check_writable, write_text
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
-from simulator.engine.program import Program
-from simulator.engine.simulate import pipelined_point
-from simulator.engine.waterfall import TraceEvent, Waterfall, WaterfallResult
 from simulator.errors import SpecError
+from simulator.plan.point import plan_point
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload, make_workload
+from simulator.timing.cycle.program import Program
+from simulator.timing.cycle.simulate import pipelined_point
+from simulator.timing.cycle.waterfall import TraceEvent, Waterfall, WaterfallResult
 from simulator.units import parse_count
 
 
@@ -63,7 +64,7 @@ def trace_point(
     """Simulate one (batch, head) instance of `config`'s pipelined phase, tracing the first
     `epochs` epochs (the workload should have batch = heads = 1)."""
     cascade, mapping, arch = prepare(specs, config, workload, pe_dim=pe_dim)
-    program = pipelined_point(cascade, mapping, arch, workload).program
+    program = pipelined_point(plan_point(cascade, mapping, arch, workload)).program
     r = Waterfall(program, trace_epochs=epochs).run()
     arrays = [a.name for a in arch.arrays if any(s.array == a.name for s in program.ops)]
     events = sorted(r.trace, key=lambda e: (e.start, e.array))

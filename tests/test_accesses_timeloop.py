@@ -7,17 +7,9 @@ import re
 import pytest
 
 from simulator.errors import SpecError
-from simulator.model.accesses import (
-    DataSpace,
-    LevelEnergy,
-    LevelMapping,
-    Loop,
-    Problem,
-    analyze,
-    energy_pj,
-    mapping_from_map_text,
-    mapping_from_timeloop,
-)
+from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem, analyze
+from simulator.timeloop.backend import LevelEnergy, energy_pj
+from simulator.timeloop.problems import mapping_from_map_text, mapping_from_timeloop
 
 from .conftest import DATA
 

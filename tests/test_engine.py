@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from simulator.configs import Specs, evaluate, prepare
-from simulator.engine.functional import check_attention
-from simulator.engine.simulate import pipelined_point
-from simulator.engine.waterfall import Waterfall
 from simulator.errors import SpecError
+from simulator.plan.point import plan_point
 from simulator.spec.workload import make_workload
+from simulator.timing.cycle.functional import check_attention
+from simulator.timing.cycle.simulate import pipelined_point
+from simulator.timing.cycle.waterfall import Waterfall
 
 ROOT = Path(__file__).resolve().parents[1]
 GEMM = ROOT / "tests" / "data" / "gemm-os"
@@ -30,7 +31,7 @@ def specs() -> Specs:
 def _small_point(specs: Specs, config: str):
     workload = make_workload("custom", "64", {"batch": 1, "heads": 1, "embed": 8})
     cascade, mapping, arch = prepare(specs, config, workload, pe_dim=8)
-    return pipelined_point(cascade, mapping, arch, workload)
+    return pipelined_point(plan_point(cascade, mapping, arch, workload))
 
 
 @pytest.mark.parametrize("config", ["binding", "arch"])
@@ -58,7 +59,7 @@ def test_extrapolation_equals_full_simulation(specs):
     # 32x32 FuseMax, M = P = 8K, two heads: ~131K epochs simulated in full and extrapolated.
     workload = make_workload("bert", "8K", {"batch": 1, "heads": 2})
     cascade, mapping, arch = prepare(specs, "binding", workload, pe_dim=32)
-    program = pipelined_point(cascade, mapping, arch, workload).program
+    program = pipelined_point(plan_point(cascade, mapping, arch, workload)).program
     fast = Waterfall(program).run()
     full = Waterfall(program, extrapolate=False).run()
     assert fast.simulated_epochs < full.epochs / 50  # it did extrapolate
@@ -79,7 +80,7 @@ def test_extrapolation_over_many_blocks_equals_full_simulation(specs):
         buffer_bytes=262144,
         resize={"register_words_2d": 16, "register_words_1d": 64},
     )
-    program = pipelined_point(cascade, mapping, arch, workload).program
+    program = pipelined_point(plan_point(cascade, mapping, arch, workload)).program
     fast = Waterfall(program).run()
     full = Waterfall(program, extrapolate=False).run()
     assert fast.simulated_epochs < full.epochs / 5
@@ -93,7 +94,7 @@ def test_extrapolation_with_a_period_of_a_whole_row_of_tiles(specs):
     # before the search reached that far).
     workload = make_workload("xlm", "8K", {"batch": 1, "heads": 1})
     cascade, mapping, arch = prepare(specs, "binding", workload, pe_dim=128)
-    program = pipelined_point(cascade, mapping, arch, workload).program
+    program = pipelined_point(plan_point(cascade, mapping, arch, workload)).program
     fast = Waterfall(program).run()
     full = Waterfall(program, extrapolate=False).run()
     assert fast.simulated_epochs < full.epochs / 4
@@ -175,7 +176,7 @@ def _engine_gemm(tmp_path: Path, rows: int, cols: int, m: int, n: int, k: int) -
     base = make_workload("custom", "64", {"batch": 1, "heads": 1, "embed": k})
     workload = dataclasses.replace(base, rank_overrides=(("M", m), ("P", n), ("E", k)))
     cascade, mapping, arch = prepare(Specs(), str(tmp_path / "map.yaml"), workload)
-    program = pipelined_point(cascade, mapping, arch, workload).program
+    program = pipelined_point(plan_point(cascade, mapping, arch, workload)).program
     return Waterfall(program).run().cycles
 
 

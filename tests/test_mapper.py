@@ -14,12 +14,12 @@ import pytest
 from simulator.cascade.parse import load_cascade
 from simulator.configs import Specs, evaluate
 from simulator.errors import SpecError
-from simulator.model import mapper
-from simulator.model.accesses import DataSpace, LevelMapping, Loop, Problem, analyze
-from simulator.model.mapper import Gemm, gemm_of, map_gemm, prices_of
 from simulator.paths import resolve_spec
+from simulator.plan import mapper
+from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem, analyze
+from simulator.plan.mapper import Gemm, gemm_of, map_gemm, prices_of
 from simulator.run import main as run_main
-from simulator.spec.arch import load_architecture
+from simulator.spec.arch_file import load_architecture
 from simulator.spec.linear import LevelRule, MapperSettings, load_linear
 from simulator.spec.workload import make_workload
 
@@ -319,7 +319,8 @@ def test_bad_mapper_settings_name_file_and_line(tmp_path, run_cli):
 
 def test_unfused_qk_and_av_are_mapped_by_the_mapper():
     from simulator.configs import prepare
-    from simulator.model.perf import cascade_facts, choose_extents
+    from simulator.plan.extents import choose_extents
+    from simulator.plan.facts import cascade_facts
 
     workload = make_workload("bert", "4K")
     cascade, mapping, arch = prepare(Specs(), "unfused", workload)

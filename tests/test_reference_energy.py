@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from simulator.configs import Specs, evaluate
-from simulator.model.area import chip_area
-from simulator.spec.arch import load_architecture
+from simulator.pricing.area import chip_area
+from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload
 
 from .conftest import ROOT

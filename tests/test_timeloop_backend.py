@@ -12,9 +12,10 @@ import stat
 
 import pytest
 
-from simulator.model.accesses import analyze, mapping_from_map_text
+from simulator.plan.accesses import analyze
 from simulator.run import main
-from simulator.timeloop_backend import parse_stats, run_einsum
+from simulator.timeloop.backend import parse_stats, run_einsum
+from simulator.timeloop.problems import mapping_from_map_text
 
 from .conftest import DATA
 from .test_accesses_timeloop import LEVELS, PROBLEM
@@ -107,7 +108,7 @@ def test_successful_run_is_compared(tmp_path, monkeypatch, run_cli):
 @pytest.mark.skipif(shutil.which("timeloop-model") is None, reason="timeloop-model not installed")
 def test_real_timeloop_runs_every_exported_einsum(tmp_path):
     from simulator.export import main as export_main
-    from simulator.model.timeloop_export import read_einsum
+    from simulator.timeloop.export import read_einsum
 
     assert export_main(["timeloop", "--accel", "binding", "--seq", "1K", "-o", str(tmp_path)]) == 0
     for d in sorted(tmp_path.iterdir()):

@@ -12,9 +12,10 @@ import yaml
 
 from simulator.configs import Specs, evaluate, prepare
 from simulator.export import main as export_main
-from simulator.model.accesses import analyze
-from simulator.model.energy import action_counts, price
-from simulator.model.timeloop_export import (
+from simulator.plan.accesses import analyze
+from simulator.pricing.energy import action_counts, price
+from simulator.spec.workload import make_workload
+from simulator.timeloop.export import (
     FILES,
     PROCESSED,
     SIDECAR,
@@ -22,8 +23,7 @@ from simulator.model.timeloop_export import (
     processed_storage_levels,
     read_einsum,
 )
-from simulator.spec.timeloop_import import load_mapping, load_problem
-from simulator.spec.workload import make_workload
+from simulator.timeloop.problems import load_mapping, load_problem
 
 from .conftest import DATA
 
@@ -269,7 +269,7 @@ def test_processed_form_gives_the_same_access_counts(exported, tmp_path):
 def test_recorded_processed_input_reproduces_the_real_run():
     """Our reading of the processed form is Timeloop's: the recorded input, read with the
     levels `processed_storage_levels` finds, gives the counts of the real run's mapping."""
-    from simulator.model.accesses import mapping_from_map_text
+    from simulator.timeloop.problems import mapping_from_map_text
 
     levels = processed_storage_levels(_recorded())
     assert levels == ["DRAM", "L3", "reg_file_1d", "reg_file"]

@@ -9,18 +9,17 @@ import pytest
 
 from simulator.configs import Specs, evaluate
 from simulator.errors import SpecError
-from simulator.model.accesses import analyze, mapping_from_map_text
-from simulator.spec.arch import load_architecture
+from simulator.plan.accesses import analyze
+from simulator.spec.arch_file import load_architecture
 from simulator.spec.tables import check_tables, load_area_table, load_energy_table
 from simulator.spec.timeloop_import import (
     import_architecture,
     import_tables,
-    load_mapping,
-    load_problem,
     render_jinja,
     storage_levels,
 )
 from simulator.spec.workload import make_workload
+from simulator.timeloop.problems import load_mapping, load_problem, mapping_from_map_text
 
 from .conftest import DATA, ROOT
 
@@ -305,7 +304,7 @@ def test_flat_tables_import_with_the_projects_spelling():
 def test_a_file_with_its_own_operations_keeps_them(tmp_path):
     """An exported path of FuseMax's 2D array with the project's `operations` written in:
     `like` (FLAT, whose 2D PEs have no exp) supplies names only, not operations."""
-    from simulator.model.timeloop_export import architecture_yaml, dump
+    from simulator.timeloop.export import architecture_yaml, dump
 
     own = _project("fusemax")
     text = dump(architecture_yaml(own, "PE2D")).replace(

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from simulator.configs import Specs, evaluate, prepare
-from simulator.model.accesses import analyze
-from simulator.model.perf import cascade_facts, choose_extents
-from simulator.model.timeloop_view import phase_views
+from simulator.plan.accesses import analyze
+from simulator.plan.extents import choose_extents
+from simulator.plan.facts import cascade_facts
+from simulator.plan.views import phase_views
 from simulator.spec.workload import make_workload
 
 

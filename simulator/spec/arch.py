@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import Loc, SpecError
-from simulator.spec import expr, yamlio
+from simulator.spec import expr
 from simulator.spec.yamlio import LocDict, LocList
 
 TEXT_SUFFIXES = ("_table", "_file", "_path")
@@ -276,16 +276,6 @@ class _Node:
     loc: Loc
     spatial_path: tuple[str, ...]  # enclosing spatial containers, outermost first
     instances: int
-
-
-def load_architecture(path: str | Path) -> Architecture:
-    data = yamlio.load(path)
-    if isinstance(data, LocDict) and "timeloop_import" in data:
-        # A description of Timeloop v0.4 files to import (simulator/spec/timeloop_import.py).
-        from simulator.spec.timeloop_import import load_manifest
-
-        return load_manifest(data, str(path))
-    return build_architecture(data, str(path))
 
 
 def build_architecture(data: Any, source: str) -> Architecture:

@@ -52,6 +52,11 @@ TOP_KEYS = (
     "published",
     "padded",
 )
+# The five configurations of the paper's evaluation (mapping files), in its order, and the
+# other names they go by.
+STANDARD = ("unfused", "flat", "cascade", "arch", "binding")
+ALIASES = {"fusemax": "binding"}
+
 PLACEMENT_KEYS = ("home", "keep", "copies", "spill")
 HOMES = ("DRAM", "buffer", "register")
 PHASE_KEYS = ("name", "loops", "einsums", "tensors", "schedule", "pipeline", "mapper")
@@ -104,7 +109,7 @@ class Phase:
     # `tiles_in_flight` bounds the tiles the 2D array works on at once (None: registers).
     pipeline: bool = False
     tiles_in_flight: int | None = None
-    # A GEMM phase mapped by the GEMM mapper (`model/mapper.py`) under these settings
+    # A GEMM phase mapped by the GEMM mapper (`plan/mapper.py`) under these settings
     # (`simulator.spec.linear.MapperSettings`) instead of the phase's loops and placements.
     mapper: Any = None
 

@@ -35,6 +35,7 @@ from typing import Any
 from simulator.errors import Loc, SpecError
 from simulator.spec import yamlio
 from simulator.spec.expr import is_arithmetic
+from simulator.spec.mapping import ALIASES
 from simulator.spec.yamlio import LocDict, LocList
 from simulator.units import parse_bandwidth, parse_bytes, parse_count
 
@@ -53,8 +54,6 @@ def _model(text: str | int | float, what: str = "model") -> str:
 
 def _accel(text: str | int | float, what: str = "accel") -> str:
     """A configuration under its own name (fusemax = binding), so duplicates show."""
-    from simulator.configs import ALIASES  # configs loads the spec modules: import late
-
     value = _name(text, what)
     return ALIASES.get(value, value)
 

@@ -8,8 +8,9 @@ project's own objects, so they run through the same model as the project's specs
   array) -> :class:`~simulator.spec.arch.Architecture`, parsed by the project's own loader
   (`arch.build_architecture`), so each parameter is read in one place;
 * Accelergy ERT/ART outputs -> :class:`~simulator.spec.tables.EnergyTable` / `AreaTable`;
-* a Timeloop problem and mapping -> :class:`~simulator.model.accesses.Problem` and the
-  per-level loop nest the access-count model takes.
+* the storage levels and spatial anchors of an architecture file, which a Timeloop
+  mapping's levels follow (the problem and mapping files themselves are read into the
+  access model by :mod:`simulator.timeloop.problems`).
 
 What a Timeloop file does not say is taken from a project architecture given as `like`:
 which operations a PE executes and in how many cycles (Timeloop knows one `compute`
@@ -37,9 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import Loc, SpecError
-from simulator.model.accesses import DataSpace, LevelMapping, Problem, mapping_from_timeloop
 from simulator.spec import arch as arch_mod
-from simulator.spec import yamlio
+from simulator.spec import expr, yamlio
 from simulator.spec.arch import Architecture
 from simulator.spec.tables import AreaTable, EnergyTable, load_area_table, load_energy_table
 from simulator.spec.yamlio import LocDict, LocList
@@ -560,7 +560,7 @@ def import_architecture(
     frequency = built.frequency_hz
     if bandwidth_bytes_per_s is not None:
         bandwidth = float(bandwidth_bytes_per_s)
-        _check_bandwidth(bandwidth, "bandwidth_bytes_per_s", None)
+        check_bandwidth(bandwidth, "bandwidth_bytes_per_s", None)
     elif shared_words is not None:
         # Timeloop's DRAM `shared_bandwidth` is in words per cycle.
         bandwidth = float(shared_words) * built.dram.datawidth_bits / 8 * frequency
@@ -614,8 +614,6 @@ def _drams(nodes: list[Any]) -> list[LocDict]:
 def _dram_shared_bandwidth(nodes: list[Any]) -> float | None:
     """The DRAM's Timeloop `shared_bandwidth` (words per cycle; a number or an expression
     over its numeric attributes), checked positive."""
-    from simulator.spec import expr
-
     for d in _drams(nodes):
         attrs = d.get("attributes")
         if (
@@ -630,82 +628,21 @@ def _dram_shared_bandwidth(nodes: list[Any]) -> float | None:
                 if isinstance(v, int | float) and not isinstance(v, bool)
             }
             value = float(expr.evaluate(attrs["shared_bandwidth"], context, loc))
-            _check_bandwidth(value, "DRAM shared_bandwidth (words per cycle)", loc)
+            check_bandwidth(value, "DRAM shared_bandwidth (words per cycle)", loc)
             return value
     return None
 
 
-def _check_bandwidth(value: float, what: str, loc: Loc | None) -> None:
+def check_bandwidth(value: float, what: str, loc: Loc | None) -> None:
     if not math.isfinite(value) or value <= 0:
         raise SpecError(f"{what} must be a positive number, got {value:g}", loc)
 
 
 # --------------------------------------------------------------------------------------
-# The import description file (`--arch FILE` with a top-level `timeloop_import:`)
+# The import description file (`--arch FILE` with a top-level `timeloop_import:`), read by
+# simulator.spec.arch_file
 
 MANIFEST_KEYS = ("architecture", "like", "variables_files", "variables", "bandwidth_bytes_per_s")
-
-
-def load_manifest(data: LocDict, source: str) -> Architecture:
-    """An Architecture from a project file describing a Timeloop import:
-
-    timeloop_import:
-      architecture: [arch-2d.yaml, arch-1d.yaml]   # relative to this file
-      like: fusemax                 # shipped name or path: what Timeloop files lack
-      variables_files: [...]        # optional Timeloop variables files
-      variables: {datawidth_jinja: 16}              # optional Jinja values
-      bandwidth_bytes_per_s: 400 * 2**30            # optional
-    """
-    from simulator.paths import resolve_spec
-    from simulator.spec import expr
-
-    body = data["timeloop_import"]
-    loc = data.loc_of("timeloop_import")
-    if not isinstance(body, LocDict):
-        raise SpecError("'timeloop_import:' must be a mapping", loc)
-    for key in body:
-        if key not in MANIFEST_KEYS:
-            raise SpecError(
-                f"unknown key '{key}' in timeloop_import (allowed: {', '.join(MANIFEST_KEYS)})",
-                body.key_locs[key],
-            )
-    base = Path(source).parent
-
-    def paths(key: str) -> list[Path]:
-        raw = body.get(key, [])
-        items = [raw] if isinstance(raw, str) else raw
-        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-            raise SpecError(f"'{key}' must be a file name or a list of them", body.loc_of(key))
-        return [base / i for i in items]
-
-    files = paths("architecture")
-    if not files:
-        raise SpecError("timeloop_import needs 'architecture:' (one or more files)", loc)
-    like = None
-    if "like" in body:
-        ref = str(body["like"])
-        local = base / ref
-        path = local if local.is_file() else resolve_spec("arch", ref)
-        like = arch_mod.load_architecture(path)
-    bandwidth = None
-    if "bandwidth_bytes_per_s" in body:
-        where = body.loc_of("bandwidth_bytes_per_s")
-        bandwidth = float(expr.evaluate(body["bandwidth_bytes_per_s"], {}, where))
-        _check_bandwidth(bandwidth, "bandwidth_bytes_per_s", where)
-    values = body.get("variables", {})
-    if not isinstance(values, dict):
-        raise SpecError("'variables' must map Jinja names to values", body.loc_of("variables"))
-    imported = import_architecture(
-        files,
-        like=like,
-        variables_files=paths("variables_files"),
-        values=dict(values),
-        bandwidth_bytes_per_s=bandwidth,
-        name=Path(source).stem,
-    )
-    # The description is the architecture's file: loading it again gives the same design
-    # (an export's way back names it).
-    return dataclasses.replace(imported.architecture, path=source)
 
 
 # --------------------------------------------------------------------------------------
@@ -765,7 +702,7 @@ def import_tables(
 
 
 # --------------------------------------------------------------------------------------
-# Problems and mappings
+# Storage levels and spatial containers (what a Timeloop mapping file refers to)
 
 
 def storage_levels(path: str | Path, values: Mapping[str, Any] | None = None) -> list[str]:
@@ -796,134 +733,3 @@ def spatial_anchors(path: str | Path, values: Mapping[str, Any] | None = None) -
 
     walk(f.prefix + f.array)
     return out
-
-
-def load_problem(path: str | Path) -> Problem:
-    """A Timeloop v0.4 problem (dense, each data space a projection on whole dimensions)."""
-    source = str(path)
-    data = load_yaml(path)
-    top = Loc(source, 1, 1)
-    if not isinstance(data, LocDict) or not isinstance(data.get("problem"), LocDict):
-        raise SpecError("a Timeloop problem file needs a top-level 'problem:' mapping", top)
-    body = data["problem"]
-    shape, instance = body.get("shape"), body.get("instance")
-    if not isinstance(shape, LocDict) or not isinstance(instance, LocDict):
-        raise SpecError("'problem:' needs 'shape:' and 'instance:'", body.loc)
-    dims = shape.get("dimensions")
-    if isinstance(dims, str):
-        dims = list(dims)
-    if not isinstance(dims, list) or not dims:
-        raise SpecError("'shape:' needs a 'dimensions:' list", shape.loc)
-    dims = [str(d) for d in dims]
-    coefficients = shape.get("coefficients")
-    if coefficients:
-        raise SpecError(
-            "problem coefficients (strides, dilations) are not supported: only plain "
-            "dimensions index the data spaces",
-            shape.loc_of("coefficients"),
-        )
-    extents = []
-    for key in instance:
-        if key == "densities":
-            if instance[key]:
-                raise SpecError("sparse 'densities' are not supported", instance.key_locs[key])
-            continue
-        # Timeloop ignores instance entries of undeclared dimensions (the artifact's AV
-        # problem lists M); so does the import.
-    for d in dims:
-        value = instance.get(d)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise SpecError(f"instance needs a positive integer for dimension '{d}'", instance.loc)
-        extents.append((d, value))
-    spaces = shape.get("data_spaces")
-    if not isinstance(spaces, LocList) or not spaces:
-        raise SpecError("'shape:' needs 'data_spaces:'", shape.loc)
-    out = []
-    for i, ds in enumerate(spaces):
-        loc = spaces.loc_of(i)
-        if not isinstance(ds, LocDict) or "name" not in ds:
-            raise SpecError("each data space needs a 'name' and a 'projection'", loc)
-        name = str(ds["name"])
-        projection = ds.get("projection")
-        if not isinstance(projection, list):
-            raise SpecError(f"data space '{name}' needs a 'projection' list", loc)
-        indexed = []
-        for term in projection:
-            if (
-                isinstance(term, list)
-                and len(term) == 1
-                and isinstance(term[0], list)
-                and len(term[0]) == 1
-                and str(term[0][0]) in dims
-            ):
-                indexed.append(str(term[0][0]))
-            else:
-                raise SpecError(
-                    f"data space '{name}': projection term {_plain(term)} is not a single "
-                    "dimension (sums and coefficients -- sliding windows -- are not supported)",
-                    ds.loc_of("projection"),
-                )
-        out.append(DataSpace(name, tuple(indexed), bool(ds.get("read_write", False))))
-    return Problem(str(shape.get("name", Path(source).stem)), tuple(extents), tuple(out))
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return str(value)
-
-
-def load_mapping(
-    path: str | Path, levels: Sequence[str], anchors: Mapping[str, str] | None = None
-) -> tuple[LevelMapping, ...]:
-    """A Timeloop v0.4 `mapping:` list over the storage `levels` (outermost first);
-    `anchors` (`spatial_anchors` of the architecture) place its spatial entries."""
-    source = str(path)
-    data = load_yaml(path)
-    entries = data.get("mapping") if isinstance(data, LocDict) else None
-    if not isinstance(entries, LocList):
-        raise SpecError(
-            "a Timeloop mapping file needs a top-level 'mapping:' list", Loc(source, 1, 1)
-        )
-    normal = []
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, LocDict) or "target" not in entry or "type" not in entry:
-            raise SpecError("each mapping entry needs 'target' and 'type'", entries.loc_of(i))
-        item = dict(entry)
-        factors = item.get("factors", [])
-        if isinstance(factors, str):  # Timeloop's processed form: "B=64,E=1" or "B=64 E=1"
-            item["factors"] = [f for f in re.split(r"[,\s]+", factors) if f]
-        elif not isinstance(factors, list):
-            raise SpecError(
-                "'factors' must be a list (or string) of DIM=N", entry.loc_of("factors")
-            )
-        permutation = item.get("permutation", [])
-        if isinstance(permutation, str):  # one character per dimension, innermost first
-            item["permutation"] = list(permutation.replace(",", "").replace(" ", ""))
-        elif not isinstance(permutation, list):
-            raise SpecError(
-                "'permutation' must be a list (or string) of dimensions",
-                entry.loc_of("permutation"),
-            )
-        for key in ("keep", "bypass"):
-            if key in item and not isinstance(item[key], list):
-                raise SpecError(f"'{key}' must be a list of data spaces", entry.loc_of(key))
-        split = item.get("split")
-        if split is not None and (isinstance(split, bool) or not isinstance(split, int)):
-            raise SpecError("'split' must be a whole number of dimensions", entry.loc_of("split"))
-        if entry["type"] not in ("temporal", "spatial", "dataspace", "bypass"):
-            raise SpecError(
-                f"unsupported mapping entry type '{entry['type']}' (temporal, spatial, dataspace)",
-                entry.loc_of("type"),
-            )
-        target = str(entry["target"])
-        if entry["type"] in ("temporal", "dataspace", "bypass") and target not in levels:
-            if not (target.startswith("inter_") and target.endswith("_spatial")):
-                raise SpecError(
-                    f"mapping targets '{target}', which is not a storage level of the "
-                    f"architecture ({', '.join(levels)})",
-                    entry.loc_of("target"),
-                )
-            continue  # Timeloop's dummy levels of the processed form: no storage
-        normal.append(item)
-    return mapping_from_timeloop(normal, list(levels), source, anchors)

@@ -4,16 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True)
-class EinsumCost:
-    einsum: str
-    array: str
-    phase: str
-    points: int  # iteration-space points per (batch, head) instance
-    cycles_per_point: float  # on one PE of its array
-    parallelism: int  # PEs working on it at once
-    cycles: float  # per instance
+from simulator.plan.costs import EinsumCost
 
 
 @dataclass(frozen=True)

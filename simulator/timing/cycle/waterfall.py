@@ -36,7 +36,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from simulator.engine.program import DepKind, OpSpec, Program
+from simulator.timing.cycle.program import DepKind, OpSpec, Program
 
 DRAM_RESOLUTION = 64  # DRAM time kept in 1/64 cycle
 # Block periods looked for: the state at a block's start may alternate, and a fractional

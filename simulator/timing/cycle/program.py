@@ -25,8 +25,9 @@ from enum import Enum
 from simulator.cascade.ir import ISym, IVar, rank_of
 from simulator.cascade.ops import count_points
 from simulator.errors import SpecError
-from simulator.model.nest import Nest, leaf_components
-from simulator.model.perf import CascadeFacts, canonical, cycles_per_point
+from simulator.plan.costs import cycles_per_point
+from simulator.plan.facts import CascadeFacts, canonical
+from simulator.plan.nest import Nest, leaf_components
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping, Phase
 

@@ -1,6 +1,6 @@
 """Every Einsum of a configuration as a runnable Timeloop v0.4 input (and back).
 
-The per-Einsum views (`timeloop_view.py`) already hold what Timeloop needs: a problem and a
+The per-Einsum views of a plan (`plan/views.py`) already hold what Timeloop needs: a problem and a
 mapping over DRAM -> global buffer -> (spatial fan-out over the array) -> PE registers.
 This module writes them in Timeloop's v0.4 shapes, as the FuseMax artifact's
 `specs/proposal/problems/*.yaml` and `mappings/*.yaml` are written:
@@ -37,14 +37,21 @@ from typing import Any
 
 import yaml
 
+from simulator.cascade.ir import Cascade
 from simulator.errors import Loc, SpecError
-from simulator.model.accesses import LevelMapping, Loop, Problem, analyze
-from simulator.model.energy import action_counts
-from simulator.model.perf import cascade_facts, choose_extents, plan_costs
-from simulator.model.result import EinsumCost
-from simulator.model.timeloop_view import EinsumView, phase_views
+from simulator.plan.accesses import LevelMapping, Loop, Problem, analyze
+from simulator.plan.costs import EinsumCost
+from simulator.plan.point import plan_point
+from simulator.plan.views import EinsumView
+from simulator.pricing.energy import action_counts
+from simulator.spec import timeloop_import as ti
 from simulator.spec.arch import Architecture
-from simulator.spec.tables import AreaTable, EnergyTable
+from simulator.spec.arch_file import load_architecture
+from simulator.spec.mapping import Mapping
+from simulator.spec.tables import AreaTable, EnergyTable, load_area_table, load_energy_table
+from simulator.spec.workload import Workload
+from simulator.spec.yamlio import LocDict
+from simulator.timeloop.problems import load_mapping, load_problem
 
 FILES = ("problem.yaml", "architecture.yaml", "mapping.yaml", "ERT.yaml", "ART.yaml")
 PROCESSED = "timeloop-model.yaml"
@@ -74,17 +81,13 @@ class ExportedEinsum:
     files: tuple[tuple[str, Any], ...]  # file name -> YAML data
 
 
-def configuration_views(cascade, mapping, arch: Architecture, workload):
-    """The views and costs of every Einsum of a configuration, as `evaluate_mapping` builds
-    them for energy (`choose_extents` + `phase_views`)."""
-    facts = cascade_facts(cascade)
-    extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
-    views: list[EinsumView] = []
-    costs: list[EinsumCost] = []
-    for plan in plans:
-        views += phase_views(plan, mapping, facts, arch, extents, partitions, workload)
-        costs += plan_costs(plan, mapping, facts, arch, extents)
-    return views, costs
+def configuration_views(
+    cascade: Cascade, mapping: Mapping, arch: Architecture, workload: Workload
+) -> tuple[list[EinsumView], list[EinsumCost]]:
+    """The views and costs of every Einsum of a configuration: its plan's, which the
+    evaluation prices (:func:`simulator.plan.point.plan_point`)."""
+    point = plan_point(cascade, mapping, arch, workload)
+    return list(point.views), list(point.costs)
 
 
 def dimension_letters(
@@ -589,11 +592,6 @@ def read_einsum(directory: str | Path) -> ImportedEinsum:
     """An exported Einsum directory imported back: problem, mapping (in the view's level
     and rank names), the architecture (Timeloop file + the project architecture it names
     for what Timeloop lacks) and the ERT/ART."""
-    from simulator.spec import timeloop_import as ti
-    from simulator.spec.arch import load_architecture
-    from simulator.spec.tables import load_area_table, load_energy_table
-    from simulator.spec.yamlio import LocDict
-
     d = Path(directory)
     side = ti.load_yaml(d / SIDECAR)
     body = side.get("fusemax_sim") if isinstance(side, LocDict) else None
@@ -607,7 +605,7 @@ def read_einsum(directory: str | Path) -> ImportedEinsum:
     ).architecture
     dims = {str(k): str(v) for k, v in body["dimensions"].items()}
     levels = {str(k): str(v) for k, v in body["levels"].items()}
-    problem = ti.load_problem(d / "problem.yaml")
+    problem = load_problem(d / "problem.yaml")
     problem = Problem(
         problem.name,
         tuple((dims[k], e) for k, e in problem.instance),
@@ -618,7 +616,7 @@ def read_einsum(directory: str | Path) -> ImportedEinsum:
     )
     order = ti.storage_levels(d / "architecture.yaml")
     anchors = ti.spatial_anchors(d / "architecture.yaml")
-    raw = ti.load_mapping(d / "mapping.yaml", order, anchors)
+    raw = load_mapping(d / "mapping.yaml", order, anchors)
     mapping = tuple(
         LevelMapping(
             levels[lm.level],

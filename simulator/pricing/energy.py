@@ -1,6 +1,6 @@
 """Energy: action counts per component from the per-Einsum access counts, priced by the ERT.
 
-For every Einsum of a configuration, its Timeloop view (`timeloop_view.py`) is counted with
+For every Einsum of a configuration, its Timeloop view (`plan/views.py`) is counted with
 Timeloop's semantics (`accesses.py`): reads, fills and updates at DRAM, the global buffer
 and the PE registers. Accelergy prices one access of a component's full width, so a
 level's actions are its value accesses divided by the values one access carries (DRAM: its
@@ -25,8 +25,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from simulator.cascade.ops import ops_per_point
-from simulator.model.accesses import analyze
-from simulator.model.timeloop_view import EinsumView
+from simulator.plan.accesses import analyze
+from simulator.plan.views import EinsumView
 from simulator.spec.arch import Architecture
 from simulator.spec.tables import EnergyTable
 

@@ -13,7 +13,7 @@ tensor. Stationarity is the order's consequence: the tensor that does not vary w
 buffer's innermost loop stays in the PE registers (cols innermost: the left operand is
 stationary; rows: the right; reduction: the output).
 
-Access counts follow Timeloop's semantics -- the rules of :mod:`simulator.model.accesses`,
+Access counts follow Timeloop's semantics -- the rules of :mod:`simulator.plan.accesses`,
 which the chosen mapping is finally run through. The search evaluates those rules on numpy
 arrays of candidates instead of one mapping at a time. Only the innermost non-trivial loop
 of a level changes any count (a tile is refilled on every iteration above it except the
@@ -41,7 +41,7 @@ import numpy as np
 from simulator.cascade.ir import Cascade, IVar, Op, Read, rank_of
 from simulator.cascade.ops import ops_per_point
 from simulator.errors import SpecError
-from simulator.model.accesses import AccessReport, DataSpace, LevelMapping, Loop, Problem, analyze
+from simulator.plan.accesses import AccessReport, DataSpace, LevelMapping, Loop, Problem, analyze
 from simulator.spec.arch import Architecture, Array
 from simulator.spec.linear import DIMS, TENSORS, MapperSettings
 from simulator.spec.tables import EnergyTable
@@ -116,7 +116,7 @@ def gemm_of(
 @dataclass(frozen=True)
 class Prices:
     """Energy of one value access per level (pJ): the ERT's per-access energy divided by the
-    values one access carries (as :mod:`simulator.model.energy` prices them)."""
+    values one access carries (as :mod:`simulator.pricing.energy` prices them)."""
 
     dram_read: float
     dram_write: float

@@ -1,7 +1,8 @@
-"""Each Einsum of a configuration as a Timeloop problem + mapping (the per-Einsum view).
+"""Each Einsum of a planned phase as a Timeloop problem + mapping (the per-Einsum view).
 
-The performance model reasons about a whole phase; energy (and the Timeloop export) needs
-each Einsum on its own, as Timeloop sees it: a problem (its rank components as dimensions,
+Planning step 4. A phase plan reasons about a whole phase; the global buffer's port time
+(timing), energy (pricing) and the Timeloop export need each Einsum on its own, as
+Timeloop sees it: a problem (its rank components as dimensions,
 each tensor it touches as a data space) and a mapping over the storage hierarchy
 
     DRAM  ->  global buffer  ->  (spatial fan-out over the array)  ->  PE registers
@@ -28,9 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade, Einsum
-from simulator.model.accesses import DataSpace, LevelMapping, Loop, Problem
-from simulator.model.nest import Nest, tensor_components
-from simulator.spec.mapping import Placement
+from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem
+from simulator.plan.facts import CascadeFacts, placement_of
+from simulator.plan.nest import Nest, reuse_signature, tensor_components
+from simulator.plan.phases import PhasePlan
+from simulator.spec.arch import Architecture
+from simulator.spec.mapping import Mapping, Placement
+from simulator.spec.workload import Workload
 
 # The batch and head loops every Einsum runs under. Lower-case names, so they cannot clash
 # with a cascade's ranks (upper-case by the language's rule): a cascade may have a rank B or
@@ -115,11 +120,16 @@ def einsum_view(
     )
 
 
-def phase_views(plan, mapping, facts, arch, extents, partitions, workload) -> list[EinsumView]:
+def phase_views(
+    plan: PhasePlan,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
+    workload: Workload,
+) -> list[EinsumView]:
     """The Timeloop view of every Einsum of one planned phase (see module docstring)."""
-    from simulator.model.nest import reuse_signature
-    from simulator.model.perf import placement_of
-
     if plan.gemm is not None:  # a mapped GEMM: the mapper's own loop nest
         m = plan.gemm
         return [

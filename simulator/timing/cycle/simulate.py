@@ -1,9 +1,9 @@
-"""The cycle engine's view of a phase: its simulated cycles, busy time and stalls.
+"""The cycle engine's timing of a planned phase: its simulated cycles, busy time and stalls.
 
 Two kinds of phase, both from the mapping file:
 
 * a **pipelined** phase (`pipeline:` in the mapping, FuseMax's +Architecture and +Binding)
-  runs as a waterfall of tiles (:mod:`simulator.engine.waterfall`): every Einsum of a tile
+  runs as a waterfall of tiles (:mod:`simulator.timing.cycle.waterfall`): every Einsum of a tile
   is one operation on its array, with the dependencies, reduction and broadcast latencies,
   register-bounded tiles in flight and DRAM bandwidth simulated cycle by cycle;
 * a **plain** phase (FLAT, +Cascade, unfused) runs each Einsum as a stream of its tiles on
@@ -20,17 +20,18 @@ from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import count_points
-from simulator.engine.program import OpSpec, Program, build_program, padded_extents
-from simulator.engine.waterfall import Waterfall, WaterfallResult
-from simulator.model.perf import (
-    CascadeFacts,
-    PhasePlan,
-    cycles_per_point,
-    schedule_cycles,
-    workload_shapes,
-)
+from simulator.errors import SpecError
+from simulator.plan.costs import cycles_per_point
+from simulator.plan.extents import workload_shapes
+from simulator.plan.facts import CascadeFacts
+from simulator.plan.phases import PhasePlan
+from simulator.plan.point import PlannedPhase, PointPlan
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
+from simulator.timing.cycle.program import OpSpec, Program, build_program, padded_extents
+from simulator.timing.cycle.waterfall import Waterfall, WaterfallResult
+from simulator.timing.interface import PhaseTiming, buffer_port_cycles, memory_seconds
+from simulator.timing.schedule import schedule_cycles
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def phase_program(
     port_cycles: float = 0.0,
 ) -> Program:
     """The waterfall program of a pipelined phase (`port_cycles`: the global buffer's port
-    time for the whole phase, see :func:`simulator.model.perf.buffer_port_cycles`)."""
+    time for the whole phase, see :func:`simulator.timing.interface.buffer_port_cycles`)."""
     return build_program(
         plan.phase,
         mapping,
@@ -91,6 +92,52 @@ def simulate_phase(
     return _plain_phase(
         plan, mapping, facts, arch, extents, partitions, instances, ctx, port_cycles
     )
+
+
+def time_phase(point: PointPlan, phase: PlannedPhase) -> PhaseTiming:
+    """The cycle engine behind the timing interface: DRAM and the buffer's ports are part of
+    the simulation, so the phase takes its simulated cycles; its compute is what the
+    busiest array needs without the cycles it waited for memory (as in the analytic form,
+    memory apart)."""
+    arch, instances = point.arch, point.instances
+    f = arch.frequency_hz
+    port_cycles = buffer_port_cycles(phase.views, arch.buffer)
+    sim = simulate_phase(
+        phase.plan,
+        point.mapping,
+        point.facts,
+        arch,
+        point.extents,
+        point.partitions,
+        instances,
+        phase.context,
+        port_cycles,
+    )
+    compute = _compute_cycles(sim, point.mapping)
+    return PhaseTiming(
+        phase.name,
+        compute / instances,
+        compute / f,
+        memory_seconds(point, phase),
+        port_cycles / f,
+        sim.cycles / f,
+        sim.stalls,
+        sim.epochs,
+        sim.simulated_epochs,
+    )
+
+
+def _compute_cycles(sim: PhaseSim, mapping: Mapping) -> int:
+    """A simulated phase's cycles less the memory stalls, for the array that has the most
+    left (over the arrays that work in the phase)."""
+    working = {mapping.array_of(e) for e, n in sim.busy if n > 0}
+    if not working:
+        return sim.cycles
+    waited: dict[str, int] = {}
+    for array, why, n in sim.stalls:
+        if why == "memory":
+            waited[array] = waited.get(array, 0) + n
+    return max(sim.cycles - waited.get(a, 0) for a in working)
 
 
 def _phase_sim(name: str, r: WaterfallResult) -> PhaseSim:
@@ -257,31 +304,24 @@ class PipelinedPoint:
     partitions: dict[str, tuple[str, ...]]
 
 
-def pipelined_point(
-    cascade: Cascade, mapping: Mapping, arch: Architecture, workload
-) -> PipelinedPoint:
-    """The waterfall program of the (first) pipelined phase of a mapping."""
-    from simulator.errors import SpecError
-    from simulator.model.perf import buffer_port_cycles, cascade_facts, choose_extents
-    from simulator.model.timeloop_view import phase_views
-
-    facts = cascade_facts(cascade)
-    extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
-    plan = next((p for p in plans if p.phase.pipeline), None)
-    if plan is None:
+def pipelined_point(point: PointPlan) -> PipelinedPoint:
+    """The waterfall program of the (first) pipelined phase of a planned point."""
+    phase = next((p for p in point.phases if p.plan.phase.pipeline), None)
+    if phase is None:
         raise SpecError(
-            f"mapping '{mapping.name}' has no pipelined phase (add `pipeline:` to a phase)"
+            f"mapping '{point.mapping.name}' has no pipelined phase (add `pipeline:` to a phase)"
         )
-    views = phase_views(plan, mapping, facts, arch, extents, partitions, workload)
     program = phase_program(
-        plan,
-        mapping,
-        facts,
-        arch,
-        extents,
-        partitions,
-        workload.instances,
-        buffer_port_cycles(views, arch.buffer),
+        phase.plan,
+        point.mapping,
+        point.facts,
+        point.arch,
+        point.extents,
+        point.partitions,
+        point.instances,
+        buffer_port_cycles(phase.views, point.arch.buffer),
     )
-    shapes = {**extents, **workload_shapes(mapping, workload)}
-    return PipelinedPoint(cascade, arch, program, shapes, extents, partitions)
+    shapes = {**point.extents, **workload_shapes(point.mapping, point.workload)}
+    return PipelinedPoint(
+        point.cascade, point.arch, program, shapes, point.extents, point.partitions
+    )

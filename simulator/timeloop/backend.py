@@ -8,9 +8,9 @@ The project's side of each row:
   counts one cycle per compute per PE and no operation costs, so Einsums with multi-cycle
   operations differ by design;
 * accesses -- scalar reads + fills + updates over DRAM, buffer and registers, from the
-  Timeloop-semantics access counts (`accesses.py`) the energy model prices;
+  Timeloop-semantics access counts (`plan/accesses.py`) the energy model prices;
 * energy -- those counts priced by the exported ERT, leakage over the mapping's cycles as
-  Timeloop charges it (`accesses.energy_pj`).
+  Timeloop charges it (`energy_pj` below).
 
 When `timeloop-model` is not on PATH, or a run fails, the user gets one line (SpecError,
 exit code 2) saying so and how to get it, before anything is computed.
@@ -23,19 +23,23 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.configs import Specs, prepare
 from simulator.errors import Loc, SpecError
-from simulator.model.accesses import LevelEnergy, analyze, energy_pj
-from simulator.model.timeloop_export import (
+from simulator.plan.accesses import AccessReport, analyze
+from simulator.spec.arch import Architecture
+from simulator.spec.tables import EnergyTable
+from simulator.spec.workload import Workload
+from simulator.textfmt import table
+from simulator.timeloop.export import (
     MODEL_INPUTS,
     ExportedEinsum,
     dump,
     export_configuration,
 )
-from simulator.spec.arch import Architecture
-from simulator.spec.tables import EnergyTable
 
 BINARY = "timeloop-model"
 IMAGE = "timeloopaccelergy/timeloop-accelergy-pytorch"
@@ -44,6 +48,46 @@ HOW_TO_GET = (
     f"`docker run -it --rm -v $PWD:/home/workspace {IMAGE}`"
 )
 TIMEOUT_S = 600
+
+
+# --------------------------------------------------------------------------------------
+# Timeloop's own pricing of its access counts (to set its energy beside this model's)
+
+
+@dataclass(frozen=True)
+class LevelEnergy:
+    """Energy per action of one storage level (pJ per access of `block` scalars)."""
+
+    read_pj: float
+    write_pj: float
+    update_pj: float
+    block: int = 1
+    leak_pj_per_cycle: float = 0.0
+
+
+def energy_pj(
+    report: AccessReport,
+    levels: Mapping[str, LevelEnergy],
+    compute_pj: float,
+    compute_leak_pj_per_cycle: float = 0.0,
+    compute_instances: int = 0,
+) -> dict[str, float]:
+    """Energy per level (and 'compute'), Timeloop's way: scalars / block x energy per access,
+    plus leakage per instance-cycle."""
+    out: dict[str, float] = {}
+    for level, _ds, c in report.counts:
+        e = levels[level]
+        dyn = (c.reads * e.read_pj + c.fills * e.write_pj + c.updates * e.update_pj) / e.block
+        out[level] = out.get(level, 0.0) + dyn
+    for level, inst in report.level_instances:
+        if level in levels and levels[level].leak_pj_per_cycle:
+            out[level] = (
+                out.get(level, 0.0) + levels[level].leak_pj_per_cycle * report.cycles * inst
+            )
+    out["compute"] = report.computes * compute_pj + (
+        compute_leak_pj_per_cycle * report.cycles * compute_instances
+    )
+    return out
 
 
 def find_timeloop() -> str:
@@ -198,10 +242,10 @@ def compare_with_timeloop(
     return rows
 
 
-def compare_configurations(binary: str, specs, configs: list[str], workload, **overrides):
+def compare_configurations(
+    binary: str, specs: Specs, configs: list[str], workload: Workload, **overrides
+) -> list[EinsumComparison]:
     """`compare_with_timeloop` for each configuration, in a temporary directory."""
-    from simulator.configs import prepare
-
     rows: list[EinsumComparison] = []
     with tempfile.TemporaryDirectory(prefix="fusemax-timeloop-") as tmp:
         for config in configs:
@@ -220,8 +264,6 @@ def _rel(ours: float, theirs: float) -> str:
 
 
 def render(rows: list[EinsumComparison]) -> str:
-    from simulator.textfmt import table
-
     body = [
         (
             r.configuration,

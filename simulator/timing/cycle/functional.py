@@ -28,9 +28,10 @@ from simulator.cascade.evaluate import (
     tensor_shape,
 )
 from simulator.cascade.ir import rank_of
-from simulator.engine.program import OpSpec
-from simulator.engine.simulate import PipelinedPoint
 from simulator.errors import SpecError
+from simulator.timing.cycle.program import OpSpec
+from simulator.timing.cycle.simulate import PipelinedPoint
+from simulator.timing.cycle.waterfall import Waterfall
 
 
 class FunctionalState:
@@ -148,8 +149,6 @@ def check_attention(
     point: PipelinedPoint, seed: int = 0, broken: tuple[str, str] | None = None
 ) -> FunctionalResult:
     """Run a point's program (one attention instance) on random Q, K, V; compare its AV."""
-    from simulator.engine.waterfall import Waterfall
-
     if point.program.instances != 1:
         raise SpecError("functional mode runs one (batch, head) instance: use --batch/--heads 1")
     cascade = point.cascade

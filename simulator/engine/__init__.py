@@ -1,1 +1,0 @@
-"""The cycle-level engine: waterfall programs of pipelined phases and their simulation."""

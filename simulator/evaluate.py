@@ -1,0 +1,150 @@
+"""The orchestrator: one configuration at one workload point, plan -> time -> price -> Result.
+
+The one path every number takes (`simulator.run`, sweeps, end-to-end layers, experiments):
+
+1. plan (:mod:`simulator.plan`): extents, phase plans, Einsum costs, Timeloop views;
+2. time (:mod:`simulator.timing`): each phase by the chosen engine (`ENGINES`);
+3. price (:mod:`simulator.pricing`): energy over the timed cycles, area, when the
+   architecture names its tables;
+4. the :class:`~simulator.result.Result`: latency and traffic summed over the phases (they
+   run one after another), utilisation per array and per Einsum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from simulator.cascade.ir import Cascade
+from simulator.errors import SpecError
+from simulator.plan.costs import EinsumCost
+from simulator.plan.point import PointPlan, plan_point
+from simulator.pricing.point import price_point
+from simulator.result import PhaseCost, Result, TensorTraffic
+from simulator.spec.arch import Architecture
+from simulator.spec.mapping import Mapping
+from simulator.spec.tables import AreaTable, EnergyTable
+from simulator.spec.workload import Workload
+from simulator.timing import analytic
+from simulator.timing.cycle import simulate
+from simulator.timing.interface import PhaseTiming, TimingEngine, traffic_bytes
+
+# Timing engines by name; the first is the default of the command-line tools.
+ENGINES: dict[str, TimingEngine] = {"cycle": simulate.time_phase, "analytic": analytic.time_phase}
+
+
+def evaluate_mapping(
+    cascade: Cascade,
+    mapping: Mapping,
+    arch: Architecture,
+    workload: Workload,
+    tables: tuple[EnergyTable, AreaTable] | None = None,
+    accounting: str = "corrected",
+    engine: str = "analytic",
+) -> Result:
+    """Performance (and, given the architecture's ERT/ART, energy and area) of one point.
+
+    `engine="cycle"` times each phase with the cycle-level simulator
+    (:mod:`simulator.timing.cycle`) instead of the schedule tree's closed form."""
+    if engine not in ENGINES:
+        raise SpecError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
+    point = plan_point(cascade, mapping, arch, workload)
+    timings = [ENGINES[engine](point, phase) for phase in point.phases]
+    return build_result(point, timings, engine, tables, accounting)
+
+
+def build_result(
+    point: PointPlan,
+    timings: list[PhaseTiming],
+    engine: str,
+    tables: tuple[EnergyTable, AreaTable] | None,
+    accounting: str,
+) -> Result:
+    arch, mapping, workload = point.arch, point.mapping, point.workload
+    value_bytes = arch.value_bytes
+    instances = point.instances
+    phases = []
+    tensor_totals: dict[str, list[float]] = {}
+    for phase, timing in zip(point.phases, timings, strict=True):
+        phases.append(
+            PhaseCost(
+                phase.name,
+                timing.compute_cycles,
+                timing.compute_s,
+                timing.memory_s,
+                timing.latency_s,
+                traffic_bytes(point, phase),
+                phase.plan.buffer_values * value_bytes,
+                timing.buffer_s,
+            )
+        )
+        for tensor, (r, w, s) in phase.plan.tallies.items():
+            acc = tensor_totals.setdefault(tensor, [0.0, 0.0, 0.0])
+            acc[0] += r * value_bytes * instances
+            acc[1] += w * value_bytes * instances
+            acc[2] += s * value_bytes * instances
+    latency = sum(p.latency_s for p in phases)
+    traffic = sum(p.traffic_bytes for p in phases)
+    total_cycles = latency * arch.frequency_hz
+
+    # Utilisation = useful PE-cycles / available PE-cycles: an Einsum that occupies only part
+    # of its array (FLAT's 64-row AV) keeps it busy longer but not fully utilised.
+    def share(c: EinsumCost) -> float:
+        if not total_cycles:
+            return 0.0
+        useful = c.cycles * c.parallelism / arch.array(c.array).pes
+        return useful * instances / total_cycles
+
+    per_einsum = tuple((c.einsum, c.array, share(c)) for c in point.costs)
+    util = [
+        (array.name, sum(u for _e, a, u in per_einsum if a == array.name)) for array in arch.arrays
+    ]
+    two, one = array_roles(arch)
+    util_map = dict(util)
+    factor_names = [name for name, _ in mapping.factors]
+    for comps in point.partitions.values():
+        factor_names += [c for c in comps if c not in factor_names]
+    priced = {}
+    if tables is not None:
+        price = price_point(point, total_cycles, tables, accounting)
+        priced = {f.name: getattr(price, f.name) for f in dataclasses.fields(price)}
+    return Result(
+        accelerator=mapping.name,
+        label=mapping.label,
+        model=workload.label,
+        seq_len=workload.seq_len,
+        instances=instances,
+        latency_s=latency,
+        traffic_bytes=traffic,
+        cycles=total_cycles,
+        util=tuple(util),
+        util_2d=util_map.get(two, 0.0) if two else 0.0,
+        util_1d=util_map.get(one, 0.0) if one else 0.0,
+        util_per_einsum=per_einsum,
+        phases=tuple(phases),
+        einsums=point.costs,
+        tensors=tuple(TensorTraffic(t, *v) for t, v in sorted(tensor_totals.items())),
+        factors=tuple((n, point.extents[n]) for n in factor_names if n in point.extents),
+        array_2d=two,
+        array_1d=one,
+        notes=point.notes,
+        engine=engine,
+        stalls=_stall_totals(timings),
+        epochs=sum(t.epochs for t in timings),
+        simulated_epochs=sum(t.simulated_epochs for t in timings),
+        **priced,
+    )
+
+
+def array_roles(arch: Architecture) -> tuple[str | None, str | None]:
+    """The 2D array (meshY > 1) and the 1D array, by shape."""
+    two = next((a.name for a in arch.arrays if a.mesh_y > 1), None)
+    one = next((a.name for a in arch.arrays if a.mesh_y == 1), None)
+    return two, one
+
+
+def _stall_totals(timings: list[PhaseTiming]) -> tuple[tuple[str, str, int], ...]:
+    totals: dict[tuple[str, str], int] = {}
+    for t in timings:
+        for array, reason, n in t.stalls:
+            totals[(array, reason)] = totals.get((array, reason), 0) + n
+    return tuple((a, why, n) for (a, why), n in sorted(totals.items()))

@@ -1,2 +1,0 @@
-"""Models from cascade + mapping + architecture: loop nests and reuse, the analytic
-performance model (traffic, cycles, schedule, latency, utilisation)."""

@@ -1,0 +1,200 @@
+"""One phase planned: its loop nests, the tiles the global buffer keeps, its DRAM traffic.
+
+Planning step 2 (after the extents): for every phase of the mapping,
+
+* **traffic** -- each DRAM-homed tensor access crosses DRAM `size x transfer_factor` times
+  (see :mod:`simulator.plan.nest`); accesses with the same reuse signature share one
+  buffered copy. Outputs refetched around a reduction loop are written and read back. A
+  tensor with a spill fraction `s` sends `s` of its extra buffer accesses to DRAM: re-reads
+  beyond the first fill of a DRAM-homed tensor, and every buffer write and read of a
+  buffer-homed one (a consumer on the producer's array in the same pass takes the value
+  directly, without the buffer).
+* **capacity** -- the tiles kept on chip (times their copies) must fit the global buffer;
+  tensors with `spill: auto` give up the fraction that does not fit.
+
+A phase with `mapper:` is a GEMM planned by the GEMM mapper (:mod:`simulator.plan.mapper`):
+its traffic is the chosen mapping's DRAM access counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.plan.facts import CascadeFacts, canonical, placement_of
+from simulator.plan.mapper import GemmMapping, gemm_of, map_gemm
+from simulator.plan.nest import (
+    Nest,
+    build_nest,
+    reuse_signature,
+    tensor_components,
+    tensor_size,
+    tile_values,
+    transfer_factor,
+)
+from simulator.spec.arch import Architecture
+from simulator.spec.mapping import Mapping, Phase
+
+
+@dataclass
+class _TensorTally:
+    read: float = 0.0
+    write: float = 0.0
+    spill: float = 0.0
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    phase: Phase
+    nests: dict[str, Nest]
+    tallies: dict[str, tuple[float, float, float]]  # tensor -> (read, write, spill) values
+    buffer_values: float
+    fits: bool
+    gemm: GemmMapping | None = None  # a `mapper:` phase: the GEMM mapper's choice
+
+    @property
+    def traffic_values(self) -> float:
+        return sum(r + w + s for r, w, s in self.tallies.values())
+
+
+def plan_phase(
+    phase: Phase,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
+    instances: tuple[tuple[str, int], ...] = (),
+) -> PhasePlan:
+    if phase.mapper is not None:
+        return _mapped_phase(phase, mapping, facts, arch, extents, instances)
+    cascade = facts.cascade
+    by_name = {e.name: e for e in cascade.einsums}
+    nests = {
+        em.einsum: build_nest(
+            by_name[em.einsum], phase.loops, em.loops, em.inner, em.spatial, partitions
+        )
+        for em in phase.einsums
+    }
+    tallies: dict[str, _TensorTally] = {}
+    shared: set[tuple] = set()
+    buffer_tiles: dict[str, float] = {}
+    auto_tiles: dict[str, float] = {}
+    # Accesses of each tensor: (einsum, is_write)
+    accesses: dict[str, list[tuple[str, bool]]] = {}
+    for em in phase.einsums:
+        e = by_name[em.einsum]
+        for acc in e.reads():
+            accesses.setdefault(canonical(facts, acc.tensor), []).append((e.name, False))
+        accesses.setdefault(canonical(facts, e.output.tensor), []).append((e.name, True))
+    for tensor, uses in accesses.items():
+        place = placement_of(phase, facts, tensor)
+        if place.home == "register":
+            continue
+        comps, iterative = tensor_components(cascade, tensor, partitions)
+        size = tensor_size(comps, extents)
+        tally = tallies.setdefault(tensor, _TensorTally())
+        keep = place.keep if place.keep is not None else "top"
+        if place.home == "buffer":
+            tile = max(tile_values(nests[n], comps, iterative, keep, extents) for n, _ in uses)
+            if place.spill == "auto":
+                auto_tiles[tensor] = tile * place.copies
+            elif place.spill is None:
+                buffer_tiles[tensor] = tile * place.copies
+            continue
+        # DRAM-homed
+        if keep != "stream":
+            tile = max(tile_values(nests[n], comps, iterative, keep, extents) for n, _ in uses)
+            if place.spill == "auto":
+                auto_tiles[tensor] = tile * place.copies
+            elif place.spill is None:
+                buffer_tiles[tensor] = tile * place.copies
+        for name, is_write in uses:
+            nest = nests[name]
+            factor = transfer_factor(nest, comps, keep, extents)
+            key = (tensor, is_write, reuse_signature(nest, comps, keep, extents))
+            if key in shared:
+                continue
+            shared.add(key)
+            if is_write:
+                tally.write += size * factor
+                tally.read += size * (factor - 1)  # partial results read back
+            else:
+                tally.read += size * factor
+    capacity = arch.buffer_values
+    fixed = sum(buffer_tiles.values())
+    fits = fixed <= capacity
+    auto_fraction = 0.0
+    if auto_tiles:
+        room = max(0.0, capacity - fixed)
+        total_auto = sum(auto_tiles.values())
+        auto_fraction = max(0.0, 1.0 - room / total_auto) if total_auto else 0.0
+    # Spills: the fraction of buffer accesses that go to DRAM.
+    for tensor, uses in accesses.items():
+        place = placement_of(phase, facts, tensor)
+        if place.home == "register" or place.spill is None:
+            continue
+        fraction = auto_fraction if place.spill == "auto" else float(place.spill)
+        if fraction == 0:
+            continue
+        comps, _ = tensor_components(cascade, tensor, partitions)
+        size = tensor_size(comps, extents)
+        keep = place.keep if place.keep is not None else "top"
+        if place.home == "DRAM":
+            extra = 0.0
+            for name, _is_write in uses:
+                nest = nests[name]
+                extra += transfer_factor(nest, comps, "stream", extents) - transfer_factor(
+                    nest, comps, keep, extents
+                )
+            tallies[tensor].spill += fraction * size * extra
+        else:
+            tallies[tensor].spill += (
+                fraction * size * _buffer_accesses(tensor, uses, facts, mapping)
+            )
+    used = fixed + (
+        min(sum(auto_tiles.values()), max(0.0, capacity - fixed)) if auto_tiles else 0.0
+    )
+    return PhasePlan(
+        phase, nests, {t: (v.read, v.write, v.spill) for t, v in tallies.items()}, used, fits
+    )
+
+
+def _mapped_phase(
+    phase: Phase,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    instances: tuple[tuple[str, int], ...],
+) -> PhasePlan:
+    """A GEMM phase planned by the GEMM mapper: its DRAM traffic per tensor (per instance)
+    from the chosen mapping's access counts."""
+    (em,) = phase.einsums
+    gemm = gemm_of(facts.cascade, em.einsum, extents, instances)
+    m = map_gemm(gemm, arch, phase.mapper, None, em.array)
+    copies = max(1, gemm.copies)
+    tallies: dict[str, tuple[float, float, float]] = {}
+    used = 0.0
+    for level, ds, c in m.report.counts:
+        if level == "buffer":
+            used += c.capacity
+        if level != "DRAM":
+            continue
+        tensor = canonical(facts, ds)
+        r, w, sp = tallies.get(tensor, (0.0, 0.0, 0.0))
+        tallies[tensor] = (r + c.reads / copies, w + (c.fills + c.updates) / copies, sp)
+    return PhasePlan(phase, {}, tallies, used, True, m)
+
+
+def _buffer_accesses(
+    tensor: str, uses: list[tuple[str, bool]], facts: CascadeFacts, mapping: Mapping
+) -> int:
+    """Writes + reads of a buffer-homed tensor (values, in units of its size)."""
+    producer = facts.producers.get(tensor)
+    readers = [n for n, is_write in uses if not is_write]
+    if producer is None:
+        return len(readers)
+    p_array, p_pass = mapping.array_of(producer), facts.passes[producer]
+    buffered = [n for n in readers if mapping.array_of(n) != p_array or facts.passes[n] != p_pass]
+    writes = 1 if buffered else 0
+    return writes + len(buffered)

@@ -12,6 +12,7 @@ test:
 lint:
 	$(PYTHON) -m ruff check simulator tests experiments
 	$(PYTHON) -m ruff format --check simulator tests experiments
+	lint-imports --config pyproject.toml
 
 bench:
 	$(PYTHON) -m experiments.bench

@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from experiments.registry import Selection
+from experiments.experiment import Selection
 from experiments.run import RunOptions, default_experiments, run
 from simulator.cli import guarded
 from simulator.errors import SpecError

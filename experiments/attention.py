@@ -20,6 +20,7 @@ from pathlib import Path
 
 from experiments import plots
 from experiments.compare import apct, bars_section, fmt, headline, md_table, pct, rel_error, stated
+from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
 from experiments.plots import Point, Series
 from experiments.published import (
@@ -28,7 +29,6 @@ from experiments.published import (
     PAPER_HEADLINES,
     PERF_TOLERANCE,
 )
-from experiments.registry import Context, Experiment, Selection
 from simulator.configs import STANDARD, Specs, evaluate
 from simulator.result import Result
 from simulator.spec.workload import make_workload

@@ -17,6 +17,13 @@ import sys
 import tempfile
 import time
 
+from simulator.configs import STANDARD, Specs, evaluate, prepare
+from simulator.plan.mapper import Gemm, map_gemm
+from simulator.plan.point import plan_point
+from simulator.spec.workload import default_sequence_lengths, load_models, make_workload
+from simulator.timing.cycle.functional import check_attention
+from simulator.timing.cycle.simulate import pipelined_point
+
 
 def _best_of(n: int, fn) -> float:
     best = float("inf")
@@ -33,8 +40,6 @@ def bench_cli(seq: str = "1M") -> float:
 
 
 def bench_sweep() -> float:
-    from simulator.configs import STANDARD, Specs, evaluate
-    from simulator.spec.workload import default_sequence_lengths, load_models, make_workload
 
     models = load_models()
     seqs = default_sequence_lengths()
@@ -50,8 +55,6 @@ def bench_sweep() -> float:
 
 
 def _cycle_point(config: str, seq: str) -> float:
-    from simulator.configs import Specs, evaluate
-    from simulator.spec.workload import make_workload
 
     specs = Specs()
     workload = make_workload("bert", seq)
@@ -60,11 +63,6 @@ def _cycle_point(config: str, seq: str) -> float:
 
 
 def bench_functional() -> float:
-    from simulator.configs import Specs, prepare
-    from simulator.plan.point import plan_point
-    from simulator.spec.workload import make_workload
-    from simulator.timing.cycle.functional import check_attention
-    from simulator.timing.cycle.simulate import pipelined_point
 
     def run() -> None:
         workload = make_workload("custom", "64", {"batch": 1, "heads": 1, "embed": 8})
@@ -78,8 +76,6 @@ def bench_functional() -> float:
 
 def bench_mapper() -> float:
     """Mapping one GEMM (BERT FFN1 at 1M tokens on FuseMax, the default linear spec)."""
-    from simulator.configs import Specs
-    from simulator.plan.mapper import Gemm, map_gemm
 
     specs = Specs()
     spec, _cascade = specs.linear("gemm")
@@ -108,7 +104,6 @@ def bench_experiments() -> float:
 
 
 def main() -> int:
-    from simulator.configs import STANDARD
 
     short, long = _cycle_point("binding", "1K"), _cycle_point("binding", "1M")
     mid = _cycle_point("binding", "64K")

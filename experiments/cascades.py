@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.compare import md_table
+from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
 from experiments.published import PAPER_PASSES
-from experiments.registry import Context, Experiment, Selection
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import FiberPasses, analyze_passes
 from simulator.configs import Specs

@@ -26,10 +26,10 @@ from pathlib import Path
 
 from experiments import plots
 from experiments.compare import bars_section, headline, md_table, stated
+from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
 from experiments.plots import Point, Series
 from experiments.published import PAPER_HEADLINES, PUBLISHED_LAYERS, Published
-from experiments.registry import Context, Experiment, Selection
 from simulator.configs import STANDARD, Specs
 from simulator.endtoend import evaluate_layer, evaluate_linear
 from simulator.spec.workload import make_workload

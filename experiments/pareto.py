@@ -14,9 +14,9 @@ from pathlib import Path
 
 from experiments import plots
 from experiments.compare import fmt, md_table, pct, rel_error
+from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
 from experiments.published import Published
-from experiments.registry import Context, Experiment, Selection
 from simulator.configs import Specs
 from simulator.design_space import pareto_point
 from simulator.spec.workload import make_workload

@@ -20,9 +20,10 @@ from typing import Any
 
 from tqdm import tqdm
 
+from experiments.experiment import Context, Experiment, Selection
 from experiments.output import remove_stale_partials, write_text
 from experiments.published import REFERENCE_DIR, load_published
-from experiments.registry import Context, Experiment, Selection, by_name, registry
+from experiments.registry import by_name, registry
 from simulator.configs import Specs
 from simulator.units import format_count
 

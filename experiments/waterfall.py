@@ -17,8 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.compare import md_table  # noqa: E402
+from experiments.experiment import Context, Experiment, Selection  # noqa: E402
 from experiments.output import save_figure  # noqa: E402
-from experiments.registry import Context, Experiment, Selection  # noqa: E402
 from simulator.configs import Specs  # noqa: E402
 from simulator.spec.workload import make_workload  # noqa: E402
 from simulator.timing.cycle.waterfall import TraceEvent  # noqa: E402

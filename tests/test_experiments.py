@@ -19,8 +19,8 @@ import pytest
 
 from experiments import endtoend, pareto, plots
 from experiments.__main__ import main
+from experiments.experiment import Context, Selection
 from experiments.published import load_published
-from experiments.registry import Context, Selection
 from experiments.run import RunOptions, run
 
 from .conftest import ROOT

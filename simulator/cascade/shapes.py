@@ -11,12 +11,11 @@ from collections.abc import Mapping, Sequence
 
 from simulator.cascade.ir import Cascade
 from simulator.errors import Loc, SpecError
+from simulator.units import parse_count
 
 
 def parse_shape_arg(text: str) -> dict[str, int]:
     """`M=4096,P=4096,E=64` -> {"M": 4096, ...}; accepts K/M suffixes (`M=1M`, `P=4K`)."""
-    from simulator.units import parse_count
-
     shapes: dict[str, int] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         if "=" not in item:

@@ -1,5 +1,8 @@
 """Configurations = mapping files: load one with its cascade and architecture, evaluate points.
 
+Pipeline: above the orchestrator. Names and paths -> specs -> a resolved mapping ->
+:func:`simulator.evaluate.evaluate_mapping`.
+
 `python -m simulator.run` and the experiments go through :class:`Specs`, which reads each
 file once (the same cascade serves several mappings) and keeps nothing else.
 """

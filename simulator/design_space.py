@@ -1,5 +1,7 @@
 """Points of a design-space sweep and their evaluation (pure; `simulator.sweep` is the CLI).
 
+Pipeline: a driver above :mod:`simulator.configs` and :mod:`simulator.endtoend`.
+
 A point is one combination of the sweep's grid. Evaluating it resolves the derived values
 (register depths from the PE array, ...), sizes the buffer by the sweep's rule if it has
 one, and runs the configuration through the same path as `python -m simulator.run`: the

@@ -1,5 +1,8 @@
 """End-to-end encoder layer: a configuration's attention plus the linear layers on its chip.
 
+Pipeline: a driver above :mod:`simulator.configs` (the attention) that plans and prices the
+GEMMs with the GEMM mapper and the pricing stage.
+
 The attention comes from the configuration's own mapping (`configs.evaluate`). The linear
 layers -- the GEMMs of a linear-layer spec (`mappings/linear/*.yaml`, cascade
 `linear-layers`) -- run one after another on the same design: its 2D array, global buffer

@@ -1,4 +1,8 @@
-"""The result of evaluating one configuration at one workload point (engine-independent)."""
+"""The result of evaluating one configuration at one workload point (engine-independent).
+
+Pipeline: the product, built by :mod:`simulator.evaluate` from a plan, its phase timings and
+its price; the command-line tools, sweeps and experiments read it.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """`python -m simulator.trace`: the waterfall of a pipelined binding, epoch by epoch.
 
+Pipeline: a command-line tool; plans a point (:mod:`simulator.plan.point`) and runs the
+cycle engine's waterfall with tracing on.
+
 Simulates one (batch, head) instance of a configuration's pipelined phase with the cycle
 engine and draws the first `--epochs` epochs like the FuseMax paper's figure 4: one row per
 array, each operation a bar from its start to the end of its issue, coloured by epoch and

@@ -1,5 +1,8 @@
 """Access counts of one Einsum under a loop-nest mapping, with Timeloop's semantics (dense).
 
+Pipeline: the base of planning. The GEMM mapper, the per-Einsum views' buffer port time
+(timing) and their energy (pricing) are all counted with it.
+
 Given a problem (dimensions; data spaces and the dimensions that index them), storage levels
 from the outermost (DRAM) to the innermost (PE registers), and a mapping (per level:
 temporal loops, spatial fan-out below it, which data spaces it keeps), this computes for

@@ -1,5 +1,8 @@
 """A GEMM mapper for a 2D PE array: the best tiling, loop order and buffer use of one GEMM.
 
+Pipeline: planning -- the plan of a `mapper:` phase (:mod:`simulator.plan.phases`) and of
+the linear layers (:mod:`simulator.endtoend`).
+
 A GEMM-shaped Einsum `OUT[m, n] = L[k, m] * R[k, n]` has three dims by role: `rows` (m),
 `cols` (n) and `reduction` (k); its tensors are `left`, `right` and `output`. A mapping
 over the storage hierarchy

@@ -1,5 +1,8 @@
 """Loop nests and data reuse: the shared vocabulary of the performance and energy models.
 
+Pipeline: planning. Phase plans, Timeloop views and the cycle engine's programs read these
+nests.
+
 Ranks split into components (P -> P2, P1, P0) by the cascade (`m1*M0 + m0`) and the mapping
 (`partitions:`). An Einsum iterates components; a mapping orders some of them as temporal
 tile loops, spreads some over the PEs (spatial) and leaves the rest as inner temporal loops.

@@ -1,5 +1,6 @@
 """Chip area from an architecture and its area table: sum over components of instances x
-um^2 per instance (DRAM is off chip and has no area)."""
+um^2 per instance (DRAM is off chip and has no area). Pipeline: pricing; needs only the
+architecture."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The program a pipelined (waterfall) phase runs: per-tile operations and their dependencies.
 
+Pipeline: timing, cycle engine -- built from a phase plan, run by
+:mod:`simulator.timing.cycle.waterfall`.
+
 A phase with `pipeline:` iterates its temporal tile loops (e.g. P2, M1, P1 for FuseMax's
 Mapping 1) over every (batch, head) instance; one iteration is an *epoch*. In each epoch
 every Einsum of the phase that iterates the epoch's loops runs one operation on its array

@@ -1,5 +1,8 @@
 """Cycle-level simulation of a pipelined (waterfall) phase.
 
+Pipeline: timing, cycle engine -- runs a program (:mod:`simulator.timing.cycle.program`);
+knows nothing of cascades or mappings.
+
 Time advances in whole cycles from event to event. Each array issues one operation at a
 time; when it is free it starts, among the operations whose inputs have arrived, the one of
 the oldest epoch (then program order) -- so while an old tile waits for a reduction to drain

@@ -1,12 +1,18 @@
 """FuseMax simulator: cascades of Extended Einsums -> analyses, mapping, binding, simulation.
 
-The package is organised as the data flows (see README, "Architecture"):
+The package is organised as the data flows, one way (see README, "Architecture"; the
+layers are import-linter contracts in pyproject.toml):
 
-* :mod:`simulator.cascade` -- the cascade language (lark grammar -> frozen IR) and the
-  mapping-independent analyses (passes, live footprint, operation counts, dependency graph)
-  plus a numpy evaluator that proves two cascades compute the same function.
-* :mod:`simulator.spec` -- safe YAML loading with source positions and the restricted
-  arithmetic evaluator shared by every spec reader.
+* :mod:`simulator.spec`, :mod:`simulator.cascade` -- spec files and cascades -> typed
+  specs and IR, and the analyses that need no mapping (passes, live footprint, operation
+  counts, dependency graph, numerical execution);
+* :mod:`simulator.plan` -- a configuration at a workload point -> a plan (extents, phase
+  plans, Einsum costs, Timeloop views);
+* :mod:`simulator.timing` -- each planned phase timed by the analytic or the cycle engine;
+* :mod:`simulator.pricing` -- energy and area;
+* :mod:`simulator.evaluate` -- the orchestrator -> :class:`simulator.result.Result`;
+* :mod:`simulator.configs` and the drivers above it (end-to-end layers, sweeps, Timeloop
+  interop), then the command-line tools (`run`, `sweep`, `trace`, `export`).
 """
 
 __version__ = "0.1.0"

@@ -20,7 +20,7 @@ from experiments.experiment import Selection
 from experiments.run import RunOptions, default_experiments, run
 from simulator.cli import guarded
 from simulator.errors import SpecError
-from simulator.spec.workload import default_sequence_lengths, load_models
+from simulator.spec.workload import default_sequence_lengths, load_models, workloads_file
 from simulator.units import format_count, parse_count
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
@@ -55,7 +55,7 @@ def _split(text: str | None) -> list[str]:
 
 
 def options_from(args: argparse.Namespace) -> RunOptions:
-    models = load_models()
+    models = load_models(workloads_file())  # the paper's models
     chosen = [m.lower() for m in _split(args.models)] or list(models)
     for m in chosen:
         if m not in models:

@@ -20,7 +20,12 @@ import time
 from simulator.configs import STANDARD, Specs, evaluate, prepare
 from simulator.plan.mapper import Gemm, map_gemm
 from simulator.plan.point import plan_point
-from simulator.spec.workload import default_sequence_lengths, load_models, make_workload
+from simulator.spec.workload import (
+    default_sequence_lengths,
+    load_models,
+    make_workload,
+    workloads_file,
+)
 from simulator.timing.cycle.functional import check_attention
 from simulator.timing.cycle.simulate import pipelined_point
 
@@ -40,8 +45,7 @@ def bench_cli(seq: str = "1M") -> float:
 
 
 def bench_sweep() -> float:
-
-    models = load_models()
+    models = load_models(workloads_file())  # the paper's four
     seqs = default_sequence_lengths()
 
     def sweep() -> None:
@@ -55,7 +59,6 @@ def bench_sweep() -> float:
 
 
 def _cycle_point(config: str, seq: str) -> float:
-
     specs = Specs()
     workload = make_workload("bert", seq)
     evaluate(specs, config, workload, engine="analytic")  # specs parsed and cached
@@ -63,7 +66,6 @@ def _cycle_point(config: str, seq: str) -> float:
 
 
 def bench_functional() -> float:
-
     def run() -> None:
         workload = make_workload("custom", "64", {"batch": 1, "heads": 1, "embed": 8})
         for config in ("binding", "arch"):
@@ -104,7 +106,6 @@ def bench_experiments() -> float:
 
 
 def main() -> int:
-
     short, long = _cycle_point("binding", "1K"), _cycle_point("binding", "1M")
     mid = _cycle_point("binding", "64K")
     cli_1k, cli_1m = bench_cli("1K"), bench_cli("1M")

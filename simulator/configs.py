@@ -1,5 +1,13 @@
 """Configurations = mapping files: load one with its cascade and architecture, evaluate points.
 
+A configuration is a shipped mapping's name (`binding`), a mapping file, or `auto` -- the
+mapping the automatic binder (:mod:`simulator.bind`) writes for the point:
+`auto[:STRATEGY[/OPTION...]]` with STRATEGY fusemax (default), flat or unfused and options
+`sequential` (no pipelining across tiles) and `no-reuse` (no K/V reuse across a group's
+query heads). Its cascade is `--cascade` (default: 1-pass attention for fusemax, 3-pass
+for the baselines) and its architecture `--arch` (default: FuseMax's for fusemax, FLAT's
+for the baselines).
+
 Pipeline: above the orchestrator. Names and paths -> specs -> a resolved mapping ->
 :func:`simulator.evaluate.evaluate_mapping`.
 
@@ -12,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simulator.bind.auto import DEFAULT_ARCH, STRATEGIES, bind, mapping_yaml
 from simulator.cascade.ir import Cascade
 from simulator.cascade.parse import load_cascade
 from simulator.errors import SpecError
@@ -28,6 +37,7 @@ from simulator.spec.mapping import (
     Mapping,
     MappingSpec,
     load_mapping,
+    loads_mapping,
     mapping_shapes,
     resolve,
 )
@@ -39,6 +49,36 @@ from simulator.spec.tables import (
     load_energy_table,
 )
 from simulator.spec.workload import Workload
+
+# The cascade each strategy binds when `--cascade` gives none.
+AUTO_CASCADE = {
+    "fusemax": "attention-1pass",
+    "flat": "attention-3pass",
+    "unfused": "attention-3pass",
+}
+AUTO_OPTIONS = ("sequential", "no-reuse")
+
+
+def is_auto(config: str) -> bool:
+    return config == "auto" or config.startswith("auto:")
+
+
+def parse_auto(config: str) -> tuple[str, bool, bool]:
+    """`auto[:STRATEGY[/OPTION...]]` -> (strategy, pipelined, reuse)."""
+    rest = config[len("auto:") :] if config.startswith("auto:") else ""
+    strategy, *options = rest.split("/") if rest else ["fusemax"]
+    strategy = strategy or "fusemax"
+    if strategy not in STRATEGIES:
+        raise SpecError(
+            f"unknown binding strategy '{strategy}' in '{config}' "
+            f"(choose from {', '.join(STRATEGIES)})"
+        )
+    for option in options:
+        if option not in AUTO_OPTIONS:
+            raise SpecError(
+                f"unknown option '{option}' in '{config}' (options: {', '.join(AUTO_OPTIONS)})"
+            )
+    return strategy, "sequential" not in options, "no-reuse" not in options
 
 
 def shipped_configs() -> list[str]:
@@ -78,6 +118,40 @@ class Specs:
         check_tables(ert, art, arch.required_actions(), set(arch.priced_components()))
         return ert, art
 
+    def auto(self, config: str, workload: Workload) -> MappingSpec:
+        """The mapping the automatic binder writes for `config` (`auto:STRATEGY/OPTIONS`)
+        at this workload."""
+        strategy, pipelined, reuse = parse_auto(config)
+        cascade_path = (
+            self._override("cascades", "--cascade", self.cascade_override)
+            if self.cascade_override
+            else resolve_spec("cascades", AUTO_CASCADE[strategy])
+        )
+        arch_path = (
+            self._override("arch", "--arch", self.arch_override)
+            if self.arch_override
+            else resolve_spec("arch", DEFAULT_ARCH[strategy])
+        )
+        key = f"{config}|{cascade_path}|{arch_path}|{workload}"
+        if key not in self._mappings:
+            cascade = self._load_cascade(cascade_path)
+            arch = self._load_arch(arch_path)
+            data = bind(
+                cascade,
+                arch,
+                workload,
+                strategy,
+                str(cascade_path),
+                str(arch_path),
+                pipelined=pipelined,
+                reuse=reuse,
+            )
+            name = config.replace(":", "-").replace("/", "-")
+            self._mappings[key] = loads_mapping(
+                mapping_yaml(data), f"<{config} mapping of {cascade.name}>", name
+            )
+        return self._mappings[key]
+
     def mapping(self, name_or_path: str) -> MappingSpec:
         name = ALIASES.get(name_or_path, name_or_path)
         if name not in self._mappings:
@@ -105,6 +179,9 @@ class Specs:
             path = self._override("cascades", "--cascade", self.cascade_override)
         else:
             path = self._relative(spec, "cascades", spec.cascade)
+        return self._load_cascade(path)
+
+    def _load_cascade(self, path: Path) -> Cascade:
         key = str(path)
         if key not in self._cascades:
             self._cascades[key] = load_cascade(path)
@@ -115,6 +192,9 @@ class Specs:
             path = self._override("arch", "--arch", self.arch_override)
         else:
             path = self._relative(spec, "arch", spec.architecture)
+        return self._load_arch(path)
+
+    def _load_arch(self, path: Path) -> Architecture:
         key = str(path)
         if key not in self._archs:
             self._archs[key] = load_architecture(path)
@@ -146,19 +226,8 @@ class Specs:
 
 
 def workload_fields(workload: Workload) -> dict[str, object]:
-    return {
-        "label": workload.label,
-        "name": workload.name,
-        "model": workload.name,
-        "seq": workload.seq_len,
-        "seq_len": workload.seq_len,
-        "batch": workload.batch,
-        "heads": workload.heads,
-        "embed": workload.embed,
-        "value_embed": workload.value_embed,
-        "dmodel": workload.dmodel,
-        "ffn": workload.ffn,
-    }
+    """The names a mapping may use for a workload (`shapes:`, `instances:`, table match)."""
+    return workload.fields()
 
 
 def evaluate(
@@ -194,7 +263,7 @@ def prepare(
     resize: dict[str, int] | None = None,
 ) -> tuple[Cascade, Mapping, Architecture]:
     """The cascade, resolved mapping and architecture of a configuration at a point."""
-    spec = specs.mapping(config)
+    spec = specs.auto(config, workload) if is_auto(config) else specs.mapping(config)
     cascade = specs.cascade(spec)
     arch = specs.architecture(spec).with_overrides(
         pe_dim, buffer_bytes, bandwidth, **(resize or {})

@@ -153,7 +153,7 @@ def choose_extents(
         known, partitions, mapping.name, Loc(mapping.path), frozenset(mapping.padded)
     )
     locs = dict(mapping.factor_locs)
-    instances = ((BATCH, workload.batch), (HEADS, workload.heads))
+    instances = ((BATCH, mapping.batch), (HEADS, mapping.heads))
     mapped: dict = {}
     if not search:
         extents = _complete(known, partitions, cascade, mapping)

@@ -48,7 +48,7 @@ class PointPlan:
 
     @property
     def instances(self) -> int:
-        return self.workload.instances
+        return self.mapping.instances
 
     @property
     def costs(self) -> tuple[EinsumCost, ...]:

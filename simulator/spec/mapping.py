@@ -51,7 +51,9 @@ TOP_KEYS = (
     "phases",
     "published",
     "padded",
+    "instances",
 )
+INSTANCE_KEYS = ("batch", "heads")
 # The five configurations of the paper's evaluation (mapping files), in its order, and the
 # other names they go by.
 STANDARD = ("unfused", "flat", "cascade", "arch", "binding")
@@ -142,6 +144,14 @@ class Mapping:
     unpriced: tuple[str, ...] = ()  # components the published accounting left unpriced
     padded: tuple[str, ...] = ()  # ranks rounded up to a whole number of tiles
     shapes: tuple[tuple[str, int], ...] = ()  # ranks the workload sizes (`shapes:`)
+    # Independent repetitions of the cascade (`instances:`): requests x heads; a cascade
+    # with a group rank (grouped-query attention) repeats once per K/V head.
+    batch: int = 1
+    heads: int = 1
+
+    @property
+    def instances(self) -> int:
+        return self.batch * self.heads
 
     def binding_loc(self, einsum: str) -> Loc:
         return dict(self.binding_locs).get(einsum, Loc(self.path))
@@ -216,9 +226,42 @@ def mapping_shapes(spec: MappingSpec, fields: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+def mapping_instances(spec: MappingSpec, fields: dict[str, Any]) -> tuple[int, int]:
+    """(batch, heads): how many times the cascade runs, from the mapping's `instances:`
+    (expressions over the workload's fields; default: batch x heads)."""
+    raw = spec.data.get("instances")
+    if raw is None:
+        raw = LocDict()
+    if not isinstance(raw, LocDict):
+        raise SpecError(
+            "instances must map batch and heads to workload expressions, e.g. {heads: kv_heads}",
+            spec.data.loc_of("instances"),
+        )
+    _check_keys(raw, INSTANCE_KEYS, "instances")
+    numbers = {
+        k: v for k, v in fields.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    out = []
+    for key in INSTANCE_KEYS:
+        loc = raw.loc_of(key) if key in raw else spec.data.loc
+        value = expr.as_int(expr.evaluate(raw.get(key, key), numbers, loc), f"instances {key}", loc)
+        if value <= 0:
+            raise SpecError(f"instances {key} must be positive, got {value}", loc)
+        out.append(value)
+    return out[0], out[1]
+
+
 def load_mapping(path: str | Path) -> MappingSpec:
-    data = yamlio.load(path)
-    source = str(path)
+    return build_mapping(yamlio.load(path), str(path))
+
+
+def loads_mapping(text: str, source: str, name: str) -> MappingSpec:
+    """A mapping from text (a generated one): `source` names it in messages."""
+    spec = build_mapping(yamlio.loads(text, source), source)
+    return MappingSpec(name, spec.path, spec.data, spec.table, spec.table_path)
+
+
+def build_mapping(data: Any, source: str) -> MappingSpec:
     if not isinstance(data, LocDict) or not isinstance(data.get("mapping"), LocDict):
         raise SpecError(
             "a mapping file must have a top-level 'mapping:' section", Loc(source, 1, 1)
@@ -793,6 +836,7 @@ def resolve(
         "padded",
     )
     shapes = mapping_shapes(spec, workload_fields)
+    batch, heads = mapping_instances(spec, workload_fields)
     if cascade_names is not None:
         raw_shapes = body.get("shapes") or LocDict()
         for rank in shapes:
@@ -803,6 +847,8 @@ def resolve(
                     raw_shapes.key_locs[rank],
                 )
     return Mapping(
+        batch=batch,
+        heads=heads,
         shapes=tuple(shapes.items()),
         padded=padded,
         unpriced=unpriced,

@@ -1,9 +1,13 @@
 """Workloads: a transformer's attention shapes at one sequence length.
 
-The models are data (`cascades/workloads/transformers.yaml`); the command line can override
-any field (`--heads 32 --embed 128`) or describe a custom model. A workload turns into the
-rank extents of an attention cascade (M = P = sequence length, E, F) and the number of
-independent (batch, head) instances.
+The models are data (`cascades/workloads/*.yaml`: the paper's encoders and LLMs); the
+command line can override any field (`--heads 32 --embed 128 --kv-heads 8`) or describe a
+custom model. A workload turns into the rank extents of an attention cascade through the
+names a mapping's `shapes:` may use (`queries`, `keys`, `embed`, `group`, `window`, ...) and
+the number of independent (batch, head) instances.
+
+Prefill (the default phase) attends `seq_len` queries to `seq_len` keys; decode
+(`phase: decode`) attends one new query per request to `context` cached keys.
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ from simulator.spec.yamlio import LocDict, LocList
 from simulator.units import format_count, parse_count
 
 FIELDS = ("batch", "heads", "embed", "value_embed", "dmodel", "ffn")
+# Optional model fields (LLMs): K/V heads (grouped-query attention; default: heads) and the
+# sliding-window width (0: full attention).
+OPTIONAL = ("kv_heads", "window")
+PHASES = ("prefill", "decode")
 
 
 @dataclass(frozen=True)
@@ -31,33 +39,111 @@ class Workload:
     value_embed: int  # F
     dmodel: int  # D
     ffn: int  # S
-    seq_len: int  # M = P
+    seq_len: int  # M = P in prefill; the cached context in decode unless `context` says
     # Extents that replace the mapping's rank shapes (e.g. M != P for a plain GEMM cascade).
     rank_overrides: tuple[tuple[str, int], ...] = ()
+    kv_heads: int = 0  # K/V heads (0: one per query head, multi-head attention)
+    window: int = 0  # sliding-window width in keys (0: full attention)
+    phase: str = "prefill"  # or decode: one new query per request
+    context: int = 0  # decode: cached keys (0: seq_len)
 
     @property
     def instances(self) -> int:
-        """Independent attention problems: batch x heads."""
+        """Independent attention problems of a multi-head cascade: batch x heads."""
         return self.batch * self.heads
+
+    @property
+    def kv(self) -> int:
+        """K/V heads (= heads for multi-head attention)."""
+        return self.kv_heads or self.heads
+
+    @property
+    def group(self) -> int:
+        """Query heads sharing one K/V head (1: multi-head, heads: multi-query)."""
+        return self.heads // self.kv
+
+    @property
+    def queries(self) -> int:
+        """Query positions per (batch, head): the sequence, or 1 in decode."""
+        return 1 if self.phase == "decode" else self.seq_len
+
+    @property
+    def keys(self) -> int:
+        """Key/value positions per (batch, head): the sequence, or the cached context."""
+        if self.phase == "decode":
+            return self.context or self.seq_len
+        return self.seq_len
 
     @property
     def seq_label(self) -> str:
         return format_count(self.seq_len)
 
     def describe(self) -> str:
-        return (
-            f"{self.label} (B={self.batch}, H={self.heads}, E={self.embed}, "
-            f"F={self.value_embed}, D={self.dmodel}, S={self.ffn}) at {self.seq_label} tokens"
+        heads = f"H={self.heads}" + (f", KV={self.kv}" if self.kv != self.heads else "")
+        text = (
+            f"{self.label} (B={self.batch}, {heads}, E={self.embed}, "
+            f"F={self.value_embed}, D={self.dmodel}, S={self.ffn}"
+            + (f", W={self.window}" if self.window else "")
+            + ")"
         )
+        if self.phase == "decode":
+            return f"{text} decoding 1 token against {format_count(self.keys)} cached tokens"
+        return f"{text} at {self.seq_label} tokens"
+
+    def fields(self) -> dict[str, object]:
+        """The names a mapping's `shapes:` and `instances:` may use, with their values."""
+        return {
+            "label": self.label,
+            "name": self.name,
+            "model": self.name,
+            "seq": self.seq_len,
+            "seq_len": self.seq_len,
+            "batch": self.batch,
+            "heads": self.heads,
+            "kv_heads": self.kv,
+            "group": self.group,
+            "embed": self.embed,
+            "value_embed": self.value_embed,
+            "dmodel": self.dmodel,
+            "ffn": self.ffn,
+            "window": self.window or self.keys,
+            "queries": self.queries,
+            "keys": self.keys,
+            "context": self.keys,
+        }
 
 
 def workloads_file() -> Path:
+    """The paper's workloads (and the default sequence lengths)."""
     return data_dir("cascades") / "workloads" / "transformers.yaml"
 
 
+def workload_files() -> list[Path]:
+    """Every shipped workloads file: the paper's first, then the others by name."""
+    folder = data_dir("cascades") / "workloads"
+    first = workloads_file()
+    return [first] + sorted(p for p in folder.glob("*.yaml") if p != first)
+
+
 def load_models(path: str | Path | None = None) -> dict[str, Workload]:
-    """The models of a workloads file (sequence length 0 until one is chosen)."""
-    path = Path(path) if path is not None else workloads_file()
+    """The models of a workloads file, or of every shipped one (sequence length 0 until one
+    is chosen)."""
+    if path is not None:
+        return _load_models_file(Path(path))
+    out: dict[str, Workload] = {}
+    for file in workload_files():
+        models = yamlio.load(file).get("workloads")
+        for key, model in _load_models_file(file).items():
+            if key in out:
+                raise SpecError(
+                    f"workload '{key}' is defined twice (also in an earlier workloads file)",
+                    models.loc_of(key) if isinstance(models, LocDict) else Loc(str(file)),
+                )
+            out[key] = model
+    return out
+
+
+def _load_models_file(path: Path) -> dict[str, Workload]:
     data = yamlio.load(path)
     if not isinstance(data, LocDict) or not isinstance(data.get("workloads"), LocDict):
         raise SpecError("a workloads file needs a 'workloads:' mapping", Loc(str(path), 1, 1))
@@ -68,15 +154,15 @@ def load_models(path: str | Path | None = None) -> dict[str, Workload]:
         if not isinstance(entry, LocDict):
             raise SpecError(f"workload '{key}' must be a mapping of its fields", loc)
         for field in entry:
-            if field not in (*FIELDS, "label", "description"):
+            if field not in (*FIELDS, *OPTIONAL, "label", "description", "source"):
                 raise SpecError(
                     f"unknown field '{field}' of workload '{key}' (allowed: "
-                    f"{', '.join(FIELDS)}, label, description)",
+                    f"{', '.join((*FIELDS, *OPTIONAL))}, label, description, source)",
                     entry.key_locs[field],
                 )
         values = {}
-        for field in FIELDS:
-            if field == "value_embed" and field not in entry:
+        for field in (*FIELDS, *OPTIONAL):
+            if field in ("value_embed", *OPTIONAL) and field not in entry:
                 continue
             if field not in entry:
                 raise SpecError(f"workload '{key}' needs '{field}'", entry.loc)
@@ -87,6 +173,10 @@ def load_models(path: str | Path | None = None) -> dict[str, Workload]:
                 )
             values[field] = value
         values.setdefault("value_embed", values["embed"])
+        if values["heads"] % values.get("kv_heads", values["heads"]):
+            raise SpecError(
+                f"kv_heads of workload '{key}' must divide its heads", entry.loc_of("kv_heads")
+            )
         out[str(key).lower()] = Workload(
             str(key).lower(), str(entry.get("label", key)), seq_len=0, **values
         )
@@ -107,13 +197,22 @@ def make_workload(
     seq: str | int,
     overrides: dict[str, int | None] | None = None,
     models: dict[str, Workload] | None = None,
+    phase: str = "prefill",
+    context: str | int | None = None,
 ) -> Workload:
-    """A workload from a model name (or `custom`), a sequence length and field overrides."""
+    """A workload from a model name (or `custom`), a sequence length and field overrides
+    (`kv_heads`, `window` too); `phase="decode"` decodes one token per request against
+    `context` cached tokens (default: the sequence length)."""
     models = models if models is not None else load_models()
     seq_len = parse_count(seq, what="--seq")
+    if phase not in PHASES:
+        raise SpecError(f"--phase must be one of {', '.join(PHASES)}, got '{phase}'")
+    cached = 0 if context is None else parse_count(context, what="--context")
+    if cached and phase != "decode":
+        raise SpecError("--context is the cache of a decode step: add --phase decode")
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     for key, value in given.items():
-        if key not in FIELDS:
+        if key not in (*FIELDS, *OPTIONAL):
             raise SpecError(f"unknown workload field '{key}'")
         if value <= 0:
             raise SpecError(f"--{key.replace('_', '-')} must be positive, got {value}")
@@ -132,14 +231,22 @@ def make_workload(
             dmodel=given.get("dmodel", given["heads"] * given["embed"]),
             ffn=given.get("ffn", 4 * given.get("dmodel", given["heads"] * given["embed"])),
             seq_len=seq_len,
+            kv_heads=given.get("kv_heads", 0),
+            window=given.get("window", 0),
         )
-        return base
-    if name not in models:
-        raise SpecError(f"unknown model '{model}' (known: {', '.join(sorted(models))}, custom)")
-    base = dataclasses.replace(models[name], seq_len=seq_len)
-    if given:
-        if "embed" in given and "value_embed" not in given:
-            given["value_embed"] = given["embed"]
-        label = base.label + "(" + ",".join(f"{k}={v}" for k, v in sorted(given.items())) + ")"
-        base = dataclasses.replace(base, label=label, **given)
+    else:
+        if name not in models:
+            raise SpecError(f"unknown model '{model}' (known: {', '.join(sorted(models))}, custom)")
+        base = dataclasses.replace(models[name], seq_len=seq_len)
+        if given:
+            if "embed" in given and "value_embed" not in given:
+                given["value_embed"] = given["embed"]
+            label = base.label + "(" + ",".join(f"{k}={v}" for k, v in sorted(given.items())) + ")"
+            base = dataclasses.replace(base, label=label, **given)
+    if base.heads % base.kv:
+        raise SpecError(f"--kv-heads {base.kv} must divide the {base.heads} heads")
+    if base.kv_heads == base.heads:
+        base = dataclasses.replace(base, kv_heads=0)
+    if phase == "decode":
+        base = dataclasses.replace(base, phase=phase, context=cached)
     return base

@@ -225,7 +225,7 @@ def compare_with_timeloop(
         for name, data in e.files:
             (d / name).write_text(dump(data), encoding="utf-8")
         stats = run_einsum(binary, d)
-        cycles, accesses, energy = own_numbers(e, arch, ert, workload.instances)
+        cycles, accesses, energy = own_numbers(e, arch, ert, mapping.instances)
         rows.append(
             EinsumComparison(
                 mapping.name,

@@ -1,0 +1,160 @@
+"""Automatic binding: (cascade, architecture, workload, strategy) -> an ordinary mapping file.
+
+The strategies read the cascade's graph (:mod:`simulator.bind.roles`) and the
+architecture's arrays and operation tables:
+
+* `fusemax` (:mod:`simulator.bind.fusemax`) -- one-pass cascades, fused on a 2D and a 1D
+  array, the pipelined waterfall where the arrays are coupled;
+* `flat` (:mod:`simulator.bind.flat`) -- FLAT's fused, row-granular dataflow for cascades
+  that normalise whole fibres (3-pass softmax): the contractions on the 2D array, the
+  fibre-wide Einsums on the 1D array, fibres kept on chip while they fit;
+* `unfused` (:mod:`simulator.bind.unfused`) -- every GEMM its own phase through the GEMM
+  mapper, the Einsums between them a phase walking one fibre at a time, all through DRAM.
+
+The result is the data of a mapping file (the shapes the workload sizes come from the
+binder's facts, `mappings/auto/binder.yaml`); :func:`mapping_yaml` writes it, and the
+tools load it like a hand-written one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.bind.facts import BinderFacts, load_facts
+from simulator.bind.flat import flat_mapping
+from simulator.bind.fusemax import fusemax_mapping
+from simulator.bind.roles import cascade_roles
+from simulator.bind.unfused import unfused_mapping
+from simulator.cascade.ir import Cascade
+from simulator.errors import SpecError
+from simulator.spec.arch import Architecture
+from simulator.spec.workload import Workload
+
+STRATEGIES = ("fusemax", "flat", "unfused")
+# The architecture each strategy binds to when none is given: FuseMax's for its own
+# strategy, FLAT's for the baselines (as in the paper's evaluation).
+DEFAULT_ARCH = {"fusemax": "fusemax", "flat": "flat", "unfused": "flat"}
+
+
+def workload_extents(
+    cascade: Cascade, workload: Workload, facts: BinderFacts
+) -> tuple[dict[str, str], dict[str, int]]:
+    """The ranks the workload sizes (rank -> workload quantity) and every rank's extent
+    (the workload's, else the cascade's example shape)."""
+    ranks = {r for t in cascade.tensors for r in t.ranks}
+    ranks |= {c for _r, comps in cascade.partitions for c in comps}
+    fields = workload.fields()
+    shapes = {r: q for r, q in facts.shapes if r in ranks}
+    extents = {r: v for r, v in cascade.shapes}
+    for rank, quantity in shapes.items():
+        extents[rank] = int(fields[quantity])  # type: ignore[call-overload]
+    return shapes, extents
+
+
+def instances_of(shapes: dict[str, str], facts: BinderFacts) -> dict[str, str]:
+    grouped = "group" in shapes.values()
+    return dict(facts.grouped_instances if grouped else facts.default_instances)
+
+
+def bind(
+    cascade: Cascade,
+    arch: Architecture,
+    workload: Workload,
+    strategy: str,
+    cascade_ref: str,
+    arch_ref: str,
+    *,
+    pipelined: bool = True,
+    reuse: bool = True,
+    facts: BinderFacts | None = None,
+) -> dict[str, Any]:
+    """The mapping data `strategy` generates (see module docstring); `cascade_ref` and
+    `arch_ref` are how the mapping names its cascade and architecture."""
+    if strategy not in STRATEGIES:
+        raise SpecError(f"unknown strategy '{strategy}' (choose from {', '.join(STRATEGIES)})")
+    facts = facts or load_facts()
+    roles = cascade_roles(cascade)
+    shapes, extents = workload_extents(cascade, workload, facts)
+    instances = instances_of(shapes, facts)
+    if strategy == "fusemax":
+        return fusemax_mapping(
+            cascade,
+            arch,
+            roles,
+            extents,
+            shapes,
+            instances,
+            cascade_ref,
+            arch_ref,
+            pipelined=pipelined,
+            reuse=reuse,
+        )
+    if strategy == "flat":
+        return flat_mapping(
+            cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, reuse=reuse
+        )
+    return unfused_mapping(
+        cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, facts
+    )
+
+
+class _Flow(list):
+    """A list written in flow style (`[QK, LM]`)."""
+
+
+class _FlowDict(dict):
+    """A mapping of plain values written in flow style (`{home: DRAM, keep: P2}`)."""
+
+
+def _flows(node: Any, depth: int = 0) -> Any:
+    if isinstance(node, str):
+        return str(node)  # LocStr names from the specs: plain text
+    if isinstance(node, dict):
+        items = {str(k): _flows(v, depth + 1) for k, v in node.items()}
+        if depth >= 2 and all(isinstance(v, str | int | float) for v in items.values()):
+            return _FlowDict(items)
+        return items
+    if isinstance(node, list):
+        items = [_flows(v, depth + 1) for v in node]
+        if all(isinstance(v, str | int | float) or isinstance(v, _Flow) for v in items):
+            return _Flow(items)
+        return items
+    return node
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(
+    _Flow, lambda d, data: d.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=True)
+)
+_Dumper.add_representer(
+    _FlowDict,
+    lambda d, data: d.represent_mapping("tag:yaml.org,2002:map", data, flow_style=True),
+)
+
+
+def mapping_yaml(data: dict[str, Any], header: str = "") -> str:
+    """The mapping as YAML text, laid out like the hand-written files (short lists inline)."""
+    body = yaml.dump(
+        _flows(data), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100
+    )
+    return header + body
+
+
+def reference(path: Path, shipped_folder: Path, relative_to: Path | None = None) -> str:
+    """How a generated mapping names a spec file: a shipped spec by its name; another file
+    by its path (relative to the mapping's folder when written to a file)."""
+    try:
+        if path.resolve().parent == shipped_folder.resolve():
+            return path.stem
+    except OSError:
+        pass
+    if relative_to is not None:
+        return os.path.relpath(path.resolve(), relative_to.resolve())
+    return str(path.resolve())

@@ -1,0 +1,224 @@
+"""The FuseMax strategy: a one-pass cascade fused into one phase on a 2D and a 1D array.
+
+For a cascade with a recurrence over a chunked rank (`M -> M1 x M0`, state `RM, RD, RNV`
+over rows `P`), as FuseMax's Mapping 1 binds 1-pass attention:
+
+* **spatial** -- the chunk goes down the 2D array's rows (M0 = meshY: a reduction over it is
+  a reduction down the columns into the 1D array); the largest row rank goes across its
+  columns, split `P -> P2 x P1 x P0` with P0 = meshX and P1 searched (tiles of rows kept on
+  chip); the 1D array takes the same columns;
+* **binding** -- an Einsum that walks the chunk (iterates M0) runs on the 2D array when its
+  PEs support every operation it needs, otherwise on the 1D array; one the 1D array cannot
+  run either is an error naming it;
+* **loops** -- `P2, M1, [other row ranks], P1`: each chunk of keys is fetched once per block
+  of P1 x P0 rows and reused by them (and by every query head of a group); with
+  `reuse=False` the other row ranks run outermost instead (no reuse across them);
+* **tensors** -- inputs in DRAM, kept where they are reused (Q for its row block, K and V for
+  their chunk); outputs streamed; the recurrence's state in the buffer for the row block;
+  a whole 2D tile handed between the arrays goes through the buffer, double-buffered; every
+  other value moves between PEs (registers, the reduction and broadcast paths);
+* **schedule** -- coupled arrays (a reduction into the 1D array and a broadcast back) run
+  the pipelined waterfall (`pipeline: {}`, or one tile in flight with `pipelined=False`);
+  arrays that only exchange tiles through the buffer overlap whole
+  (:mod:`simulator.bind.schedule`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.bind.roles import Roles, einsum_ranks, reduced_ranks
+from simulator.bind.schedule import decoupled_schedule, waterfall_schedule
+from simulator.cascade.ir import Cascade
+from simulator.cascade.ops import ops_per_point
+from simulator.errors import Loc, SpecError
+from simulator.spec.arch import Architecture, Array
+
+
+def applies(roles: Roles) -> str | None:
+    """Why the strategy cannot bind the cascade (None: it can)."""
+    if roles.iterative is None or roles.chunk is None:
+        return (
+            "the FuseMax strategy binds one-pass cascades: it needs a recurrence over the outer "
+            "component of a partitioned rank (`RM[m1+1, p] = ...` with `K[e, m1*M0 + m0]`)"
+        )
+    if not roles.rows:
+        return "the recurrence's state tensors share no rank besides the iterative one"
+    return None
+
+
+def arrays_of(arch: Architecture) -> tuple[Array, Array]:
+    two = next((a for a in arch.arrays if a.mesh_y > 1), None)
+    one = next((a for a in arch.arrays if a.mesh_y == 1), None)
+    if two is None or one is None:
+        raise SpecError(
+            f"architecture '{arch.name}' needs a 2D and a 1D PE array for the FuseMax strategy",
+            arch_loc(arch),
+        )
+    return two, one
+
+
+def arch_loc(arch: Architecture) -> Loc:
+    return Loc(arch.path or arch.name)
+
+
+def supports(array: Array, cascade: Cascade, einsum: str) -> list[str]:
+    """The operations of an Einsum its array's PEs lack."""
+    needs = ops_per_point(cascade, cascade.einsum(einsum))
+    return [k for k, n in needs.items() if n > 0 and array.op(k) is None]
+
+
+def bind_arrays(
+    cascade: Cascade, roles: Roles, two: Array, one: Array, wide: str
+) -> dict[str, str]:
+    """Einsum -> array. An Einsum walking the chunk across the wide row rank may run on the
+    2D array when its PEs can: a contraction (multiply-accumulate) always does; any other
+    only when the tiles it reads are already there (no tile leaves the array for it). The
+    rest run on the 1D array when its PEs can; else the Einsum cannot be bound."""
+    out: dict[str, str] = {}
+    for name in roles.compute:
+        e = cascade.einsum(name)
+        ranks = einsum_ranks(e)
+        if roles.chunk in ranks and wide in ranks and not supports(two, cascade, name):
+            tiles_from = [
+                p for p in roles.preds[name] if roles.chunk in einsum_ranks(cascade.einsum(p))
+            ]
+            contraction = ops_per_point(cascade, e).get("mac", 0) > 0
+            if contraction or all(out[p] == two.name for p in tiles_from):
+                out[name] = two.name
+                continue
+        lacking = supports(one, cascade, name)
+        if lacking:
+            also = supports(two, cascade, name)
+            raise SpecError(
+                f"cannot bind Einsum '{name}': it needs {', '.join(lacking)}, which the PEs of "
+                f"array '{one.name}' lack"
+                + (f" (and '{two.name}' lacks {', '.join(also)})" if also else ""),
+                e.loc,
+            )
+        out[name] = one.name
+    return out
+
+
+def keep_point(loops: list[str], indexing: set[str]) -> str:
+    """Where a tensor's tile stays in the buffer: the outermost loop indexing it that has a
+    loop not indexing it below (the tile is reused across that loop); else its innermost
+    indexing loop; `top` when no loop indexes it."""
+    idx = [i for i, lp in enumerate(loops) if lp in indexing]
+    if not idx:
+        return "top"
+    for i in idx:
+        if any(lp not in indexing for lp in loops[i + 1 :]):
+            return loops[i]
+    return loops[idx[-1]]
+
+
+def fusemax_mapping(
+    cascade: Cascade,
+    arch: Architecture,
+    roles: Roles,
+    extents: dict[str, int],
+    shapes: dict[str, str],
+    instances: dict[str, str],
+    cascade_ref: str,
+    arch_ref: str,
+    pipelined: bool = True,
+    reuse: bool = True,
+) -> dict[str, Any]:
+    why = applies(roles)
+    if why:
+        raise SpecError(f"cannot bind '{cascade.name}' with the FuseMax strategy: {why}")
+    two, one = arrays_of(arch)
+    assert roles.chunk is not None and roles.outer is not None
+    # The widest row rank goes across the columns; the others are temporal loops.
+    wide = max(roles.rows, key=lambda r: (extents.get(r, 1), roles.rows.index(r)))
+    others = [r for r in roles.rows if r != wide]
+    w2, w1, w0 = f"{wide}2", f"{wide}1", f"{wide}0"
+    binding = bind_arrays(cascade, roles, two, one, wide)
+    loops = [w2, roles.outer, *others, w1] if reuse else [*others, w2, roles.outer, w1]
+    columns = f"{two.name}.meshX" if extents.get(wide, 0) >= two.mesh_x else wide
+    rows = f"{two.name}.meshY" if extents.get(roles.chunked or "", 0) >= two.mesh_y else None
+    factors: dict[str, Any] = {w0: columns}
+    if rows is not None:
+        factors[roles.chunk] = rows
+    else:
+        factors[roles.outer] = 1
+    factors[w1] = "search"
+    spatial = {two.name: [w0, roles.chunk], one.name: [w0]}
+    comps_of = {wide: [w2, w1, w0]}
+
+    def leaves(rank: str) -> list[str]:
+        if rank == roles.chunked:
+            return [roles.outer, roles.chunk]  # type: ignore[list-item]
+        return comps_of.get(rank, [rank])
+
+    def tensor_leaves(t: str) -> set[str]:
+        return {c for r in cascade.tensor(t).ranks for c in leaves(r)}
+
+    tensors: dict[str, dict[str, Any]] = {}
+    aliases = {
+        e.output.tensor: e.reads()[0].tensor
+        for e in cascade.einsums
+        if e.kind == "copy" and e.reads()
+    }
+    for t in cascade.inputs:
+        tensors[t] = {"home": "DRAM", "keep": keep_point(loops, tensor_leaves(t))}
+    for t in cascade.outputs:
+        tensors[t] = {"home": "DRAM", "keep": "stream"}
+    for t in roles.state:
+        indexing = tensor_leaves(t) - {roles.outer}
+        tensors[t] = {"home": "buffer", "keep": keep_point(loops, indexing)}
+    tile = {w0, roles.chunk}
+    for name in roles.compute:
+        e = cascade.einsum(name)
+        for acc in e.reads():
+            t = aliases.get(acc.tensor, acc.tensor)
+            producer = next(
+                (p for p in roles.compute if cascade.einsum(p).output.tensor == t), None
+            )
+            if producer is None or binding[producer] == binding[name] or t in tensors:
+                continue
+            if tile <= tensor_leaves(t):  # a whole 2D tile: through the buffer
+                tensors[t] = {"home": "buffer", "keep": roles.outer, "copies": 2}
+    einsums = list(roles.compute)
+    down = {
+        n for n in einsums if binding[n] == two.name and roles.chunk in reduced_ranks_of(cascade, n)
+    }
+    coupled = any(binding[n] != two.name for n in einsums) and not any(
+        v.get("copies") == 2 for v in tensors.values()
+    )
+    phase: dict[str, Any] = {"name": "fused", "loops": loops}
+    if coupled:
+        schedule = waterfall_schedule(roles, einsums, binding, two.name, pipelined, down)
+        if schedule is None:
+            schedule = list(einsums)
+        phase["pipeline"] = {} if pipelined else {"tiles_in_flight": 1}
+    else:
+        schedule = decoupled_schedule(einsums, binding, two.name)
+    phase["schedule"] = schedule
+    by_array: dict[str, list[str]] = {two.name: [], one.name: []}
+    for n in einsums:
+        by_array[binding[n]].append(n)
+    return {
+        "mapping": {
+            "label": "auto: FuseMax" + ("" if pipelined else " (tiles in sequence)"),
+            "description": (
+                f"{cascade.name} bound by the FuseMax strategy "
+                f"({'pipelined waterfall' if coupled and pipelined else 'one phase'})"
+            ),
+            "cascade": cascade_ref,
+            "architecture": arch_ref,
+            "shapes": shapes,
+            "instances": instances,
+            "factors": factors,
+            "partitions": {wide: [w2, w1, w0]},
+            "spatial": spatial,
+            "binding": {a: ns for a, ns in by_array.items() if ns},
+            "tensors": tensors,
+            "phases": [phase],
+        }
+    }
+
+
+def reduced_ranks_of(cascade: Cascade, einsum: str) -> tuple[str, ...]:
+    return reduced_ranks(cascade.einsum(einsum))

@@ -1,0 +1,104 @@
+"""What a cascade's graph says about how to bind it: the roles of its ranks and Einsums.
+
+* the **recurrence** -- an iterative variable (`m1`) whose rank is the outer component of a
+  partitioned rank (`M -> M1 x M0`): the cascade walks M chunk by chunk, one pass, and the
+  tensors it iterates (`RM`, `RD`, `RNV`) are the running **state**;
+* the **row ranks** -- the ranks every state tensor carries besides the iterative one
+  (`P`; `G, P` for grouped-query attention): independent rows whose state stays on chip;
+* the same-step **dependencies** between compute Einsums (copies are views of their source;
+  loop-carried reads of the previous step are not same-step dependencies);
+* **GEMM-shaped** Einsums (`OUT = L * R` summed over one rank) and the ranks each Einsum
+  iterates and reduces.
+
+Nothing here depends on a name: only on the cascade's declarations and Einsums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.cascade.graph import dependency_graph
+from simulator.cascade.ir import Cascade, Einsum, Op, Read, rank_of
+
+
+@dataclass(frozen=True)
+class Roles:
+    compute: tuple[str, ...]  # compute Einsums, cascade order
+    preds: dict[str, frozenset[str]]  # same-step predecessors among compute Einsums
+    iterative: str | None  # the iterative variable (`m1`)
+    outer: str | None  # its rank, the outer component of the chunked rank (`M1`)
+    chunked: str | None  # the rank walked chunk by chunk (`M`)
+    chunk: str | None  # the inner component: one chunk (`M0`)
+    state: tuple[str, ...]  # tensors the recurrence iterates (`RM`, `RD`, `RNV`)
+    rows: tuple[str, ...]  # ranks every state tensor carries besides the iterative one
+
+    def ancestors(self, einsum: str) -> frozenset[str]:
+        seen: set[str] = set()
+        todo = list(self.preds[einsum])
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo += self.preds[n]
+        return frozenset(seen)
+
+    def descendants(self, einsum: str) -> frozenset[str]:
+        return frozenset(n for n in self.compute if einsum in self.ancestors(n))
+
+
+def einsum_ranks(e: Einsum) -> tuple[str, ...]:
+    """The ranks an Einsum iterates (its variables' ranks), in order of appearance."""
+    return tuple(dict.fromkeys(rank_of(v) for v in e.iteration))
+
+
+def reduced_ranks(e: Einsum) -> tuple[str, ...]:
+    return tuple(rank_of(v) for v in e.reduced)
+
+
+def is_gemm(e: Einsum) -> bool:
+    """`OUT[..] = L[..] * R[..]` summed over exactly one variable, plain indices."""
+    if e.kind != "compute" or not isinstance(e.expr, Op) or e.expr.name != "mul":
+        return False
+    if len(e.expr.args) != 2 or not all(isinstance(a, Read) for a in e.expr.args):
+        return False
+    if e.reduce_op != "sum" or len(e.reduced) != 1:
+        return False
+    return e.iterative is None
+
+
+def cascade_roles(cascade: Cascade) -> Roles:
+    compute = tuple(e.name for e in cascade.einsums if e.kind == "compute")
+    graph = dependency_graph(cascade)
+    kinds = {e.name: e.kind for e in cascade.einsums}
+    # copies are views: a reader of BK depends on whatever produced K (nothing: an input)
+    preds: dict[str, set[str]] = {n: set() for n in compute}
+    for edge in graph.edges:
+        if edge.carried_by is not None or edge.dst not in preds:
+            continue
+        if kinds.get(edge.src) == "compute":
+            preds[edge.dst].add(edge.src)
+    iterative = next(iter(cascade.iterative_map), None)
+    outer = rank_of(iterative) if iterative else None
+    chunked = chunk = None
+    if outer is not None:
+        for rank, comps in cascade.partitions:
+            if comps and comps[0] == outer and len(comps) == 2:
+                chunked, chunk = rank, comps[1]
+    state = tuple(cascade.iterative_tensors())
+    rows: tuple[str, ...] = ()
+    if state:
+        common = None
+        for t in state:
+            ranks = [r for r in cascade.tensor(t).ranks if r != outer]
+            common = ranks if common is None else [r for r in common if r in ranks]
+        rows = tuple(common or ())
+    return Roles(
+        compute,
+        {n: frozenset(p) for n, p in preds.items()},
+        iterative,
+        outer,
+        chunked,
+        chunk,
+        state,
+        rows,
+    )

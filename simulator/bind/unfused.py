@@ -1,0 +1,211 @@
+"""The unfused strategy: every GEMM its own phase, the Einsums between GEMMs one phase each,
+everything handed over through DRAM (the paper's unfused baseline).
+
+* **GEMM phases** -- an Einsum shaped `OUT = L * R` summed over one rank runs alone on the
+  2D array, mapped by the GEMM mapper under the binder's facts (`unfused.gemm`: the FuseMax
+  artifact's constraints, in workload roles -- queries over X, keys over Y);
+* **fibre phases** -- a run of other Einsums (the softmax) walks one row at a time on the
+  1D array: the rank they reduce (the fibre, `M`) spreads over the 1D PEs in chunks; every
+  other rank is a temporal loop. A fibre read from DRAM, or made in one pass and read in a
+  later one, stays on chip for the row (spilling what does not fit); per-row values stay in
+  registers; what a later phase reads goes back to DRAM;
+* **chaining** -- an array whose operations each have their own functional unit chains them
+  (`pipelined`: one element per cycle through subtract, exp, ...), as FLAT's softmax unit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.bind.facts import BinderFacts
+from simulator.bind.fusemax import arrays_of, supports
+from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks
+from simulator.cascade.ir import Cascade, rank_of
+from simulator.cascade.ops import ops_per_point
+from simulator.cascade.passes import pass_index
+from simulator.errors import SpecError
+from simulator.spec.arch import Architecture, Array
+
+DIM_OF = ("rows", "cols", "reduction")
+
+
+def gemm_dims(cascade: Cascade, einsum: str) -> dict[str, str] | None:
+    """rank -> GEMM dim (rows, cols, reduction) of `OUT[m, n] = L[k, m] * R[k, n]`, or None."""
+    e = cascade.einsum(einsum)
+    if not is_gemm(e) or dict(ops_per_point(cascade, e)) != {"mac": 1}:
+        return None
+    left, right = (a for a in e.reads())
+    lv, rv, ov = set(left.vars()), set(right.vars()), set(e.output.vars())
+    rows, cols, red = (ov & lv) - rv, (ov & rv) - lv, (lv & rv) - ov
+    if not (len(rows) == len(cols) == len(red) == 1) or lv | rv != ov | red:
+        return None
+    return {rank_of(next(iter(v))): d for v, d in zip((rows, cols, red), DIM_OF, strict=True)}
+
+
+def chained(array: Array) -> bool:
+    """Its operations use distinct functional units (a multiply shares the MAC's)."""
+    units = [op.unit for op in array.operations if op.name != "mul"]
+    return len(units) == len(set(units))
+
+
+def _gemm_settings(raw: Any, dims: dict[str, str], facts: BinderFacts) -> dict[str, Any]:
+    """The facts' mapper settings, written in workload roles (`queries`, `keys`, `other`),
+    in this GEMM's dims (rows, cols, reduction); a role the GEMM lacks is left out."""
+    by_role = {facts.role_of(rank): d for rank, d in dims.items()}
+    named = {by_role.get("queries"), by_role.get("keys")} - {None}
+    rest = [d for d in DIM_OF if d not in named]
+
+    def dim(role: str) -> str | None:
+        if role == "other":
+            return rest[0] if len(rest) == 1 else None
+        return by_role.get(role)
+
+    def convert(node: Any, key: str = "") -> Any:
+        if isinstance(node, dict):
+            if key == "factors":
+                return {dim(str(r)): v for r, v in node.items() if dim(str(r))}
+            return {str(k): convert(v, str(k)) for k, v in node.items()}
+        if isinstance(node, list):
+            if key in ("X", "Y", "order"):
+                return [d for d in (dim(str(r)) for r in node) if d]
+            return [convert(v) for v in node]
+        return node
+
+    return convert(raw)
+
+
+def unfused_mapping(
+    cascade: Cascade,
+    arch: Architecture,
+    roles: Roles,
+    extents: dict[str, int],
+    shapes: dict[str, str],
+    instances: dict[str, str],
+    cascade_ref: str,
+    arch_ref: str,
+    facts: BinderFacts,
+) -> dict[str, Any]:
+    two, one = arrays_of(arch)
+    passes = pass_index(cascade)
+    binding: dict[str, str] = {}
+    phases: list[dict[str, Any]] = []
+    run: list[str] = []
+    groups: list[tuple[str, list[str]]] = []
+    for name in roles.compute:
+        if gemm_dims(cascade, name) is not None and not supports(two, cascade, name):
+            if run:
+                groups.append(("fibre", run))
+                run = []
+            groups.append(("gemm", [name]))
+        else:
+            run.append(name)
+    if run:
+        groups.append(("fibre", run))
+    if not any(kind == "gemm" for kind, _ in groups):
+        raise SpecError(
+            f"cannot bind '{cascade.name}' with the unfused strategy: it has no GEMM-shaped "
+            "Einsum (OUT[m, n] = L[k, m] * R[k, n]) for the 2D array"
+        )
+    phase_of = {n: i for i, (_k, names) in enumerate(groups) for n in names}
+    factors: dict[str, Any] = {}
+    partitions: dict[str, list[str]] = {}
+    spatial: dict[str, list[str]] = {}
+    tensors: dict[str, dict[str, Any]] = {}
+    producer = {cascade.einsum(n).output.tensor: n for n in roles.compute}
+    for i, (kind, names) in enumerate(groups):
+        if kind == "gemm":
+            (name,) = names
+            binding[name] = two.name
+            dims = gemm_dims(cascade, name)
+            assert dims is not None
+            phases.append(
+                {
+                    "name": name,
+                    "mapper": _gemm_settings(facts.unfused_gemm, dims, facts),
+                    "schedule": [name],
+                }
+            )
+            continue
+        fibre = _fibre_rank(cascade, names)
+        for name in names:
+            binding[name] = _fibre_array(cascade, name, two, one)
+        loops = [
+            r
+            for name in names
+            for r in einsum_ranks(cascade.einsum(name))
+            if r != fibre and r in extents
+        ]
+        loops = list(dict.fromkeys(loops))
+        local: dict[str, dict[str, Any]] = {}
+        if fibre is not None:
+            f1, f0 = f"{fibre}1", f"{fibre}0"
+            partitions[fibre] = [f1, f0]
+            factors[f0] = f"{one.name}.meshX"
+            spatial[one.name] = [f0]
+            row = loops[-1] if loops else "top"
+            for name in names:
+                for acc in cascade.einsum(name).reads():
+                    t = acc.tensor
+                    if fibre not in cascade.tensor(t).ranks or t in local:
+                        continue
+                    made = producer.get(t)
+                    if made is None or phase_of[made] != i:
+                        local[t] = {"home": "DRAM", "keep": row, "spill": "auto"}
+                    elif passes[made] != passes[name]:
+                        local[t] = {"home": "buffer", "keep": row, "spill": "auto"}
+                        tensors.setdefault(t, {"home": "buffer"})
+        phase: dict[str, Any] = {"name": f"fibre{i + 1}" if len(groups) > 3 else "softmax"}
+        phase["loops"] = loops
+        if local:
+            phase["tensors"] = local
+        phase["schedule"] = list(names)
+        phases.append(phase)
+    # what one phase hands to a later one goes through DRAM, streamed
+    for name in roles.compute:
+        t = cascade.einsum(name).output.tensor
+        readers = [
+            r for r in roles.compute if any(a.tensor == t for a in cascade.einsum(r).reads())
+        ]
+        if any(phase_of[r] != phase_of[name] for r in readers):
+            tensors[t] = {"home": "DRAM", "keep": "stream"}
+    chaining = {a.name: "pipelined" for a in (one,) if chained(a)}
+    by_array: dict[str, list[str]] = {two.name: [], one.name: []}
+    for n in roles.compute:
+        by_array[binding[n]].append(n)
+    body: dict[str, Any] = {
+        "label": "auto: unfused",
+        "description": f"{cascade.name} bound by the unfused strategy (phases through DRAM)",
+        "cascade": cascade_ref,
+        "architecture": arch_ref,
+        "shapes": shapes,
+        "instances": instances,
+        "factors": factors,
+        "partitions": partitions,
+        "spatial": spatial,
+        "binding": {a: ns for a, ns in by_array.items() if ns},
+    }
+    if chaining:
+        body["chaining"] = chaining
+    body["tensors"] = tensors
+    body["phases"] = phases
+    return {"mapping": body}
+
+
+def _fibre_rank(cascade: Cascade, names: list[str]) -> str | None:
+    """The rank a run of Einsums reduces (the fibre the softmax normalises)."""
+    for name in names:
+        for rank in reduced_ranks(cascade.einsum(name)):
+            return rank
+    return None
+
+
+def _fibre_array(cascade: Cascade, name: str, two: Array, one: Array) -> str:
+    if not supports(one, cascade, name):
+        return one.name
+    if not supports(two, cascade, name):
+        return two.name
+    raise SpecError(
+        f"cannot bind Einsum '{name}': it needs {', '.join(supports(one, cascade, name))}, "
+        f"which no array's PEs support",
+        cascade.einsum(name).loc,
+    )

@@ -1,11 +1,141 @@
-"""The FLAT strategy (placeholder while it is written)."""
+"""The FLAT strategy: a multi-pass cascade fused per block of rows (FLAT's row granularity).
+
+For a cascade whose Einsums between two GEMMs normalise whole fibres (the 3-pass softmax:
+GM, SN, SD, A over M between QK and AV), as FLAT binds it on its 2D + 1D arrays:
+
+* **binding** -- the GEMMs on the 2D array, output-stationary (QK accumulates over its
+  reduction in the PEs, AV over the whole fibre); the fibre Einsums on the 1D array, its
+  units chained when each operation has its own (FLAT's softmax unit);
+* **spatial and loops** -- rows across the 2D array's columns (`P -> P2 x P1 x P0`, P0 =
+  meshX, P1 searched), the fibre down its rows and across the 1D PEs (`M -> M1 x M0`);
+  the phase walks `P2, M1, P1`, the fibre Einsums one row at a time;
+* **tensors** -- the GEMM and fibre outputs the passes hand each other (QK, SN, A) stay in
+  the buffer for the block of rows, spilling what does not fit (FLAT's row granularity keeps
+  whole fibres on chip); Q, K, V and the output stream from and to DRAM.
+
+FLAT itself picks per point among more dataflows (weight stationarity, which operands stay
+on chip; `mappings/flat.yaml` reads its published choices); this strategy is the one rule
+above, so it differs from the published FLAT where FLAT chose otherwise.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from simulator.bind.fusemax import arrays_of
+from simulator.bind.roles import Roles, einsum_ranks, reduced_ranks
+from simulator.bind.unfused import _fibre_array, chained, gemm_dims
+from simulator.cascade.ir import Cascade
 from simulator.errors import SpecError
+from simulator.spec.arch import Architecture
 
 
-def flat_mapping(*args: Any, **kwargs: Any) -> dict[str, Any]:
-    raise SpecError("the flat strategy is not written yet")
+def flat_mapping(
+    cascade: Cascade,
+    arch: Architecture,
+    roles: Roles,
+    extents: dict[str, int],
+    shapes: dict[str, str],
+    instances: dict[str, str],
+    cascade_ref: str,
+    arch_ref: str,
+    reuse: bool = True,
+) -> dict[str, Any]:
+    two, one = arrays_of(arch)
+    gemms = [n for n in roles.compute if gemm_dims(cascade, n) is not None]
+    fibre_einsums = [n for n in roles.compute if n not in gemms]
+    fibre = next(
+        (r for n in fibre_einsums for r in reduced_ranks(cascade.einsum(n))),
+        None,
+    )
+    if len(gemms) < 2 or not fibre_einsums or fibre is None:
+        raise SpecError(
+            f"cannot bind '{cascade.name}' with the FLAT strategy: it fuses two GEMMs with "
+            "the Einsums between them normalising whole fibres (3-pass softmax); this cascade "
+            "has no such shape"
+        )
+    first = cascade.einsum(gemms[0])
+    dims = gemm_dims(cascade, gemms[0]) or {}
+    rows = [r for r, d in dims.items() if d == "rows" and r != fibre]
+    if not rows:
+        rows = [r for r in einsum_ranks(first) if r != fibre and r in extents]
+    row = rows[0]
+    r2, r1, r0 = f"{row}2", f"{row}1", f"{row}0"
+    f1, f0 = f"{fibre}1", f"{fibre}0"
+    binding = {n: two.name for n in gemms}
+    for n in fibre_einsums:
+        binding[n] = _fibre_array(cascade, n, two, one)
+    # Whole fibres of a block of rows (one P0 tile) stay on chip while they fit: then the
+    # GEMMs are output-stationary; otherwise the fibres go through DRAM and the GEMMs keep
+    # K and V in the PEs (weight-stationary), as FLAT does for long sequences.
+    handed = [
+        cascade.einsum(n).output.tensor
+        for n in roles.compute
+        if cascade.einsum(n).output.tensor not in cascade.outputs
+        and fibre in cascade.tensor(cascade.einsum(n).output.tensor).ranks
+    ]
+    block = min(two.mesh_x, extents.get(row, two.mesh_x)) * extents.get(fibre, 0)
+    onchip = len(handed) * block * arch.value_bytes <= arch.buffer.capacity_bytes
+    einsums: dict[str, Any] = {}
+    last = cascade.einsum(gemms[-1])
+    for n in gemms:
+        e = cascade.einsum(n)
+        other = [r for r in einsum_ranks(e) if r not in (row, fibre)]
+        if not onchip:  # weight-stationary: the operand without rows stays in the PEs
+            einsums[n] = {"spatial": [f0, *other], "inner": [r0]}
+        elif e is last:  # accumulates over the whole fibre in the PEs: rows stay put
+            einsums[n] = {"loops": [r2, r1], "spatial": [r0, *other]}
+        else:
+            einsums[n] = {"inner": list(reduced_ranks(e))}
+    for n in fibre_einsums:
+        einsums[n] = {"loops": [r2, r1, r0]}
+    tensors: dict[str, dict[str, Any]] = {}
+    local: dict[str, dict[str, Any]] = {}
+    # Operands of the rows (Q, the output) stay on chip for their block of rows, spilling
+    # what does not fit; the others (K, V) stream by.
+    for t in (*cascade.inputs, *cascade.outputs):
+        if row in cascade.tensor(t).ranks:
+            tensors[t] = {"home": "DRAM", "keep": r2, "spill": "auto"}
+        else:
+            tensors[t] = {"home": "DRAM", "keep": "stream"}
+    producer = {cascade.einsum(n).output.tensor: n for n in roles.compute}
+    for t in handed:
+        made_by_gemm = producer[t] in gemms
+        read_by_gemm = any(any(a.tensor == t for a in cascade.einsum(g).reads()) for g in gemms)
+        if onchip:
+            tensors[t] = {"home": "buffer", "keep": r2, "spill": "auto"}
+        elif made_by_gemm:  # written to DRAM, each fibre loaded once by the fibre Einsums
+            tensors[t] = {"home": "DRAM", "keep": "stream"}
+            local[t] = {"home": "DRAM", "keep": r0}
+        elif read_by_gemm:
+            tensors[t] = {"home": "DRAM", "keep": "stream"}
+        else:  # made and read by the fibre Einsums: one fibre on chip
+            tensors[t] = {"home": "buffer", "keep": r0, "spill": "auto"}
+    by_array: dict[str, list[str]] = {two.name: [], one.name: []}
+    for n in roles.compute:
+        by_array[binding[n]].append(n)
+    body: dict[str, Any] = {
+        "label": "auto: FLAT",
+        "description": f"{cascade.name} bound by the FLAT strategy (fused, row granularity)",
+        "cascade": cascade_ref,
+        "architecture": arch_ref,
+        "shapes": shapes,
+        "instances": instances,
+        "factors": {r0: f"{two.name}.meshX", f0: f"{two.name}.meshY", r1: "search"},
+        "partitions": {row: [r2, r1, r0], fibre: [f1, f0]},
+        "spatial": {two.name: [r0, f0], one.name: [f0]},
+        "binding": {a: ns for a, ns in by_array.items() if ns},
+    }
+    if chained(one):
+        body["chaining"] = {one.name: "pipelined"}
+    body["tensors"] = tensors
+    body["phases"] = [
+        {
+            "name": "fused",
+            "loops": [r2, f1, r1],
+            "einsums": einsums,
+            **({"tensors": local} if local else {}),
+            "schedule": [{"par": [by_array[two.name], by_array[one.name]]}],
+        }
+    ]
+    return {"mapping": body}

@@ -81,6 +81,15 @@ def parse_auto(config: str) -> tuple[str, bool, bool]:
     return strategy, "sequential" not in options, "no-reuse" not in options
 
 
+def auto_name(config: str) -> str:
+    """The name results give an automatic configuration: `auto-fusemax`, `auto-flat`,
+    `auto-fusemax-sequential`."""
+    strategy, pipelined, reuse = parse_auto(config)
+    return "-".join(
+        ["auto", strategy] + ([] if pipelined else ["sequential"]) + ([] if reuse else ["no-reuse"])
+    )
+
+
 def shipped_configs() -> list[str]:
     """Mapping files shipped in `mappings/`, the paper's five first, in the paper's order."""
     names = sorted(p.stem for p in data_dir("mappings").glob("*.yaml"))
@@ -146,7 +155,7 @@ class Specs:
                 pipelined=pipelined,
                 reuse=reuse,
             )
-            name = config.replace(":", "-").replace("/", "-")
+            name = auto_name(config)
             self._mappings[key] = loads_mapping(
                 mapping_yaml(data), f"<{config} mapping of {cascade.name}>", name
             )

@@ -4,6 +4,8 @@
     python -m simulator.run --model xlm --seq 64K --accel flat,fusemax --format json
     python -m simulator.run --heads 32 --embed 128 --seq 16K --pe-dim 128
     python -m simulator.run --mapping my-mapping.yaml --seq 4K     # a user's configuration
+    python -m simulator.run --cascade my-cascade.yaml --mapping auto --strategy fusemax
+    python -m simulator.run --model llama3-8b --phase decode --context 32K --mapping auto
 
 Each configuration is a mapping file (`mappings/*.yaml`) naming its cascade and
 architecture; all of them go through the same model. Speedups are against the unfused
@@ -20,7 +22,15 @@ import sys
 from dataclasses import dataclass
 
 from simulator.cli import guarded
-from simulator.configs import ALIASES, Specs, evaluate, shipped_configs
+from simulator.configs import (
+    ALIASES,
+    Specs,
+    auto_name,
+    evaluate,
+    is_auto,
+    parse_auto,
+    shipped_configs,
+)
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
 from simulator.errors import SpecError
 from simulator.result import Result
@@ -41,7 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Latency, speedup, utilisation and DRAM traffic of attention "
         "accelerator configurations at one workload point.",
     )
-    p.add_argument("--model", default=None, help="bert, trxl, t5, xlm or custom (default: bert)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="bert, trxl, t5, xlm, llama3-8b, llama3-70b, mistral-7b or custom (default: bert)",
+    )
     p.add_argument("--seq", default="1M", help="sequence length: 1K, 64k, 1M, 1048576 ...")
     p.add_argument(
         "--accel",
@@ -53,7 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--mapping",
         action="append",
         default=[],
-        help="a mapping file to evaluate (repeatable); replaces --accel's default",
+        help="a mapping file to evaluate (repeatable); replaces --accel's default. `auto` "
+        "binds the cascade automatically (--strategy); `auto:STRATEGY[/sequential|/no-reuse]`",
+    )
+    p.add_argument(
+        "--strategy",
+        default=None,
+        help="--mapping auto: fusemax (default), flat or unfused",
     )
     p.add_argument("--arch", help="architecture file replacing each mapping's own")
     p.add_argument("--cascade", help="cascade file replacing each mapping's own")
@@ -64,8 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
         ("embed", "per-head embedding E (= F)"),
         ("ffn", "FFN width S"),
         ("dmodel", "model width D"),
+        ("kv-heads", "K/V heads (grouped-query attention; default: heads)"),
+        ("window", "sliding-window width in tokens (default: the model's, else none)"),
     ):
         p.add_argument(f"--{name}", type=_positive_int(f"--{name}"), help=help_text)
+    p.add_argument(
+        "--phase",
+        choices=["prefill", "decode"],
+        default="prefill",
+        help="prefill (default): the sequence attends to itself; decode: one new token per "
+        "request attends to --context cached tokens",
+    )
+    p.add_argument("--context", help="--phase decode: cached tokens (default: --seq)")
     p.add_argument(
         "--pe-dim",
         type=_positive_int("--pe-dim"),
@@ -157,11 +187,20 @@ def compare(
     results = [evaluate(specs, c, workload, **kwargs) for c in configs]
     notes: list[str] = []
     baselines: dict[str, Result | None] = {}
+    # Automatically bound configurations compare with the baselines bound the same way;
+    # the paper's configurations with the paper's baselines.
+    auto = any(is_auto(c) for c in configs) or workload.phase == "decode"
     for base in ("unfused", "flat"):
-        found = next((r for r in results if r.accelerator == base), None)
-        if found is None and specs.cascade_override is None and specs.arch_override is None:
+        config = f"auto:{base}" if auto else base
+        name = auto_name(config) if auto else base
+        found = next((r for r in results if r.accelerator in (base, name)), None)
+        if (
+            found is None
+            and specs.cascade_override is None
+            and (specs.arch_override is None or auto)
+        ):
             try:
-                found = evaluate(specs, base, workload, **kwargs)
+                found = evaluate(specs, config, workload, **kwargs)
             except SpecError as err:
                 notes.append(f"no {base} baseline at this point: {err}")
         baselines[base] = found
@@ -392,12 +431,21 @@ def main(argv: list[str] | None = None) -> int:
         "embed": args.embed,
         "ffn": args.ffn,
         "dmodel": args.dmodel,
+        "kv_heads": args.kv_heads,
+        "window": args.window,
     }
     model = args.model or ("custom" if args.heads and args.embed and not args.model else "bert")
-    workload = make_workload(model, args.seq, overrides)
+    workload = make_workload(model, args.seq, overrides, phase=args.phase, context=args.context)
     specs = Specs(cascade_override=args.cascade, arch_override=args.arch)
+    if args.strategy is not None and "auto" not in args.mapping:
+        raise SpecError("--strategy chooses how --mapping auto binds: add --mapping auto")
     if args.mapping:
-        configs = list(args.mapping)
+        configs = [
+            f"auto:{args.strategy}" if m == "auto" and args.strategy else m for m in args.mapping
+        ]
+        for c in configs:
+            if is_auto(c):
+                parse_auto(c)  # a bad strategy or option: one line before any work
     elif args.accel is not None:
         configs = [ALIASES.get(c.strip(), c.strip()) for c in args.accel.split(",") if c.strip()]
         if not configs:
@@ -408,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise SpecError(
                     f"--accel: unknown configuration '{c}' (known: {', '.join(known)}, fusemax)"
                 )
+    elif workload.phase == "decode":
+        # The paper's configurations are prefill mappings: decode binds automatically.
+        configs = ["auto:unfused", "auto:flat", "auto:fusemax"]
     else:
         configs = shipped_configs()
     if args.scope == "layer":

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.bind.fusemax import arrays_of
-from simulator.bind.roles import Roles, einsum_ranks, reduced_ranks
+from simulator.bind.roles import Roles, einsum_ranks, reduced_ranks, tile
 from simulator.bind.unfused import _fibre_array, chained, gemm_dims
 from simulator.cascade.ir import Cascade
 from simulator.errors import SpecError
@@ -76,12 +76,15 @@ def flat_mapping(
     ]
     block = min(two.mesh_x, extents.get(row, two.mesh_x)) * extents.get(fibre, 0)
     onchip = len(handed) * block * arch.value_bytes <= arch.buffer.capacity_bytes
+    # Output-stationary GEMMs hold a tile of rows in the PEs: they need rows to fill the
+    # columns (one decoding query does not), else the operand without rows stays put.
+    output_stationary = onchip and extents.get(row, 0) >= two.mesh_x
     einsums: dict[str, Any] = {}
     last = cascade.einsum(gemms[-1])
     for n in gemms:
         e = cascade.einsum(n)
         other = [r for r in einsum_ranks(e) if r not in (row, fibre)]
-        if not onchip:  # weight-stationary: the operand without rows stays in the PEs
+        if not output_stationary:  # weight-stationary: the operand without rows stays put
             einsums[n] = {"spatial": [f0, *other], "inner": [r0]}
         elif e is last:  # accumulates over the whole fibre in the PEs: rows stay put
             einsums[n] = {"loops": [r2, r1], "spatial": [r0, *other]}
@@ -121,7 +124,11 @@ def flat_mapping(
         "architecture": arch_ref,
         "shapes": shapes,
         "instances": instances,
-        "factors": {r0: f"{two.name}.meshX", f0: f"{two.name}.meshY", r1: "search"},
+        "factors": {
+            r0: tile(two.name, "meshX", two.mesh_x, row, extents),
+            f0: tile(two.name, "meshY", two.mesh_y, fibre, extents),
+            r1: "search",
+        },
         "partitions": {row: [r2, r1, r0], fibre: [f1, f0]},
         "spatial": {two.name: [r0, f0], one.name: [f0]},
         "binding": {a: ns for a, ns in by_array.items() if ns},

@@ -25,9 +25,10 @@ over rows `P`), as FuseMax's Mapping 1 binds 1-pass attention:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from simulator.bind.roles import Roles, einsum_ranks, reduced_ranks
+from simulator.bind.roles import Roles, einsum_ranks, reduced_ranks, tile
 from simulator.bind.schedule import decoupled_schedule, waterfall_schedule
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
@@ -136,16 +137,38 @@ def fusemax_mapping(
     w2, w1, w0 = f"{wide}2", f"{wide}1", f"{wide}0"
     binding = bind_arrays(cascade, roles, two, one, wide)
     loops = [w2, roles.outer, *others, w1] if reuse else [*others, w2, roles.outer, w1]
-    columns = f"{two.name}.meshX" if extents.get(wide, 0) >= two.mesh_x else wide
-    rows = f"{two.name}.meshY" if extents.get(roles.chunked or "", 0) >= two.mesh_y else None
-    factors: dict[str, Any] = {w0: columns}
-    if rows is not None:
-        factors[roles.chunk] = rows
-    else:
-        factors[roles.outer] = 1
-    factors[w1] = "search"
+    factors: dict[str, Any] = {
+        w0: tile(two.name, "meshX", two.mesh_x, wide, extents),
+        roles.chunk: tile(two.name, "meshY", two.mesh_y, roles.chunked or "", extents),
+        w1: "search",
+    }
     spatial = {two.name: [w0, roles.chunk], one.name: [w0]}
     comps_of = {wide: [w2, w1, w0]}
+    partitions = {wide: [w2, w1, w0]}
+    # Few rows (decode's single query) leave most 1D PEs idle: spread the 1D Einsums' widest
+    # other rank (the value embedding of the running numerator) over them too.
+    x0 = min(two.mesh_x, extents.get(wide, two.mesh_x))
+    if x0 < one.mesh_x:
+        taken = {wide, *roles.rows, roles.outer, roles.chunk, roles.chunked}
+        spare = [
+            r
+            for n in roles.compute
+            if binding[n] == one.name
+            for r in einsum_ranks(cascade.einsum(n))
+            if r not in taken and extents.get(r, 1) > 1
+        ]
+        if spare:
+            extra = max(dict.fromkeys(spare), key=lambda r: extents[r])
+            room = one.mesh_x // x0
+            if extents[extra] <= room:
+                spatial[one.name].append(extra)
+            else:
+                inner = math.gcd(room, extents[extra])
+                e1, e0 = f"{extra}1", f"{extra}0"
+                partitions[extra] = [e1, e0]
+                factors[e0] = inner
+                comps_of[extra] = [e1, e0]
+                spatial[one.name].append(e0)
 
     def leaves(rank: str) -> list[str]:
         if rank == roles.chunked:
@@ -168,7 +191,7 @@ def fusemax_mapping(
     for t in roles.state:
         indexing = tensor_leaves(t) - {roles.outer}
         tensors[t] = {"home": "buffer", "keep": keep_point(loops, indexing)}
-    tile = {w0, roles.chunk}
+    whole_tile = {w0, roles.chunk}
     for name in roles.compute:
         e = cascade.einsum(name)
         for acc in e.reads():
@@ -178,7 +201,7 @@ def fusemax_mapping(
             )
             if producer is None or binding[producer] == binding[name] or t in tensors:
                 continue
-            if tile <= tensor_leaves(t):  # a whole 2D tile: through the buffer
+            if whole_tile <= tensor_leaves(t):  # a whole 2D tile: through the buffer
                 tensors[t] = {"home": "buffer", "keep": roles.outer, "copies": 2}
     einsums = list(roles.compute)
     down = {
@@ -211,7 +234,7 @@ def fusemax_mapping(
             "shapes": shapes,
             "instances": instances,
             "factors": factors,
-            "partitions": {wide: [w2, w1, w0]},
+            "partitions": partitions,
             "spatial": spatial,
             "binding": {a: ns for a, ns in by_array.items() if ns},
             "tensors": tensors,

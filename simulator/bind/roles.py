@@ -46,6 +46,13 @@ class Roles:
         return frozenset(n for n in self.compute if einsum in self.ancestors(n))
 
 
+def tile(array: str, dim: str, size: int, rank: str, extents: dict[str, int]) -> str:
+    """A tile factor spanning an array dimension (`PE2D.meshX`), or the whole rank when it
+    is smaller than the array (decode's single query: the array is partly idle)."""
+    extent = extents.get(rank)
+    return f"{array}.{dim}" if extent is None or extent >= size else rank
+
+
 def einsum_ranks(e: Einsum) -> tuple[str, ...]:
     """The ranks an Einsum iterates (its variables' ranks), in order of appearance."""
     return tuple(dict.fromkeys(rank_of(v) for v in e.iteration))

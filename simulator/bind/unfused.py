@@ -19,7 +19,7 @@ from typing import Any
 
 from simulator.bind.facts import BinderFacts
 from simulator.bind.fusemax import arrays_of, supports
-from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks
+from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.ops import ops_per_point
 from simulator.cascade.passes import pass_index
@@ -140,7 +140,7 @@ def unfused_mapping(
         if fibre is not None:
             f1, f0 = f"{fibre}1", f"{fibre}0"
             partitions[fibre] = [f1, f0]
-            factors[f0] = f"{one.name}.meshX"
+            factors[f0] = tile(one.name, "meshX", one.mesh_x, fibre, extents)
             spatial[one.name] = [f0]
             row = loops[-1] if loops else "top"
             for name in names:

@@ -104,6 +104,8 @@ def einsum_costs(
 
 
 def _check_mesh(nest: Nest, array: Array, extents: dict[str, int], mapping: Mapping) -> None:
+    if array.mesh_y == 1 and len(nest.spatial) > 1:
+        return  # a 1D array: its components share the one row (their product is checked)
     dims = [array.mesh_x, array.mesh_y]
     for i, comp in enumerate(nest.spatial[:2]):
         if extents[comp] > dims[i] and not (len(nest.spatial) == 1 and extents[comp] <= array.pes):

@@ -29,7 +29,7 @@ from simulator.bind.flat import flat_mapping
 from simulator.bind.fusemax import fusemax_mapping
 from simulator.bind.roles import cascade_roles
 from simulator.bind.unfused import unfused_mapping
-from simulator.cascade.ir import Cascade
+from simulator.cascade.ir import Cascade, rank_of
 from simulator.errors import SpecError
 from simulator.spec.arch import Architecture
 from simulator.spec.workload import Workload
@@ -53,6 +53,27 @@ def workload_extents(
     for rank, quantity in shapes.items():
         extents[rank] = int(fields[quantity])  # type: ignore[call-overload]
     return shapes, extents
+
+
+def check_sized(cascade: Cascade, extents: dict[str, int], facts: BinderFacts) -> None:
+    """Every rank an Einsum iterates has an extent: the workload's, the cascade's example,
+    or a component of a partitioned rank that has one."""
+    parts = dict(cascade.partitions)
+    sized = set(extents)
+    for rank, comps in parts.items():
+        if rank in sized:
+            sized |= set(comps)
+    for e in cascade.einsums:
+        for var in e.iteration:
+            rank = rank_of(var)
+            if rank not in sized:
+                known = ", ".join(f"{r} ({q})" for r, q in facts.shapes)
+                raise SpecError(
+                    f"cannot bind Einsum '{e.name}': no workload sizes its rank '{rank}' "
+                    f"(the binder sizes {known}; {facts.path}) and the cascade gives it no "
+                    "example shape",
+                    e.loc,
+                )
 
 
 def instances_of(shapes: dict[str, str], facts: BinderFacts) -> dict[str, str]:
@@ -79,6 +100,7 @@ def bind(
     facts = facts or load_facts()
     roles = cascade_roles(cascade)
     shapes, extents = workload_extents(cascade, workload, facts)
+    check_sized(cascade, extents, facts)
     instances = instances_of(shapes, facts)
     if strategy == "fusemax":
         return fusemax_mapping(

@@ -67,6 +67,14 @@ class Result:
     epochs: int = 0
     simulated_epochs: int = 0
 
+    @property
+    def skipped_fraction(self) -> float:
+        """The share of the arrays' work a filter (a causal mask, a window) skipped: whole
+        tiles with no kept point."""
+        dense = sum(c.cycles / (1 - c.skipped) for c in self.einsums if c.skipped < 1)
+        done = sum(c.cycles for c in self.einsums if c.skipped < 1)
+        return 1 - done / dense if dense else 0.0
+
     def util_2d_per_einsum(self) -> dict[str, float]:
         """Share of the total time each Einsum keeps the 2D array busy."""
         return {e: u for e, a, u in self.util_per_einsum if a == self.array_2d}

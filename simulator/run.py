@@ -245,6 +245,7 @@ def record(row: Row) -> dict:
         "util_2d": r.util_2d,
         "util_1d": r.util_1d,
         "util_2d_per_einsum": r.util_2d_per_einsum(),
+        "skipped_fraction": r.skipped_fraction,
         "speedup_vs_unfused": row.speedup_vs_unfused,
         "speedup_vs_flat": row.speedup_vs_flat,
         "energy_pj": r.energy_pj,

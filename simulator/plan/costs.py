@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade, Einsum
-from simulator.cascade.ops import count_points, ops_per_point
+from simulator.cascade.ops import count_points, iteration_extents, ops_per_point
 from simulator.errors import SpecError
 from simulator.plan.facts import CascadeFacts
 from simulator.plan.nest import Nest
@@ -27,10 +27,14 @@ class EinsumCost:
     einsum: str
     array: str
     phase: str
-    points: int  # iteration-space points per (batch, head) instance
+    points: int  # iteration-space points per (batch, head) instance the array computes
     cycles_per_point: float  # on one PE of its array
     parallelism: int  # PEs working on it at once
     cycles: float  # per instance
+    # A filtered Einsum computes whole tiles: `points` counts every point of the tiles it
+    # does not skip, `useful_points` the points its filters keep.
+    useful_points: int | None = None  # None: unfiltered (= points)
+    skipped: float = 0.0  # fraction of its tiles skipped (no kept point)
 
 
 def cycles_per_point(
@@ -94,10 +98,24 @@ def einsum_costs(
                 mapping.binding_loc(e.name),
             )
         points = count_points(facts.cascade, e, extents)
+        useful, skipped = None, 0.0
+        if e.name in dict(plan.activity):  # filtered: whole tiles, the empty ones skipped
+            active = plan.active(e.name)
+            full = math.prod(iteration_extents(facts.cascade, e, extents).values())
+            useful, skipped = points, 1.0 - active
+            points = round(full * active)
         cpp = cycles_per_point(facts.cascade, e, array, mapping.chaining_of(array.name), mapping)
         out.append(
             EinsumCost(
-                e.name, array.name, plan.phase.name, points, cpp, parallel, points * cpp / parallel
+                e.name,
+                array.name,
+                plan.phase.name,
+                points,
+                cpp,
+                parallel,
+                points * cpp / parallel,
+                useful,
+                skipped,
             )
         )
     return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from simulator.plan.facts import CascadeFacts, canonical, placement_of
 from simulator.plan.mapper import GemmMapping, gemm_of, map_gemm
+from simulator.plan.masks import active_fraction, constraints
 from simulator.plan.nest import (
     Nest,
     build_nest,
@@ -50,6 +51,12 @@ class PhasePlan:
     buffer_values: float
     fits: bool
     gemm: GemmMapping | None = None  # a `mapper:` phase: the GEMM mapper's choice
+    # Filtered Einsums: the fraction of their tiles computed (a tile with no kept point is
+    # skipped; see simulator.plan.masks). Unfiltered Einsums are not listed (all tiles).
+    activity: tuple[tuple[str, float], ...] = ()
+
+    def active(self, einsum: str) -> float:
+        return dict(self.activity).get(einsum, 1.0)
 
     @property
     def traffic_values(self) -> float:
@@ -74,6 +81,15 @@ def plan_phase(
             by_name[em.einsum], phase.loops, em.loops, em.inner, em.spatial, partitions
         )
         for em in phase.einsums
+    }
+    # Filters (causal, windows): which tiles each Einsum computes, and fetches for.
+    masks = {
+        em.einsum: constraints(by_name[em.einsum], partitions, extents) for em in phase.einsums
+    }
+    activity = {
+        name: active_fraction(cons, nests[name].tile_loops, extents)
+        for name, cons in masks.items()
+        if cons
     }
     tallies: dict[str, _TensorTally] = {}
     shared: set[tuple] = set()
@@ -111,11 +127,19 @@ def plan_phase(
         for name, is_write in uses:
             nest = nests[name]
             factor = transfer_factor(nest, comps, keep, extents)
-            key = (tensor, is_write, reuse_signature(nest, comps, keep, extents))
+            signature = reuse_signature(nest, comps, keep, extents)
+            key = (tensor, is_write, signature)
             if key in shared:
                 continue
             shared.add(key)
-            if is_write:
+            if masks[name]:  # only the tiles with kept points fetch (or write) theirs
+                fetched = active_fraction(masks[name], tuple(lv for lv, _ in signature), extents)
+                if is_write:
+                    tally.write += size * factor * fetched
+                    tally.read += size * (factor - 1) * fetched
+                else:
+                    tally.read += size * factor * fetched
+            elif is_write:
                 tally.write += size * factor
                 tally.read += size * (factor - 1)  # partial results read back
             else:
@@ -136,6 +160,8 @@ def plan_phase(
         fraction = auto_fraction if place.spill == "auto" else float(place.spill)
         if fraction == 0:
             continue
+        if any(n in activity for n, _w in uses):  # spills of skipped tiles do not happen
+            fraction *= max(activity.get(n, 1.0) for n, _w in uses)
         comps, _ = tensor_components(cascade, tensor, partitions)
         size = tensor_size(comps, extents)
         keep = place.keep if place.keep is not None else "top"
@@ -155,7 +181,12 @@ def plan_phase(
         min(sum(auto_tiles.values()), max(0.0, capacity - fixed)) if auto_tiles else 0.0
     )
     return PhasePlan(
-        phase, nests, {t: (v.read, v.write, v.spill) for t, v in tallies.items()}, used, fits
+        phase,
+        nests,
+        {t: (v.read, v.write, v.spill) for t, v in tallies.items()},
+        used,
+        fits,
+        activity=tuple(sorted(activity.items())),
     )
 
 

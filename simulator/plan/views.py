@@ -26,11 +26,13 @@ is kept by the buffer only: its data is not fetched twice.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade, Einsum
 from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem
 from simulator.plan.facts import CascadeFacts, placement_of
+from simulator.plan.masks import active_fraction, constraints
 from simulator.plan.nest import Nest, reuse_signature, tensor_components
 from simulator.plan.phases import PhasePlan
 from simulator.spec.arch import Architecture
@@ -52,6 +54,15 @@ class EinsumView:
     problem: Problem
     mapping: tuple[LevelMapping, ...]
     dataspace_tensor: tuple[tuple[str, str], ...]  # data space -> canonical tensor
+    # A filtered Einsum computes only some tiles (simulator.plan.masks): the fraction of its
+    # accesses that happen -- per DRAM-kept data space, else the tiles' fraction.
+    active: float = 1.0
+    dram_active: tuple[tuple[str, float], ...] = ()
+
+    def scale(self, level: str, dataspace: str) -> float:
+        if level == "DRAM":
+            return dict(self.dram_active).get(dataspace, self.active)
+        return self.active
 
 
 def einsum_view(
@@ -177,21 +188,56 @@ def phase_views(
             ):
                 forwarded.add(canon)
         array = arch.array(em.array)
-        views.append(
-            einsum_view(
-                cascade,
-                e,
-                nest,
-                em.array,
-                places,
-                facts.aliases,
-                partitions,
-                extents,
-                mapping.batch,
-                mapping.heads,
-                (array.mesh_x, array.mesh_y),
-                frozenset(shared),
-                frozenset(forwarded),
-            )
+        view = einsum_view(
+            cascade,
+            e,
+            nest,
+            em.array,
+            places,
+            facts.aliases,
+            partitions,
+            extents,
+            mapping.batch,
+            mapping.heads,
+            (array.mesh_x, array.mesh_y),
+            frozenset(shared),
+            frozenset(forwarded),
         )
+        if em.einsum in dict(plan.activity):
+            view = _masked(view, plan, e, nest, places, facts, partitions, extents)
+        views.append(view)
     return views
+
+
+def _masked(
+    view: EinsumView,
+    plan: PhasePlan,
+    e: Einsum,
+    nest: Nest,
+    places: dict[str, Placement],
+    facts: CascadeFacts,
+    partitions: dict[str, tuple[str, ...]],
+    extents: dict[str, int],
+) -> EinsumView:
+    """The view of a filtered Einsum with the share of its accesses that happen: its tiles'
+    fraction, and for DRAM-kept data the fraction of fetches with a kept point (as the
+    phase's traffic counts them)."""
+    cons = constraints(e, partitions, extents)
+    dram = []
+    for ds, canon in view.dataspace_tensor:
+        place = places[canon]
+        if place.home != "DRAM":
+            continue
+        tensor = next(
+            (
+                a.tensor
+                for a in [*e.reads(), e.output]
+                if facts.aliases.get(a.tensor, a.tensor) == canon
+            ),
+            canon,
+        )
+        comps, _ = tensor_components(facts.cascade, tensor, partitions)
+        keep = place.keep if place.keep is not None else "top"
+        levels = tuple(lv for lv, _ in reuse_signature(nest, comps, keep, extents))
+        dram.append((ds, active_fraction(cons, levels, extents)))
+    return dataclasses.replace(view, active=plan.active(e.name), dram_active=tuple(dram))

@@ -62,23 +62,30 @@ def action_counts(
     for view in views:
         array = arch.array(view.array)
         report = analyze(view.problem, view.mapping)
-        for level, _ds, c in report.counts:
+        for level, ds, c in report.counts:
+            # A filtered Einsum's skipped tiles make no accesses (simulator.plan.masks).
+            k = view.scale(level, ds)
+            reads, fills, updates = (
+                (c.reads, c.fills, c.updates)
+                if k == 1.0
+                else (c.reads * k, c.fills * k, c.updates * k)
+            )
             # Timeloop's pricing: reads as `read`, fills as `write`, updates (a partial sum
             # written back) as `update`.
             if level == "DRAM":
-                counts[(dram.name, "read")] += c.reads / dram_width
-                counts[(dram.name, "write")] += c.fills / dram_width
-                counts[(dram.name, "update")] += c.updates / dram_width
+                counts[(dram.name, "read")] += reads / dram_width
+                counts[(dram.name, "write")] += fills / dram_width
+                counts[(dram.name, "update")] += updates / dram_width
             elif level == "buffer":
-                counts[(buffer.name, "read")] += c.reads / row
-                counts[(buffer.name, "write")] += c.fills / row
-                counts[(buffer.name, "update")] += c.updates / row
+                counts[(buffer.name, "read")] += reads / row
+                counts[(buffer.name, "write")] += fills / row
+                counts[(buffer.name, "update")] += updates / row
             elif array.register_component:  # an array without registers prices none
                 scale = 1.0 if accounting == "corrected" else 1.0 / max(1, c.instances)
                 reg = array.register_component
-                counts[(reg, "read")] += c.reads * scale
-                counts[(reg, "write")] += c.fills * scale
-                counts[(reg, "update")] += c.updates * scale
+                counts[(reg, "read")] += reads * scale
+                counts[(reg, "write")] += fills * scale
+                counts[(reg, "update")] += updates * scale
         e = cascade.einsum(view.einsum)
         per_point = ops_per_point(cascade, e)
         total_points = points[view.einsum] * instances

@@ -56,10 +56,11 @@ def buffer_port_cycles(views: tuple[EinsumView, ...] | list[EinsumView], buffer:
         return 0.0
     reads = writes = 0.0
     for view in views:
-        for level, _ds, c in analyze(view.problem, view.mapping).counts:
+        for level, ds, c in analyze(view.problem, view.mapping).counts:
             if level == "buffer":
-                reads += c.reads
-                writes += c.fills + c.updates
+                k = view.scale(level, ds)
+                reads += c.reads * k if k != 1.0 else c.reads
+                writes += (c.fills + c.updates) * k if k != 1.0 else c.fills + c.updates
     if buffer.shared_bandwidth:
         return (reads + writes) / buffer.shared_bandwidth
     return max(

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from simulator.cascade.ir import ISym, IVar, rank_of
-from simulator.cascade.ops import count_points
+from simulator.cascade.ops import count_points, iteration_extents
 from simulator.errors import SpecError
 from simulator.plan.costs import cycles_per_point
 from simulator.plan.facts import CascadeFacts, canonical
+from simulator.plan.masks import einsum_filters
 from simulator.plan.nest import Nest, leaf_components
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping, Phase
@@ -127,6 +128,14 @@ def _read_rule(
     return tuple(rule)
 
 
+def dense_points(cascade, e, extents: dict[str, int]) -> int:
+    """Points of an Einsum's iteration space, every point of a filtered one counted (a tile
+    on the array computes all its points)."""
+    if einsum_filters(e):
+        return math.prod(iteration_extents(cascade, e, extents).values())
+    return count_points(cascade, e, extents)
+
+
 def build_program(
     phase: Phase,
     mapping: Mapping,
@@ -151,10 +160,12 @@ def build_program(
         array = arch.array(em.array)
         tile_loops = tuple(c for c in nest.tile_loops if c in loop_names)
         tiles = math.prod(extents[c] for c in tile_loops)
-        points = count_points(cascade, e, extents)
+        points = dense_points(cascade, e, extents)
         per_tile = points // tiles if tiles else points
-        # A padded rank's last tile is partly empty but takes a whole tile's time.
-        padded_points = count_points(cascade, e, padded_extents(extents, partitions))
+        # A padded rank's last tile is partly empty but takes a whole tile's time; so does a
+        # tile that a filter (a causal mask) leaves partly empty (the empty ones are skipped
+        # by the caller).
+        padded_points = dense_points(cascade, e, padded_extents(extents, partitions))
         work = padded_points // tiles if tiles else padded_points
         parallel = math.prod(extents[c] for c in nest.spatial)
         cpp = cycles_per_point(cascade, e, array, mapping.chaining_of(array.name), mapping)

@@ -19,7 +19,6 @@ import math
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade
-from simulator.cascade.ops import count_points
 from simulator.errors import SpecError
 from simulator.plan.costs import cycles_per_point
 from simulator.plan.extents import workload_shapes
@@ -28,7 +27,13 @@ from simulator.plan.phases import PhasePlan
 from simulator.plan.point import PlannedPhase, PointPlan
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
-from simulator.timing.cycle.program import OpSpec, Program, build_program, padded_extents
+from simulator.timing.cycle.program import (
+    OpSpec,
+    Program,
+    build_program,
+    dense_points,
+    padded_extents,
+)
 from simulator.timing.cycle.waterfall import Waterfall, WaterfallResult
 from simulator.timing.interface import PhaseTiming, buffer_port_cycles, memory_seconds
 from simulator.timing.schedule import schedule_cycles
@@ -86,6 +91,8 @@ def simulate_phase(
             plan, mapping, facts, arch, extents, partitions, instances, port_cycles
         )
         r = Waterfall(program).run()
+        if plan.activity:
+            return _skipping(plan, r)
         return _phase_sim(plan.phase.name, r)
     if plan.gemm is not None:
         return _gemm_phase(plan, arch, instances, port_cycles)
@@ -140,6 +147,31 @@ def _compute_cycles(sim: PhaseSim, mapping: Mapping) -> int:
     return max(sim.cycles - waited.get(a, 0) for a in working)
 
 
+def _skipping(plan: PhasePlan, r: WaterfallResult) -> PhaseSim:
+    """A waterfall whose filters skip whole epochs (a causal mask's empty tiles): the
+    simulated run of every epoch, less the skipped ones at the run's own cycles per epoch.
+    The skipped epochs' share is the largest share of tiles any of the phase's Einsums
+    computes (an epoch runs if one of its operations has a kept point). Transitions around
+    masked regions (the waterfall draining into a triangle of partial rows and filling
+    again) are not simulated: exact in the steady state, optimistic at its edges."""
+    loops = set(plan.phase.loops)
+    every_epoch = [e for e in plan.nests if set(plan.nests[e].tile_loops) >= loops]
+    share = max((plan.active(e) for e in every_epoch), default=1.0)
+    epochs = round(r.epochs * share)
+
+    def part(n: int) -> int:
+        return round(n * share)
+
+    return PhaseSim(
+        plan.phase.name,
+        part(r.cycles),
+        tuple(sorted((e, part(n)) for e, n in r.busy.items())),
+        tuple(sorted((a, why, part(n)) for (a, why), n in r.stalls.items() if part(n))),
+        epochs,
+        min(r.simulated_epochs, epochs),
+    )
+
+
 def _phase_sim(name: str, r: WaterfallResult) -> PhaseSim:
     return PhaseSim(
         name,
@@ -167,12 +199,14 @@ def einsum_stream(
     nest = plan.nests[einsum]
     array = arch.array(mapping.array_of(einsum))
     tiles = math.prod(extents[c] for c in nest.tile_loops)
-    points = count_points(cascade, e, extents)
-    work = count_points(cascade, e, padded_extents(extents, partitions))
+    points = dense_points(cascade, e, extents)
+    work = dense_points(cascade, e, padded_extents(extents, partitions))
     parallel = math.prod(extents[c] for c in nest.spatial)
     cpp = cycles_per_point(cascade, e, array, mapping.chaining_of(array.name), mapping)
     steps = max(1, math.ceil(work / tiles * cpp / parallel)) if points else 0
     op = OpSpec(einsum, array.name, 0, steps, points // tiles, (), (), array.mesh_y > 1)
+    if einsum in dict(plan.activity):  # a filter skips the tiles with no kept point
+        tiles = max(1, round(tiles * plan.active(einsum)))
     skew = array.skew if array.mesh_y > 1 else 0
     return Program(
         plan.phase.name,

@@ -1,0 +1,166 @@
+"""Filtered iteration spaces at tile granularity: which tiles a mapping computes.
+
+A filter (`K[e, m : m <= p]`, causal; `p < m + W`, a sliding window) removes points of an
+Einsum's iteration space. On an array a tile is computed whole or not at all: a tile whose
+points are all filtered out is **skipped** (no compute, and no data fetched for it), a tile
+with any kept point costs a **whole tile** (padding is honest). Here a tile is one
+iteration of the Einsum's temporal tile loops; its other components (spatial, inner) span
+their full ranges.
+
+Each filter is an affine comparison of index expressions; over the mapping's components
+(`p = p2*P1*P0 + p1*P0 + p0`) it is a linear constraint `h(x) <= c`. A box of components
+(fixed loop values, full ranges for the rest) holds a kept point of one constraint iff the
+constraint holds at the box's minimum of `h`. Several constraints are tested one by one:
+exact for constraints on one linear form (causal, a window band), conservative otherwise
+(a tile may count as computed when no single point meets all constraints at once).
+
+Counting: the loops that appear in a constraint are enumerated (vectorised, at most
+`MAX_ENUMERATED` combinations) except the widest, which is counted in closed form (each
+constraint bounds it to an interval); loops in no constraint multiply the count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.cascade.ir import Cond, Einsum, IBin, IInt, Index, ISym, IVar, rank_of
+from simulator.errors import SpecError
+from simulator.plan.nest import leaf_components
+
+MAX_ENUMERATED = 1 << 22  # loop combinations enumerated per count (the rest in closed form)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """sum(coef[c] * c) + const <= 0 over rank components."""
+
+    coef: tuple[tuple[str, int], ...]
+    const: int
+
+
+def einsum_filters(e: Einsum) -> tuple[Cond, ...]:
+    return tuple(pos.filter for acc in e.reads() for pos in acc.indices if pos.filter)
+
+
+def _linear(
+    ix: Index, partitions: Mapping[str, tuple[str, ...]], extents: Mapping[str, int]
+) -> tuple[dict[str, int], int]:
+    """An index expression as (component -> coefficient, constant)."""
+    if isinstance(ix, IInt):
+        return {}, ix.value
+    if isinstance(ix, ISym):
+        return {}, int(extents[ix.name])
+    if isinstance(ix, IVar):
+        comps = leaf_components(rank_of(ix.name), partitions)
+        out, stride = {}, 1
+        for c in reversed(comps):
+            out[c] = stride
+            stride *= int(extents[c])
+        return out, 0
+    assert isinstance(ix, IBin)
+    (lc, lk), (rc, rk) = (
+        _linear(ix.left, partitions, extents),
+        _linear(ix.right, partitions, extents),
+    )
+    if ix.op in ("+", "-"):
+        sign = 1 if ix.op == "+" else -1
+        out = dict(lc)
+        for c, a in rc.items():
+            out[c] = out.get(c, 0) + sign * a
+        return out, lk + sign * rk
+    if lc and rc:
+        raise ValueError("not affine")  # the cascade checker rejects this already
+    if lc:
+        return {c: a * rk for c, a in lc.items()}, lk * rk
+    return {c: a * lk for c, a in rc.items()}, lk * rk
+
+
+def constraints(
+    e: Einsum, partitions: Mapping[str, tuple[str, ...]], extents: Mapping[str, int]
+) -> tuple[Constraint, ...]:
+    """The Einsum's filters as linear constraints over its components (`!=` keeps every
+    tile: it removes single points only)."""
+    out = []
+    for f in einsum_filters(e):
+        lc, lk = _linear(f.left, partitions, extents)
+        rc, rk = _linear(f.right, partitions, extents)
+        g = dict(lc)
+        for c, a in rc.items():
+            g[c] = g.get(c, 0) - a
+        k = lk - rk
+        forms = {
+            "<=": [(g, k)],
+            "<": [(g, k + 1)],
+            ">=": [({c: -a for c, a in g.items()}, -k)],
+            ">": [({c: -a for c, a in g.items()}, -k + 1)],
+            "==": [(g, k), ({c: -a for c, a in g.items()}, -k)],
+            "!=": [],
+        }[f.op]
+        for coef, const in forms:
+            out.append(Constraint(tuple(sorted((c, a) for c, a in coef.items() if a)), const))
+    return tuple(out)
+
+
+def active_count(
+    cons: tuple[Constraint, ...], loops: tuple[str, ...], extents: Mapping[str, int]
+) -> int:
+    """How many combinations of `loops` hold a kept point somewhere in their box (every
+    other component over its full range)."""
+    total = math.prod(int(extents[lp]) for lp in loops)
+    if not cons or total == 0:
+        return total
+    # Each constraint with the free components at their minimum: a(loops) + base <= 0.
+    rows = []
+    for con in cons:
+        coef = dict(con.coef)
+        base = con.const
+        for c, a in coef.items():
+            if c not in loops:
+                base += min(0, a * (int(extents[c]) - 1))
+        rows.append(({c: coef[c] for c in loops if c in coef}, base))
+    used = [lp for lp in loops if any(lp in r for r, _ in rows)]
+    free = math.prod(int(extents[lp]) for lp in loops if lp not in used)
+    if not used:
+        return total if all(base <= 0 for _r, base in rows) else 0
+    axis = max(used, key=lambda c: int(extents[c]))
+    others = [c for c in used if c != axis]
+    combos = math.prod(int(extents[c]) for c in others)
+    if combos > MAX_ENUMERATED:
+        raise SpecError(
+            f"a filter over {', '.join(used)} spans {combos} tile combinations: too fine to "
+            f"count (limit {MAX_ENUMERATED}); use larger tiles"
+        )
+    grids = np.meshgrid(
+        *[np.arange(int(extents[c]), dtype=np.int64) for c in others], indexing="ij"
+    )
+    flat = [g.ravel() for g in grids] if others else []
+    n = int(extents[axis])
+    lo = np.zeros(max(1, combos), dtype=np.int64)
+    hi = np.full(max(1, combos), n - 1, dtype=np.int64)
+    for coef, base in rows:
+        rest = np.full(max(1, combos), base, dtype=np.int64)
+        for c, g in zip(others, flat, strict=True):
+            if c in coef:
+                rest += coef[c] * g
+        a = coef.get(axis, 0)
+        if a > 0:  # a*x <= -rest
+            hi = np.minimum(hi, np.floor_divide(-rest, a))
+        elif a < 0:  # x >= rest / -a
+            lo = np.maximum(lo, -np.floor_divide(rest, a))
+        else:
+            hi = np.where(rest <= 0, hi, -1)
+    count = int(np.clip(hi - lo + 1, 0, None).sum())
+    return count * free
+
+
+def active_fraction(
+    cons: tuple[Constraint, ...], loops: tuple[str, ...], extents: Mapping[str, int]
+) -> float:
+    total = math.prod(int(extents[lp]) for lp in loops)
+    if not cons or not total:
+        return 1.0
+    return active_count(cons, loops, extents) / total

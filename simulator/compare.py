@@ -1,0 +1,277 @@
+"""`python -m simulator.compare`: cascades side by side on the same accelerator.
+
+    python -m simulator.compare --cascades attention-1pass,attention-causal-1pass \\
+        --arch fusemax --model llama3-8b --seq 128K
+    python -m simulator.compare --cascades a.yaml,b.yaml --format csv --out cmp   # + cmp.png/pdf
+
+For every cascade: its passes and largest live footprint (analysis before mapping), then
+each binding strategy that applies to it -- FuseMax's on `--arch`, and the FLAT and unfused
+baselines on their own architecture (FLAT's) -- bound automatically (:mod:`simulator.bind`)
+and evaluated at the workload point: latency, DRAM traffic, utilisation of both arrays,
+energy and the share of work a filter skipped. A strategy that does not apply to a cascade
+(FuseMax's needs one pass; FLAT's a 3-pass softmax) is left out with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from simulator.atomic import atomic_path, check_writable
+from simulator.cascade.parse import load_cascade
+from simulator.cascade.passes import analyze_passes
+from simulator.cli import guarded
+from simulator.configs import Specs, evaluate
+from simulator.errors import SpecError
+from simulator.paths import resolve_spec
+from simulator.result import Result
+from simulator.spec.workload import PHASES, Workload, make_workload
+from simulator.textfmt import table
+from simulator.units import parse_count
+
+STRATEGIES = ("fusemax", "flat", "unfused")
+
+
+@dataclass(frozen=True)
+class Row:
+    cascade: str
+    strategy: str
+    passes: int
+    footprint: str  # the largest live footprint of any fibre (symbolic)
+    result: Result | None
+    why: str = ""  # why the strategy does not apply
+
+
+def _parser() -> argparse.ArgumentParser:
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise SpecError(f"{self.prog}: {message}")
+
+    p = Parser(
+        prog="python -m simulator.compare",
+        description="Compare cascades (passes, footprint, latency, traffic, utilisation, "
+        "energy) on one accelerator, each bound automatically.",
+    )
+    p.add_argument("--cascades", required=True, help="comma-separated cascade names or files")
+    p.add_argument("--arch", default="fusemax", help="the accelerator of the FuseMax strategy")
+    p.add_argument(
+        "--strategies",
+        default=",".join(STRATEGIES),
+        help="binding strategies to try (default: fusemax,flat,unfused)",
+    )
+    p.add_argument("--model", default="bert")
+    p.add_argument("--seq", default="64K")
+    p.add_argument("--phase", choices=PHASES, default="prefill")
+    p.add_argument("--context", help="--phase decode: cached tokens")
+    for name in ("batch", "heads", "kv-heads", "embed", "window"):
+        p.add_argument(f"--{name}", type=lambda t, n=name: parse_count(t, what=f"--{n}"))
+    p.add_argument("--engine", choices=["cycle", "analytic"], default="cycle")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p.add_argument("--out", help="draw the comparison to OUT.png and OUT.pdf")
+    return p
+
+
+def _footprint(cascade) -> str:
+    """The largest live footprint symbol: a whole rank (`M`) over a chunk (`M0`) over 1."""
+    report = analyze_passes(cascade)
+    symbols = [f.live_footprint for f in report.fibers]
+    whole = [s for s in symbols if s != "1" and not any(ch.isdigit() for ch in s)]
+    chunks = [s for s in symbols if s != "1" and s not in whole]
+    return (whole or chunks or ["1"])[0]
+
+
+def compare_cascades(
+    cascades: list[str],
+    strategies: list[str],
+    arch: str,
+    workload: Workload,
+    engine: str = "cycle",
+) -> list[Row]:
+    rows = []
+    for name in cascades:
+        path = resolve_spec("cascades", name)
+        cascade = load_cascade(path)
+        passes = analyze_passes(cascade).max_passes
+        footprint = _footprint(cascade)
+        for strategy in strategies:
+            specs = Specs(
+                cascade_override=str(path), arch_override=arch if strategy == "fusemax" else None
+            )
+            try:
+                r = evaluate(specs, f"auto:{strategy}", workload, engine=engine)
+            except SpecError as err:
+                if not err.message.startswith("cannot bind"):
+                    raise
+                rows.append(Row(cascade.name, strategy, passes, footprint, None, err.message))
+                continue
+            rows.append(Row(cascade.name, strategy, passes, footprint, r))
+    return rows
+
+
+def records(rows: list[Row]) -> list[dict]:
+    out = []
+    for row in rows:
+        r = row.result
+        out.append(
+            {
+                "cascade": row.cascade,
+                "strategy": row.strategy,
+                "passes": row.passes,
+                "live_footprint": row.footprint,
+                "latency_s": r.latency_s if r else None,
+                "traffic_bytes": r.traffic_bytes if r else None,
+                "util_2d": r.util_2d if r else None,
+                "util_1d": r.util_1d if r else None,
+                "energy_pj": r.energy_pj if r else None,
+                "skipped_fraction": r.skipped_fraction if r else None,
+                "not_applicable": row.why or None,
+            }
+        )
+    return out
+
+
+def render_table(rows: list[Row], workload: Workload) -> str:
+    body = []
+    for row in rows:
+        r = row.result
+        if r is None:
+            body.append((row.cascade, row.strategy, str(row.passes), row.footprint) + ("-",) * 6)
+            continue
+        body.append(
+            (
+                row.cascade,
+                row.strategy,
+                str(row.passes),
+                row.footprint,
+                f"{r.latency_s:.4g}",
+                f"{r.traffic_bytes / 1e9:.4g}",
+                f"{100 * r.util_2d:.1f}%",
+                f"{100 * r.util_1d:.1f}%",
+                "-" if r.energy_pj is None else f"{r.energy_pj * 1e-12:.4g}",
+                f"{100 * r.skipped_fraction:.1f}%",
+            )
+        )
+    headers = [
+        "cascade",
+        "strategy",
+        "passes",
+        "footprint",
+        "latency (s)",
+        "DRAM (GB)",
+        "util 2D",
+        "util 1D",
+        "energy (J)",
+        "skipped",
+    ]
+    lines = [f"{workload.describe()}: cascades compared"]
+    lines.append(table(headers, body, right=[False, False] + [True] * (len(headers) - 2)))
+    for row in rows:
+        if row.why:
+            lines.append(f"note: {row.cascade} / {row.strategy}: {row.why}")
+    return "\n".join(lines)
+
+
+def render_csv(recs: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(recs[0]), lineterminator="\n")
+    writer.writeheader()
+    for rec in recs:
+        writer.writerow({k: "" if v is None else v for k, v in rec.items()})
+    return buf.getvalue()
+
+
+def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
+    """Grouped bars, one panel per metric (latency, DRAM traffic, energy, 2D utilisation):
+    cascades along x, one bar per strategy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cascades = list(dict.fromkeys(r.cascade for r in rows))
+    strategies = list(dict.fromkeys(r.strategy for r in rows))
+    metrics = [
+        ("latency (s)", lambda r: r.latency_s),
+        ("DRAM traffic (GB)", lambda r: r.traffic_bytes / 1e9),
+        ("energy (J)", lambda r: (r.energy_pj or 0.0) * 1e-12),
+        ("2D utilisation", lambda r: r.util_2d),
+    ]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4 + 2.2 * len(cascades), 3.4))
+    width = 0.8 / max(1, len(strategies))
+    colours = plt.get_cmap("tab10")
+    for ax, (title, value) in zip(axes, metrics, strict=True):
+        for j, strategy in enumerate(strategies):
+            xs, ys = [], []
+            for i, c in enumerate(cascades):
+                row = next((r for r in rows if r.cascade == c and r.strategy == strategy), None)
+                if row is not None and row.result is not None:
+                    xs.append(i + (j - (len(strategies) - 1) / 2) * width)
+                    ys.append(value(row.result))
+            ax.bar(xs, ys, width, label=strategy, color=colours(j))
+        ax.set_xticks(range(len(cascades)), cascades, rotation=30, ha="right", fontsize=7)
+        ax.set_title(title, fontsize=9)
+        if title != "2D utilisation":
+            ax.set_yscale("log")
+    axes[0].legend(fontsize=7, frameon=False)
+    fig.suptitle(workload.describe(), fontsize=9)
+    fig.tight_layout()
+    written = []
+    for suffix in (".png", ".pdf"):
+        path = out.with_name(out.name + suffix)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=_metadata(suffix))
+        written.append(path)
+    plt.close(fig)
+    return written
+
+
+def _metadata(suffix: str) -> dict:
+    """No timestamps in the files: the same comparison draws the same bytes."""
+    return {"CreationDate": None} if suffix == ".pdf" else {"Software": None}
+
+
+@guarded
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    cascades = [c.strip() for c in args.cascades.split(",") if c.strip()]
+    if not cascades:
+        raise SpecError("--cascades names no cascade")
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    for s in strategies:
+        if s not in STRATEGIES:
+            raise SpecError(f"--strategies: unknown strategy '{s}' ({', '.join(STRATEGIES)})")
+    overrides = {
+        "batch": args.batch,
+        "heads": args.heads,
+        "kv_heads": args.kv_heads,
+        "embed": args.embed,
+        "window": args.window,
+    }
+    workload = make_workload(
+        args.model, args.seq, overrides, phase=args.phase, context=args.context
+    )
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        for suffix in (".png", ".pdf"):
+            check_writable(out.with_name(out.name + suffix))
+    rows = compare_cascades(cascades, strategies, args.arch, workload, args.engine)
+    recs = records(rows)
+    if args.format == "table":
+        print(render_table(rows, workload))
+    elif args.format == "json":
+        print(json.dumps(recs, indent=2))
+    else:
+        sys.stdout.write(render_csv(recs))
+    if out is not None:
+        for path in draw(rows, workload, out):
+            print(f"figure -> {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

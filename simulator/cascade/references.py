@@ -1,0 +1,137 @@
+"""Numpy references: what a cascade claims to compute, written without the cascade language.
+
+A cascade file may name the computation it implements with an optional top-level key::
+
+    reference: {algorithm: attention, mask: causal}
+
+and `python -m simulator.cascade compare FILE --reference` then runs the cascade against
+the reference below on random inputs (:func:`simulator.cascade.evaluate.compare_reference`).
+The references are plain numpy, independent of the IR and its evaluation, so that a cascade
+which is wrong -- a dropped filter, a lost correction factor -- cannot agree with them by
+sharing the mistake.
+
+`attention` is stable softmax attention for one key/value head: `Q[E, P]` (or `Q[E, G, P]`
+for G query heads sharing the head: grouped-query attention, MQA when G is every head),
+`K[E, M]`, `V[F, M]` -> `AV[F, P]` (or `AV[F, G, P]`), optionally masked: `causal` keeps the
+keys `m <= p`, `window` the keys `p - W < m <= p` (Mistral's sliding window, W a size
+parameter of the cascade). Its options are checked when the file is read
+(:func:`check_reference`); an unknown algorithm, option or value is an error at its
+file:line:col.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from simulator.cascade.ir import Cascade, Reference
+from simulator.errors import Loc, SpecError
+
+# algorithm -> option -> allowed values (the first is the default).
+ALGORITHMS: dict[str, dict[str, tuple[str, ...]]] = {
+    "attention": {"mask": ("none", "causal", "window")},
+}
+
+# The tensors `attention` binds, by name, with their ranks (ungrouped, grouped).
+_ATTENTION_INPUTS = {
+    "Q": (("E", "P"), ("E", "G", "P")),
+    "K": (("E", "M"),),
+    "V": (("F", "M"),),
+}
+_ATTENTION_OUTPUT = ("AV", (("F", "P"), ("F", "G", "P")))
+
+
+def attention_mask(mask: str, m: int, p: int, window: int | None = None) -> np.ndarray:
+    """Which (key m, query p) pairs attend: an [M, P] boolean array."""
+    keys = np.arange(m)[:, None]
+    queries = np.arange(p)[None, :]
+    if mask == "causal":
+        return np.broadcast_to(keys <= queries, (m, p))
+    if mask == "window":
+        if window is None:
+            raise ValueError("a window mask needs its size W")
+        return (keys <= queries) & (queries - window < keys)
+    return np.ones((m, p), dtype=bool)
+
+
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: str = "none", window: int | None = None
+) -> np.ndarray:
+    """Stable masked softmax attention of one key/value head.
+
+    q: [E, P] or [E, G, P]; k: [E, M]; v: [F, M] -> [F, P] or [F, G, P]. The K and V head is
+    repeated for each of the G query heads (grouped-query attention). Each query's masked
+    logits are shifted by their maximum before `exp`, so logits of +-1e4 stay finite; a
+    query with no key left (a window past the last key) has no softmax and gives NaN."""
+    grouped = q.ndim == 3
+    qg = q if grouped else q[:, None, :]
+    heads = qg.shape[1]
+    kg = np.repeat(k[:, None, :], heads, axis=1)  # [E, G, M]
+    vg = np.repeat(v[:, None, :], heads, axis=1)  # [F, G, M]
+    keep = attention_mask(mask, k.shape[1], q.shape[-1], window)[None, :, :]
+    logits = np.where(keep, np.einsum("egm,egp->gmp", kg, qg), -np.inf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        weights = np.where(keep, np.exp(shifted), 0.0)
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    out = np.einsum("fgm,gmp->fgp", vg, weights)
+    return out if grouped else out[:, 0, :]
+
+
+def check_reference(cascade: Cascade) -> None:
+    """The cascade has what its reference binds (tensors and ranks, the window's W); else a
+    SpecError at the `reference:` entry."""
+    ref = cascade.reference
+    if ref is None:
+        return
+    if ref.algorithm == "attention":
+        _check_attention(cascade, ref)
+
+
+def _ranks(cascade: Cascade, name: str) -> tuple[str, ...] | None:
+    try:
+        return cascade.tensor(name).ranks
+    except KeyError:
+        return None
+
+
+def _check_attention(cascade: Cascade, ref: Reference) -> None:
+    wanted = "Q [E, P] or [E, G, P], K [E, M], V [F, M] -> AV [F, P] or [F, G, P]"
+    out_name, out_forms = _ATTENTION_OUTPUT
+    found = {name: _ranks(cascade, name) for name in (*_ATTENTION_INPUTS, out_name)}
+    ok = set(cascade.inputs) == set(_ATTENTION_INPUTS) and out_name in cascade.outputs
+    ok = ok and all(found[n] in forms for n, forms in _ATTENTION_INPUTS.items())
+    ok = ok and found[out_name] in out_forms
+    ok = ok and ("G" in (found["Q"] or ())) == ("G" in (found[out_name] or ()))
+    if not ok:
+        have = ", ".join(f"{n} [{', '.join(r)}]" for n, r in found.items() if r is not None)
+        raise SpecError(
+            f"reference attention computes {wanted}; cascade '{cascade.name}' has "
+            f"inputs {', '.join(cascade.inputs) or 'none'}, outputs "
+            f"{', '.join(cascade.outputs)} ({have or 'none of these tensors'})",
+            ref.loc,
+        )
+    if ref.option("mask", "none") == "window" and "W" not in cascade.params:
+        raise SpecError(
+            "reference mask 'window' needs the window size W as a size parameter: "
+            "'W: 256' in shapes: and used in a filter (p < m + W)",
+            ref.loc,
+        )
+
+
+def reference_outputs(
+    cascade: Cascade, inputs: Mapping[str, np.ndarray], shapes: Mapping[str, int]
+) -> dict[str, np.ndarray]:
+    """The reference's value of each output it defines, on the cascade's inputs."""
+    ref = cascade.reference
+    if ref is None:
+        raise SpecError(
+            f"cascade '{cascade.name}' names no reference; add e.g. "
+            "'reference: {algorithm: attention}' to the file",
+            Loc(cascade.path),
+        )
+    mask = ref.option("mask", "none")
+    window = shapes.get("W") if mask == "window" else None
+    av = attention(inputs["Q"], inputs["K"], inputs["V"], mask, window)
+    return {_ATTENTION_OUTPUT[0]: av}

@@ -239,17 +239,23 @@ def _run_unchecked(
         idx = tuple(eval_index(pos.expr, env) for pos in access.indices)
         return arrays[access.tensor][idx] if idx else arrays[access.tensor][()]
 
-    result = None
+    # The filters over the filtered variables only (1 along the others): small, broadcast
+    # where needed. `kept` marks the output points with at least one kept point.
     mask = None
-    if not filters and reduced_axes and e.reduce_op == "sum":
-        result = _einsum_fast(e.expr, gather, free, out_free, extents, env)
+    if filters:
+        filtered = frozenset(v for f in filters for v in _cond_vars(f)) & set(free)
+        mask = filter_mask(filters, env, tuple(extents[v] if v in filtered else 1 for v in free))
+    result = None
+    if reduced_axes and e.reduce_op == "sum":
+        factors = _factors(e.expr)
+        if factors is not None:
+            result = _sum_of_products(factors, gather, free, out_free, extents, e.reduced, mask)
     if result is None:
         values = np.asarray(_eval_expr(e.expr, gather), dtype=np.float64)
         full = tuple(extents[v] for v in free)
         if filters or reduced_axes:
             values = np.broadcast_to(values, full)
-        if filters:
-            mask = filter_mask(filters, env, full)
+        if mask is not None:
             identity = _identity(cascade, e.reduce_op) if reduced_axes else 0.0
             values = np.where(mask, values, identity)
         if reduced_axes:
@@ -317,37 +323,61 @@ def _factors(expr: Expr) -> list[Access] | None:
     return None
 
 
-def _einsum_fast(
-    expr: Expr,
+def _cond_vars(cond: Cond) -> tuple[str, ...]:
+    return index_vars(cond.left) + index_vars(cond.right)
+
+
+def _sum_of_products(
+    factors: list[Access],
     gather: Callable[[Access], np.ndarray],
     free: list[str],
     out_free: list[str],
     extents: Mapping[str, int],
-    env: Mapping[str, object],
+    reduced: tuple[str, ...],
+    mask: np.ndarray | None,
 ) -> np.ndarray | None:
     """Sum of products via np.einsum, avoiding the full iteration-space array.
 
     An output variable that no factor reads (`W[i] = A[k] * B[k]`) is left out of the
     einsum, which cannot name it, and kept as a length-1 axis: the caller broadcasts the
-    result over it, as the slow path does."""
-    factors = _factors(expr)
-    if factors is None:
-        return None
+    result over it, as the slow path does. Filters (`mask`, over the free variables, 1 along
+    the unfiltered ones) keep it exact two ways: when they filter no reduced variable they
+    remove whole output points, so the result is zeroed there (the sum's identity); else a
+    factor indexed by every filtered variable is zeroed where they remove a point, which is
+    exact when the other factors are finite (0 * inf would not vanish). Otherwise None: the
+    caller evaluates the whole iteration space."""
     letters = {v: chr(ord("a") + i) for i, v in enumerate(free)}
     if len(letters) > 26:
         return None
-    operands, subscripts = [], []
-    read: set[str] = set()
-    for acc in factors:
-        own = [v for v in free if any(v in index_vars(p.expr) for p in acc.indices)]
-        read.update(own)
-        arr = np.broadcast_to(gather(acc), tuple(extents[v] if v in own else 1 for v in free))
-        operands.append(arr.reshape(tuple(extents[v] for v in own)))
-        subscripts.append("".join(letters[v] for v in own))
+    owns = [
+        [v for v in free if any(v in index_vars(p.expr) for p in acc.indices)] for acc in factors
+    ]
+    arrays = [
+        np.broadcast_to(gather(acc), tuple(extents[v] if v in own else 1 for v in free))
+        for acc, own in zip(factors, owns, strict=True)
+    ]
+    reduced_axes = tuple(i for i, v in enumerate(free) if v in reduced)
+    after = None
+    if mask is not None:
+        filtered = {v for v, n in zip(free, mask.shape, strict=True) if n > 1}
+        if not filtered & set(reduced):
+            after = mask.any(axis=reduced_axes) if reduced_axes else mask
+        else:
+            chosen = next((i for i, own in enumerate(owns) if filtered <= set(own)), None)
+            if chosen is None:
+                return None
+            if not all(np.isfinite(a).all() for i, a in enumerate(arrays) if i != chosen):
+                return None
+            arrays[chosen] = np.where(mask, arrays[chosen], 0.0)
+    operands = [
+        a.reshape(tuple(extents[v] for v in own)) for a, own in zip(arrays, owns, strict=True)
+    ]
+    subscripts = ["".join(letters[v] for v in own) for own in owns]
+    read = {v for own in owns for v in own}
     spec = ",".join(subscripts) + "->" + "".join(letters[v] for v in out_free if v in read)
-    del env
     result = np.einsum(spec, *operands, optimize=True)
-    return result.reshape(tuple(extents[v] if v in read else 1 for v in out_free))
+    result = result.reshape(tuple(extents[v] if v in read else 1 for v in out_free))
+    return result if after is None else np.where(after, result, 0.0)
 
 
 def _identity(cascade: Cascade, op: str) -> float:

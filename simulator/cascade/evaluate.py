@@ -215,9 +215,9 @@ def _run_unchecked(
     unkept: float | None = None,
 ) -> None:
     ranges = ranges or {}
-    filters = einsum_filters(e)
+    filters = e.filters()
     step_var = e.iterative
-    if filters and step_var is not None and step_var not in fixed:
+    if e.keeps_masked_steps and step_var not in fixed:
         # A removed point keeps the previous step, which must exist first: steps in order.
         lo, hi = ranges.get(step_var, (0, iteration_extents(cascade, e, shapes)[step_var]))
         rest = {v: r for v, r in ranges.items() if v != step_var}
@@ -278,11 +278,6 @@ def _run_unchecked(
         arrays[e.output.tensor][idx] = result
     else:
         arrays[e.output.tensor][()] = result
-
-
-def einsum_filters(e: Einsum) -> list[Cond]:
-    """The filters on the Einsum's reads; they are ANDed over its iteration space."""
-    return [pos.filter for acc in e.reads() for pos in acc.indices if pos.filter is not None]
 
 
 def _previous_step(e: Einsum, out_env: Mapping[str, object]) -> tuple:

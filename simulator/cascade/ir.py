@@ -281,6 +281,16 @@ class Einsum:
     def reads(self) -> tuple[Access, ...]:
         return tuple(expr_reads(self.expr))
 
+    def filters(self) -> tuple[Cond, ...]:
+        """The filters on the Einsum's reads; they are ANDed over its iteration space."""
+        return tuple(pos.filter for acc in self.reads() for pos in acc.indices if pos.filter)
+
+    @property
+    def keeps_masked_steps(self) -> bool:
+        """An iterative Einsum with filters: where they remove a point, the step keeps the
+        previous one, so it reads its own previous step even if its expression does not."""
+        return self.iterative is not None and bool(self.filters())
+
 
 @dataclass(frozen=True)
 class Reference:

@@ -150,7 +150,7 @@ def iteration_extents(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) ->
 def count_points(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> int:
     """Points of the iteration space, after filters."""
     extents = iteration_extents(cascade, e, shapes)
-    filters = [pos.filter for acc in e.reads() for pos in acc.indices if pos.filter is not None]
+    filters = e.filters()
     if not filters:
         return math.prod(extents.values())
     fvars = sorted({v for f in filters for side in (f.left, f.right) for v in index_vars(side)})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import time
 
 import numpy as np
@@ -657,6 +658,8 @@ REF_LINE = "reference: {algorithm: attention, mask: causal}\n"
         ("reference: {mask: causal}\n", 12, "needs 'algorithm'"),
         ("reference: attention\n", 12, "reference must map 'algorithm'"),
         ("reference: {algorithm: attention, mask: window}\n", 12, "needs the window size W"),
+        ("reference: {algorithm: attention, window: W}\n", 12, "goes with 'mask: window'"),
+        ("reference: {algorithm: attention, window: w}\n", 43, "names a size parameter"),
     ],
 )
 def test_bad_reference_is_file_line_col(tmp_path, run_cli, replacement, col, message):
@@ -669,6 +672,30 @@ def test_bad_reference_is_file_line_col(tmp_path, run_cli, replacement, col, mes
         assert code == 2 and out == "", out
         assert err.startswith(f"error: {path}:{line}:{col}: "), err
         assert message in err and err.count("\n") == 1
+
+
+def test_reference_binds_tensors_not_rank_names(tmp_path):
+    # No rank name is special: keys N (N1 x N0), embedding H, window L.
+    text = (CASCADES / "attention-window-1pass.yaml").read_text()
+    for old, new in (
+        (r"\bM(\d?)\b", r"N\1"),
+        (r"\bm(\d?)\b", r"n\1"),
+        (r"\bE\b", "H"),
+        (r"\be\b", "h"),
+    ):
+        text = re.sub(old, new, text)
+    text = re.sub(r"\bW\b", "L", text).replace("mask: window}", "mask: window, window: L}")
+    path = tmp_path / "renamed.yaml"
+    path.write_text(text)
+    cascade = load_cascade(path)
+    assert cascade.params == ("L",) and {"N", "N0", "H"} <= cascade.shape_names()
+    shape = {"N": 64, "N0": 16, "P": 50, "H": 8, "F": 8, "L": 21}
+    assert compare_reference(cascade, shape, seed=2).equivalent
+    # ... and it is the window of that size: another size gives another result
+    inputs = random_inputs(cascade, resolve_shapes(cascade, shape), seed=2)
+    out = evaluate(cascade, inputs, resolve_shapes(cascade, shape))["AV"]
+    ref = _attention_loop(inputs["Q"], inputs["K"], inputs["V"], "window", 21)
+    assert _max_rel(out, ref) <= 1e-5
 
 
 def test_reference_checks_the_tensors_it_binds(tmp_path, run_cli):

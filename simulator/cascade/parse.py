@@ -188,7 +188,14 @@ def _reference(data: LocDict) -> Reference | None:
         if key not in raw:
             continue
         value = raw[key]
-        if not isinstance(value, str) or value not in allowed:
+        if allowed is None:
+            if not isinstance(value, str) or not value.isidentifier() or not value[0].isupper():
+                raise SpecError(
+                    f"reference {algorithm}: {key} names a size parameter (upper-case, "
+                    f"like W), got {value!r}",
+                    raw.loc_of(key),
+                )
+        elif not isinstance(value, str) or value not in allowed:
             raise SpecError(
                 f"reference {algorithm}: {key} must be one of {', '.join(allowed)}, got {value!r}",
                 raw.loc_of(key),

@@ -13,10 +13,11 @@ sharing the mistake.
 `attention` is stable softmax attention for one key/value head: `Q[E, P]` (or `Q[E, G, P]`
 for G query heads sharing the head: grouped-query attention, MQA when G is every head),
 `K[E, M]`, `V[F, M]` -> `AV[F, P]` (or `AV[F, G, P]`), optionally masked: `causal` keeps the
-keys `m <= p`, `window` the keys `p - W < m <= p` (Mistral's sliding window, W a size
-parameter of the cascade). Its options are checked when the file is read
-(:func:`check_reference`); an unknown algorithm, option or value is an error at its
-file:line:col.
+keys `m <= p`, `window` the keys `p - W < m <= p` (Mistral's sliding window; W a size
+parameter of the cascade, `window: NAME` when it has another name). The tensors are bound
+by name (Q, K, V, AV); their ranks may have any names, used consistently (no rank name is
+special). The options are checked when the file is read (:func:`check_reference`); an
+unknown algorithm, option or value is an error at its file:line:col.
 """
 
 from __future__ import annotations
@@ -28,18 +29,14 @@ import numpy as np
 from simulator.cascade.ir import Cascade, Reference
 from simulator.errors import Loc, SpecError
 
-# algorithm -> option -> allowed values (the first is the default).
-ALGORITHMS: dict[str, dict[str, tuple[str, ...]]] = {
-    "attention": {"mask": ("none", "causal", "window")},
+# algorithm -> option -> allowed values (the first is the default); None: the name of one
+# of the cascade's size parameters.
+ALGORITHMS: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "attention": {"mask": ("none", "causal", "window"), "window": None},
 }
-
-# The tensors `attention` binds, by name, with their ranks (ungrouped, grouped).
-_ATTENTION_INPUTS = {
-    "Q": (("E", "P"), ("E", "G", "P")),
-    "K": (("E", "M"),),
-    "V": (("F", "M"),),
-}
-_ATTENTION_OUTPUT = ("AV", (("F", "P"), ("F", "G", "P")))
+# `attention` binds tensors by name; their ranks may have any names, used consistently.
+_ATTENTION_TENSORS = ("Q", "K", "V", "AV")
+_ATTENTION_FORM = "Q [E, P] or [E, G, P], K [E, M], V [F, M] -> AV [F, P] or [F, G, P]"
 
 
 def attention_mask(mask: str, m: int, p: int, window: int | None = None) -> np.ndarray:
@@ -96,26 +93,42 @@ def _ranks(cascade: Cascade, name: str) -> tuple[str, ...] | None:
         return None
 
 
+def attention_ranks_agree(
+    q: tuple[str, ...], k: tuple[str, ...], v: tuple[str, ...], av: tuple[str, ...]
+) -> bool:
+    """Do the ranks have attention's form, whatever their names: Q [e, (g,) p], K [e, m],
+    V [f, m], AV [f, (g,) p] -- the same name wherever the same rank is meant?"""
+    if len(k) != 2 or len(v) != 2 or len(q) not in (2, 3) or len(av) != len(q):
+        return False
+    (e, m), (f, m_v) = k, v
+    return m_v == m and q[0] == e and av[0] == f and q[1:] == av[1:]
+
+
+def window_parameter(ref: Reference) -> str:
+    """The size parameter holding the window of `mask: window` (`window: W` by default)."""
+    return ref.option("window", "W")
+
+
 def _check_attention(cascade: Cascade, ref: Reference) -> None:
-    wanted = "Q [E, P] or [E, G, P], K [E, M], V [F, M] -> AV [F, P] or [F, G, P]"
-    out_name, out_forms = _ATTENTION_OUTPUT
-    found = {name: _ranks(cascade, name) for name in (*_ATTENTION_INPUTS, out_name)}
-    ok = set(cascade.inputs) == set(_ATTENTION_INPUTS) and out_name in cascade.outputs
-    ok = ok and all(found[n] in forms for n, forms in _ATTENTION_INPUTS.items())
-    ok = ok and found[out_name] in out_forms
-    ok = ok and ("G" in (found["Q"] or ())) == ("G" in (found[out_name] or ()))
-    if not ok:
+    found = {name: _ranks(cascade, name) for name in _ATTENTION_TENSORS}
+    q, k, v, av = found.values()
+    ok = set(cascade.inputs) == {"Q", "K", "V"} and "AV" in cascade.outputs
+    if not (ok and q and k and v and av and attention_ranks_agree(q, k, v, av)):
         have = ", ".join(f"{n} [{', '.join(r)}]" for n, r in found.items() if r is not None)
         raise SpecError(
-            f"reference attention computes {wanted}; cascade '{cascade.name}' has "
+            f"reference attention computes {_ATTENTION_FORM}; cascade '{cascade.name}' has "
             f"inputs {', '.join(cascade.inputs) or 'none'}, outputs "
             f"{', '.join(cascade.outputs)} ({have or 'none of these tensors'})",
             ref.loc,
         )
-    if ref.option("mask", "none") == "window" and "W" not in cascade.params:
+    window = window_parameter(ref)
+    if ref.option("mask", "none") != "window":
+        if "window" in dict(ref.options):
+            raise SpecError("reference attention: 'window' goes with 'mask: window'", ref.loc)
+    elif window not in cascade.params:
         raise SpecError(
-            "reference mask 'window' needs the window size W as a size parameter: "
-            "'W: 256' in shapes: and used in a filter (p < m + W)",
+            f"reference mask 'window' needs the window size {window} as a size parameter: "
+            f"'{window}: 256' in shapes: and used in a filter (p < m + {window})",
             ref.loc,
         )
 
@@ -132,6 +145,6 @@ def reference_outputs(
             Loc(cascade.path),
         )
     mask = ref.option("mask", "none")
-    window = shapes.get("W") if mask == "window" else None
+    window = shapes[window_parameter(ref)] if mask == "window" else None
     av = attention(inputs["Q"], inputs["K"], inputs["V"], mask, window)
-    return {_ATTENTION_OUTPUT[0]: av}
+    return {"AV": av}

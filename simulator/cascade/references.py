@@ -47,8 +47,10 @@ def attention_mask(mask: str, m: int, p: int, window: int | None = None) -> np.n
         return np.broadcast_to(keys <= queries, (m, p))
     if mask == "window":
         if window is None:
-            raise ValueError("a window mask needs its size W")
+            raise SpecError("a window mask needs its size W")
         return (keys <= queries) & (queries - window < keys)
+    if mask != "none":
+        raise SpecError(f"unknown attention mask '{mask}' (known: none, causal, window)")
     return np.ones((m, p), dtype=bool)
 
 

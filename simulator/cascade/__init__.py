@@ -4,10 +4,11 @@
 * :func:`analyze_passes` -- passes per rank and the minimum live footprint per fibre;
 * :func:`cascade_ops` -- operation counts per Einsum by kind;
 * :func:`dependency_graph`, :func:`recurrences` -- dependencies and loop-carried SCCs;
-* :func:`evaluate`, :func:`compare` -- numerical execution and equivalence checking.
+* :func:`evaluate`, :func:`compare` -- numerical execution and equivalence checking;
+* :func:`compare_reference` -- a cascade against the numpy reference its file names.
 """
 
-from simulator.cascade.evaluate import compare, evaluate, random_inputs
+from simulator.cascade.evaluate import compare, compare_reference, evaluate, random_inputs
 from simulator.cascade.graph import dependency_graph, recurrences
 from simulator.cascade.ir import Cascade, Einsum
 from simulator.cascade.ops import cascade_ops
@@ -21,6 +22,7 @@ __all__ = [
     "analyze_passes",
     "cascade_ops",
     "compare",
+    "compare_reference",
     "dependency_graph",
     "evaluate",
     "load_cascade",

@@ -3,6 +3,7 @@
     passes  FILE [--shape M=4096,...] [--format table|json]   passes and live footprint
     ops     FILE [--shape ...] [--baseline FILE] [--format ...] operation counts per Einsum
     compare FILE_A FILE_B [--shape ...] [--scale S] [--seed N]  numerical equivalence (exit 0/1)
+    compare FILE --reference [--shape ...] [--scale S] [--seed N]   FILE against its `reference:`
     eval    FILE [--shape ...] [--scale S] [--seed N]           run on random inputs
     graph   FILE [--format text|dot]                            dependencies and recurrences
     list                                                        the shipped cascades
@@ -19,7 +20,13 @@ import sys
 
 import numpy as np
 
-from simulator.cascade.evaluate import compare, evaluate, random_inputs
+from simulator.cascade.evaluate import (
+    Comparison,
+    compare,
+    compare_reference,
+    evaluate,
+    random_inputs,
+)
 from simulator.cascade.graph import to_dot, to_text
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import KINDS, cascade_ops, totals
@@ -137,9 +144,8 @@ def cmd_ops(args: argparse.Namespace) -> int:
     base = None
     if args.baseline:
         other = _load(args.baseline)
-        overrides = {
-            k: v for k, v in shapes.items() if k in {r for t in other.tensors for r in t.ranks}
-        }
+        names = {r for t in other.tensors for r in t.ranks} | set(other.params)
+        overrides = {k: v for k, v in shapes.items() if k in names}
         base = totals(cascade_ops(other, resolve_shapes(other, overrides)))
     total = totals(ops)
     if args.format == "json":
@@ -172,10 +178,24 @@ def cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    a, b = _load(args.file_a), _load(args.file_b)
+def _comparison(args: argparse.Namespace) -> Comparison:
+    """`compare A B` (two cascades) or `compare A --reference` (A against the numpy
+    reference its file names); either way the same report."""
+    prog = "python -m simulator.cascade compare"
+    if args.reference and args.file_b is not None:
+        raise SpecError(f"{prog}: give one cascade with --reference, or two without it")
+    if not args.reference and args.file_b is None:
+        raise SpecError(f"{prog}: the following arguments are required: file_b")
     overrides = parse_shape_arg(args.shape) if args.shape else None
-    result = compare(a, b, overrides, seed=args.seed, scale=args.scale, rtol=args.rtol)
+    a = _load(args.file_a)
+    if args.reference:
+        return compare_reference(a, overrides, seed=args.seed, scale=args.scale, rtol=args.rtol)
+    b = _load(args.file_b)
+    return compare(a, b, overrides, seed=args.seed, scale=args.scale, rtol=args.rtol)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    result = _comparison(args)
     if args.format == "json":
         print(
             json.dumps(
@@ -304,7 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="prove two cascades compute the same outputs")
     p.add_argument("file_a")
-    p.add_argument("file_b")
+    p.add_argument("file_b", nargs="?")
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="compare FILE_A with the numpy reference its 'reference:' names",
+    )
     p.add_argument("--shape", help=shape_help)
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument(

@@ -89,6 +89,9 @@ class Checker:
         self.ops = ops
         self.statements = statements
         self.declared_ranks = {r for d in decls for r in d.ranks}
+        # Names of `shapes:`; one that is no rank may still be a size parameter of a filter.
+        self.shape_names = {r for r, _ in shapes}
+        self.filter_syms: set[str] = set()
         self.partitions: dict[str, tuple[str, ...]] = {}
         self.partition_locs: dict[str, Loc] = {}
         self.offset_indices: list[tuple[Access, int, bool]] = []
@@ -131,8 +134,9 @@ class Checker:
             for side in (ix.filter.left, ix.filter.right):
                 _affine_terms(side, loc)
                 for sym in index_syms(side):
-                    if not self.known_rank(sym):
+                    if not self.known_rank(sym) and sym not in self.shape_names:
                         raise SpecError(f"undeclared rank '{sym}' in filter '{ix.filter}'", loc)
+                    self.filter_syms.add(sym)
                 for var in index_vars(side):
                     if not self.known_rank(rank_of(var)):
                         raise SpecError(
@@ -301,11 +305,17 @@ class Checker:
             iterative=tuple(sorted((v, b) for v, (b, _) in stops.items())),
             shapes=self.shapes,
             shape_locs=self.shape_locs,
+            params=self._size_parameters(),
         )
         for rank, _ in self.shapes:
-            if not (self.known_rank(rank)):
+            if not (self.known_rank(rank)) and rank not in cascade.params:
                 raise SpecError(f"shapes: unknown rank '{rank}'", cascade.shape_loc(rank))
         return cascade
+
+    def _size_parameters(self) -> tuple[str, ...]:
+        """Names of `shapes:` that are no rank but appear in a filter (a window `W`): they
+        take a value like an extent. Any other unknown name stays an error (see `build`)."""
+        return tuple(r for r, _ in self.shapes if not self.known_rank(r) and r in self.filter_syms)
 
     def _check_partition_cycles(self) -> None:
         for rank in self.partitions:

@@ -5,9 +5,18 @@ components. An acyclic Einsum is evaluated at once over its whole iteration spac
 (`np.einsum` for products summed over a rank, broadcasting otherwise). A recurrence -- an
 SCC closed by loop-carried edges, like {RD, SPD} over m1 -- runs step by step along its
 iterative rank, each step evaluating its Einsums with that variable fixed. An iterative
-tensor holds every step (`RM[0] .. RM[M1]`). Points removed by a filter contribute the
-reduction's identity. Floating-point overflow is not an error here: it shows up as
-non-finite values, which :func:`compare` reports (the naive softmax does overflow).
+tensor holds every step (`RM[0] .. RM[M1]`). Floating-point overflow is not an error here:
+it shows up as non-finite values, which :func:`compare` reports (the naive softmax does
+overflow).
+
+Filters. A point a filter removes contributes the reduction's identity to a reduction; an
+output point of a map Einsum whose point is removed is 0. An iterative Einsum is different:
+its output point at step r+1 whose points the filters all remove keeps the previous step's
+value (`RM[m1+1, p] = RM[m1, p]`): the step does not happen there. That is what a schedule
+skipping a fully masked chunk computes, and it needs no identity that a later step would
+have to absorb -- so an iterative Einsum with filters runs its steps in order even outside
+a recurrence. `evaluate(..., unkept=nan)` fills the removed output points of the other
+Einsums with NaN instead, which shows whether any later point consumes one.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from simulator.cascade.ir import (
     REDUCE_OPS,
     Access,
     Cascade,
+    Cond,
     Einsum,
     Expr,
     IVar,
@@ -35,6 +45,7 @@ from simulator.cascade.ir import (
     rank_of,
 )
 from simulator.cascade.ops import filter_mask, index_grid, iteration_extents
+from simulator.cascade.references import reference_outputs
 from simulator.cascade.shapes import resolve_shapes
 from simulator.errors import Loc, SpecError
 
@@ -104,9 +115,17 @@ def random_inputs(
 
 
 def evaluate(
-    cascade: Cascade, inputs: Mapping[str, np.ndarray], shapes: Mapping[str, int] | None = None
+    cascade: Cascade,
+    inputs: Mapping[str, np.ndarray],
+    shapes: Mapping[str, int] | None = None,
+    *,
+    unkept: float | None = None,
 ) -> dict[str, np.ndarray]:
-    """Every tensor of the cascade, computed from `inputs` (float64)."""
+    """Every tensor of the cascade, computed from `inputs` (float64).
+
+    `unkept`, when given, is the value of every output point of a non-iterative Einsum
+    whose points the filters all remove (instead of 0 for a map and the identity for a
+    reduction): NaN there proves that no kept point reads a masked value."""
     shapes = dict(shapes) if shapes is not None else resolve_shapes(cascade)
     check_evaluation_size(cascade, shapes)
     arrays: dict[str, np.ndarray] = {}
@@ -133,7 +152,7 @@ def evaluate(
             members = [by_name[n] for n in component]
             if component not in cyclic:
                 for e in members:
-                    _run(cascade, e, arrays, shapes, {})
+                    _run(cascade, e, arrays, shapes, {}, unkept)
                 continue
             rec = cyclic[component]
             if len(rec.carried_by) != 1:
@@ -147,7 +166,7 @@ def evaluate(
             steps = int(bound) if bound.isdigit() else shapes[bound]
             for step in range(steps):
                 for e in members:
-                    _run(cascade, e, arrays, shapes, {var: step})
+                    _run(cascade, e, arrays, shapes, {var: step}, unkept)
     return arrays
 
 
@@ -157,9 +176,10 @@ def _run(
     arrays: dict[str, np.ndarray],
     shapes: Mapping[str, int],
     fixed: Mapping[str, int],
+    unkept: float | None = None,
 ) -> None:
     try:
-        _run_unchecked(cascade, e, arrays, shapes, fixed)
+        _run_unchecked(cascade, e, arrays, shapes, fixed, unkept=unkept)
     except IndexError as err:
         raise SpecError(f"Einsum '{e.name}' indexes outside a tensor: {err}", e.loc) from None
 
@@ -192,8 +212,18 @@ def _run_unchecked(
     shapes: Mapping[str, int],
     fixed: Mapping[str, int],
     ranges: Mapping[str, tuple[int, int]] | None = None,
+    unkept: float | None = None,
 ) -> None:
     ranges = ranges or {}
+    filters = e.filters()
+    step_var = e.iterative
+    if e.keeps_masked_steps and step_var not in fixed:
+        # A removed point keeps the previous step, which must exist first: steps in order.
+        lo, hi = ranges.get(step_var, (0, iteration_extents(cascade, e, shapes)[step_var]))
+        rest = {v: r for v, r in ranges.items() if v != step_var}
+        for step in range(lo, hi):
+            _run_unchecked(cascade, e, arrays, shapes, {**fixed, step_var: step}, rest, unkept)
+        return
     extents = iteration_extents(cascade, e, shapes)
     for v, (lo, hi) in ranges.items():
         if v in extents:
@@ -209,17 +239,23 @@ def _run_unchecked(
         idx = tuple(eval_index(pos.expr, env) for pos in access.indices)
         return arrays[access.tensor][idx] if idx else arrays[access.tensor][()]
 
-    filters = [pos.filter for acc in e.reads() for pos in acc.indices if pos.filter is not None]
+    # The filters over the filtered variables only (1 along the others): small, broadcast
+    # where needed. `kept` marks the output points with at least one kept point.
+    mask = None
+    if filters:
+        filtered = frozenset(v for f in filters for v in _cond_vars(f)) & set(free)
+        mask = filter_mask(filters, env, tuple(extents[v] if v in filtered else 1 for v in free))
     result = None
-    if not filters and reduced_axes and e.reduce_op == "sum":
-        result = _einsum_fast(e.expr, gather, free, out_free, extents, env)
+    if reduced_axes and e.reduce_op == "sum":
+        factors = _factors(e.expr)
+        if factors is not None:
+            result = _sum_of_products(factors, gather, free, out_free, extents, e.reduced, mask)
     if result is None:
         values = np.asarray(_eval_expr(e.expr, gather), dtype=np.float64)
         full = tuple(extents[v] for v in free)
         if filters or reduced_axes:
             values = np.broadcast_to(values, full)
-        if filters:
-            mask = filter_mask(filters, env, full)
+        if mask is not None:
             identity = _identity(cascade, e.reduce_op) if reduced_axes else 0.0
             values = np.where(mask, values, identity)
         if reduced_axes:
@@ -231,10 +267,27 @@ def _run_unchecked(
     out_shape = tuple(extents[v] for v in out_free)
     result = np.broadcast_to(result, out_shape) if out_shape else np.asarray(result).reshape(())
     idx = tuple(eval_index(pos.expr, out_env) for pos in e.output.indices)
+    if mask is not None and (step_var is not None or unkept is not None):
+        kept = mask.any(axis=reduced_axes) if reduced_axes else mask
+        if step_var is not None:
+            fallback = arrays[e.output.tensor][_previous_step(e, out_env)]
+        else:
+            fallback = unkept
+        result = np.where(np.broadcast_to(kept, out_shape), result, fallback)
     if idx:
         arrays[e.output.tensor][idx] = result
     else:
         arrays[e.output.tensor][()] = result
+
+
+def _previous_step(e: Einsum, out_env: Mapping[str, object]) -> tuple:
+    """Index of the output's previous step: `T[.., r, ..]` for the output `T[.., r+1, ..]`."""
+    assert e.iterative is not None
+    step = IVar(e.iterative)
+    return tuple(
+        eval_index(step if e.iterative in index_vars(pos.expr) else pos.expr, out_env)
+        for pos in e.output.indices
+    )
 
 
 def _eval_expr(
@@ -265,37 +318,61 @@ def _factors(expr: Expr) -> list[Access] | None:
     return None
 
 
-def _einsum_fast(
-    expr: Expr,
+def _cond_vars(cond: Cond) -> tuple[str, ...]:
+    return index_vars(cond.left) + index_vars(cond.right)
+
+
+def _sum_of_products(
+    factors: list[Access],
     gather: Callable[[Access], np.ndarray],
     free: list[str],
     out_free: list[str],
     extents: Mapping[str, int],
-    env: Mapping[str, object],
+    reduced: tuple[str, ...],
+    mask: np.ndarray | None,
 ) -> np.ndarray | None:
     """Sum of products via np.einsum, avoiding the full iteration-space array.
 
     An output variable that no factor reads (`W[i] = A[k] * B[k]`) is left out of the
     einsum, which cannot name it, and kept as a length-1 axis: the caller broadcasts the
-    result over it, as the slow path does."""
-    factors = _factors(expr)
-    if factors is None:
-        return None
+    result over it, as the slow path does. Filters (`mask`, over the free variables, 1 along
+    the unfiltered ones) keep it exact two ways: when they filter no reduced variable they
+    remove whole output points, so the result is zeroed there (the sum's identity); else a
+    factor indexed by every filtered variable is zeroed where they remove a point, which is
+    exact when the other factors are finite (0 * inf would not vanish). Otherwise None: the
+    caller evaluates the whole iteration space."""
     letters = {v: chr(ord("a") + i) for i, v in enumerate(free)}
     if len(letters) > 26:
         return None
-    operands, subscripts = [], []
-    read: set[str] = set()
-    for acc in factors:
-        own = [v for v in free if any(v in index_vars(p.expr) for p in acc.indices)]
-        read.update(own)
-        arr = np.broadcast_to(gather(acc), tuple(extents[v] if v in own else 1 for v in free))
-        operands.append(arr.reshape(tuple(extents[v] for v in own)))
-        subscripts.append("".join(letters[v] for v in own))
+    owns = [
+        [v for v in free if any(v in index_vars(p.expr) for p in acc.indices)] for acc in factors
+    ]
+    arrays = [
+        np.broadcast_to(gather(acc), tuple(extents[v] if v in own else 1 for v in free))
+        for acc, own in zip(factors, owns, strict=True)
+    ]
+    reduced_axes = tuple(i for i, v in enumerate(free) if v in reduced)
+    after = None
+    if mask is not None:
+        filtered = {v for v, n in zip(free, mask.shape, strict=True) if n > 1}
+        if not filtered & set(reduced):
+            after = mask.any(axis=reduced_axes) if reduced_axes else mask
+        else:
+            chosen = next((i for i, own in enumerate(owns) if filtered <= set(own)), None)
+            if chosen is None:
+                return None
+            if not all(np.isfinite(a).all() for i, a in enumerate(arrays) if i != chosen):
+                return None
+            arrays[chosen] = np.where(mask, arrays[chosen], 0.0)
+    operands = [
+        a.reshape(tuple(extents[v] for v in own)) for a, own in zip(arrays, owns, strict=True)
+    ]
+    subscripts = ["".join(letters[v] for v in own) for own in owns]
+    read = {v for own in owns for v in own}
     spec = ",".join(subscripts) + "->" + "".join(letters[v] for v in out_free if v in read)
-    del env
     result = np.einsum(spec, *operands, optimize=True)
-    return result.reshape(tuple(extents[v] if v in read else 1 for v in out_free))
+    result = result.reshape(tuple(extents[v] if v in read else 1 for v in out_free))
+    return result if after is None else np.where(after, result, 0.0)
 
 
 def _identity(cascade: Cascade, op: str) -> float:
@@ -414,12 +491,40 @@ def compare(
     return Comparison(a.name, b.name, tuple(sorted(shapes_a.items())), tuple(checks), rtol)
 
 
+def compare_reference(
+    cascade: Cascade,
+    overrides: Mapping[str, int] | None = None,
+    seed: int = 0,
+    scale: float = 1.0,
+    rtol: float = 1e-5,
+) -> Comparison:
+    """Run the cascade and the numpy reference its file names (`reference:`) on the same
+    random inputs and compare the outputs the reference defines."""
+    if cascade.reference is None:
+        raise SpecError(
+            f"cascade '{cascade.name}' names no reference; add e.g. "
+            "'reference: {algorithm: attention}' to the file",
+            Loc(cascade.path),
+        )
+    shapes = resolve_shapes(cascade, overrides)
+    inputs = random_inputs(cascade, shapes, seed, scale)
+    values = evaluate(cascade, inputs, shapes)
+    expected = reference_outputs(cascade, inputs, shapes)
+    checks = tuple(
+        OutputCheck(
+            t,
+            relative_error(values[t], ref),
+            int((~np.isfinite(values[t])).sum()),
+            int((~np.isfinite(ref)).sum()),
+        )
+        for t, ref in expected.items()
+    )
+    label = f"reference ({cascade.reference})"
+    return Comparison(cascade.name, label, tuple(sorted(shapes.items())), checks, rtol)
+
+
 def _has_rank(cascade: Cascade, rank: str) -> bool:
-    ranks = {r for t in cascade.tensors for r in t.ranks}
-    for parent, comps in cascade.partitions:
-        ranks.add(parent)
-        ranks.update(comps)
-    return rank in ranks
+    return rank in cascade.shape_names()
 
 
 def softmax_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -431,4 +536,12 @@ def softmax_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray
     return v @ weights
 
 
-__all__ = ["compare", "evaluate", "random_inputs", "softmax_attention", "IVar", "rank_of"]
+__all__ = [
+    "compare",
+    "compare_reference",
+    "evaluate",
+    "random_inputs",
+    "softmax_attention",
+    "IVar",
+    "rank_of",
+]

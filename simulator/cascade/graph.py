@@ -5,7 +5,10 @@ previous step of an iterative tensor (`RD[m1, p]` in `SPD[m1, p] = RD[m1, p] * P
 is a *loop-carried* edge: it closes a cycle that only the iterative rank can carry. The SCCs
 of the graph with those edges are the recurrences of the cascade (for 1-pass attention:
 {RM}, {RD, SPD}, {RNV, SPNV}, each carried by m1); everything else is a DAG and can be
-evaluated or fused freely.
+evaluated or fused freely. An iterative Einsum with filters keeps its previous step where
+they remove a point (causal attention's RD on a fully masked chunk), so it reads that step
+even when its expression does not: a loop-carried edge to itself, and one from the
+initialisation.
 """
 
 from __future__ import annotations
@@ -68,7 +71,21 @@ def dependency_graph(cascade: Cascade) -> Graph:
                 )
                 if edge not in edges:
                     edges.append(edge)
+        for edge in _masked_step_edges(cascade, consumer):
+            if edge not in edges:
+                edges.append(edge)
     return Graph(tuple(e.name for e in cascade.einsums), tuple(edges))
+
+
+def _masked_step_edges(cascade: Cascade, e: Einsum) -> list[Edge]:
+    """The implicit read of the previous step by a filtered iterative Einsum."""
+    if not e.keeps_masked_steps or e.iterative is None:
+        return []
+    tensor = e.output.tensor
+    inits = [p for p in cascade.producers(tensor) if p.kind == "init"]
+    return [Edge(p.name, e.name, tensor, None) for p in inits] + [
+        Edge(e.name, e.name, tensor, e.iterative)
+    ]
 
 
 def strongly_connected(graph: Graph) -> list[tuple[str, ...]]:

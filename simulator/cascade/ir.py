@@ -281,6 +281,35 @@ class Einsum:
     def reads(self) -> tuple[Access, ...]:
         return tuple(expr_reads(self.expr))
 
+    def filters(self) -> tuple[Cond, ...]:
+        """The filters on the Einsum's reads; they are ANDed over its iteration space."""
+        return tuple(pos.filter for acc in self.reads() for pos in acc.indices if pos.filter)
+
+    @property
+    def keeps_masked_steps(self) -> bool:
+        """An iterative Einsum with filters: where they remove a point, the step keeps the
+        previous one, so it reads its own previous step even if its expression does not."""
+        return self.iterative is not None and bool(self.filters())
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a cascade claims to compute, from its optional `reference:` key
+    (`{algorithm: attention, mask: causal}`): `compare FILE --reference` runs the cascade
+    against this numpy computation (:mod:`simulator.cascade.references`). Options are
+    kept as written, checked against the algorithm's table when the file is read."""
+
+    algorithm: str
+    options: tuple[tuple[str, str], ...] = ()
+    loc: Loc = field(compare=False, default=Loc("<cascade>"))
+
+    def option(self, key: str, default: str) -> str:
+        return dict(self.options).get(key, default)
+
+    def __str__(self) -> str:
+        extra = "".join(f", {k}: {v}" for k, v in self.options)
+        return f"{self.algorithm}{extra}"
+
 
 @dataclass(frozen=True)
 class Cascade:
@@ -290,6 +319,10 @@ class Cascade:
     maps an iterative variable to its stop bound (`m1 -> M1`, from `until m1 == M1`);
     `shapes` holds default rank extents from the file (overridable by the user) and
     `shape_locs` where each is written, so a bad extent is reported at its entry.
+    `params` are the size parameters: names of `shapes:` that are no tensor's rank but
+    appear in a filter (the window `W` of `Q[e, p : p < m + W]`); they take a value like a
+    rank extent (`--shape W=...`) but index nothing. `reference` is the computation the
+    file claims to compute, if it names one.
     """
 
     name: str
@@ -302,6 +335,8 @@ class Cascade:
     iterative: tuple[tuple[str, str], ...] = ()
     shapes: tuple[tuple[str, int], ...] = ()
     shape_locs: tuple[tuple[str, Loc], ...] = field(default=(), compare=False)
+    params: tuple[str, ...] = ()
+    reference: Reference | None = None
 
     # ---- lookups (derived, cheap) ----
     def tensor(self, name: str) -> TensorDecl:
@@ -319,6 +354,15 @@ class Cascade:
             if e.name == name:
                 return e
         raise KeyError(name)
+
+    def shape_names(self) -> frozenset[str]:
+        """Every name that takes an extent: declared ranks, partition components and the
+        size parameters (what `--shape` may set)."""
+        names = {r for t in self.tensors for r in t.ranks} | set(self.params)
+        for parent, comps in self.partitions:
+            names.add(parent)
+            names.update(comps)
+        return frozenset(names)
 
     @property
     def partition_map(self) -> dict[str, tuple[str, ...]]:

@@ -5,7 +5,9 @@ and, when variables are reduced, one reduce action. Kinds: `mac` (a multiply who
 is accumulated: a `*` under a `+` reduction, or `x + y*z`), `mul`, `add` (also subtract and
 negate), `max` (also min), `exp`, `divide`, and the rarer `log`, `sqrt`. Copies and
 initialisations cost no arithmetic. An iterative Einsum runs once per step (0 .. bound-1).
-A filtered reduction counts only the points its filter keeps.
+A filtered Einsum counts only the points its filters keep (a masked step of an iterative
+Einsum keeps the previous value and costs nothing); the count is exact and fast at LLM
+sizes (:func:`count_filtered`).
 
 These are algorithmic counts, independent of hardware; what a kind costs on a PE lives in
 the architecture spec.
@@ -13,6 +15,7 @@ the architecture spec.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,8 +26,13 @@ from simulator.cascade.ir import (
     MAP_KIND,
     REDUCE_OPS,
     Cascade,
+    Cond,
     Einsum,
     Expr,
+    IInt,
+    Index,
+    ISym,
+    IVar,
     Num,
     Op,
     Read,
@@ -35,6 +43,13 @@ from simulator.cascade.ir import (
 from simulator.errors import SpecError
 
 KINDS = ("mac", "mul", "add", "max", "exp", "divide", "log", "sqrt")
+# A filtered iteration space is counted by enumerating every filter variable but one (in
+# numpy blocks of _COUNT_BLOCK) and counting the last one in closed form. At most
+# _COUNT_ENUM_LIMIT combinations are enumerated (about 2 s); causal or windowed attention at
+# M = P = 1M enumerates 1M (the keys), so LLM sizes count in milliseconds.
+_COUNT_ENUM_LIMIT = 1 << 26
+_COUNT_BLOCK = 1 << 20
+# Filters that are not affine (checks reject them; kept for safety) use a dense grid.
 _FILTER_GRID_LIMIT = 50_000_000
 
 
@@ -135,16 +150,20 @@ def iteration_extents(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) ->
 def count_points(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> int:
     """Points of the iteration space, after filters."""
     extents = iteration_extents(cascade, e, shapes)
-    filters = [pos.filter for acc in e.reads() for pos in acc.indices if pos.filter is not None]
+    filters = e.filters()
     if not filters:
-        total = 1
-        for n in extents.values():
-            total *= n
-        return total
+        return math.prod(extents.values())
     fvars = sorted({v for f in filters for side in (f.left, f.right) for v in index_vars(side)})
-    grid_size = 1
-    for v in fvars:
-        grid_size *= extents[v]
+    grid_size = math.prod(extents[v] for v in fvars)
+    rest = math.prod(n for v, n in extents.items() if v not in fvars)
+    forms = [_condition_form(f, shapes) for f in filters]
+    if all(form is not None for form in forms):
+        kept = count_filtered([f for f in forms if f is not None], {v: extents[v] for v in fvars})
+        if kept is None:
+            raise SpecError(
+                f"filter in '{e.name}' spans {grid_size} points; too many to count exactly", e.loc
+            )
+        return kept * rest
     if grid_size > _FILTER_GRID_LIMIT:
         raise SpecError(
             f"filter in '{e.name}' spans {grid_size} points; too many to count exactly", e.loc
@@ -152,11 +171,143 @@ def count_points(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> int:
     env: dict[str, object] = dict(shapes)
     env.update(index_grid(fvars, extents))
     mask = filter_mask(filters, env, tuple(extents[v] for v in fvars))
-    rest = 1
-    for v, n in extents.items():
-        if v not in fvars:
-            rest *= n
     return int(mask.sum()) * rest
+
+
+# --------------------------------------------------------------------------------------
+# Counting affine filters without the grid
+
+
+@dataclass(frozen=True)
+class LinearCondition:
+    """`sum(coef * var) + const OP 0`: a filter with its shape symbols replaced by values."""
+
+    coefs: tuple[tuple[str, int], ...]
+    const: int
+    op: str
+
+    def coef(self, var: str) -> int:
+        return dict(self.coefs).get(var, 0)
+
+
+def linear_form(ix: Index, values: Mapping[str, int]) -> tuple[dict[str, int], int] | None:
+    """An index expression as ({var: coefficient}, constant); None if it multiplies two
+    variables (then only the grid can count it)."""
+    if isinstance(ix, IInt):
+        return {}, ix.value
+    if isinstance(ix, ISym):
+        return {}, int(values[ix.name])
+    if isinstance(ix, IVar):
+        return {ix.name: 1}, 0
+    left, right = linear_form(ix.left, values), linear_form(ix.right, values)
+    if left is None or right is None:
+        return None
+    (lc, lk), (rc, rk) = left, right
+    if ix.op in ("+", "-"):
+        sign = 1 if ix.op == "+" else -1
+        coefs = dict(lc)
+        for v, c in rc.items():
+            coefs[v] = coefs.get(v, 0) + sign * c
+        return coefs, lk + sign * rk
+    if lc and rc:
+        return None
+    if rc:
+        (lc, lk), (rc, rk) = (rc, rk), (lc, lk)
+    return {v: c * rk for v, c in lc.items()}, lk * rk
+
+
+def _condition_form(cond: Cond, values: Mapping[str, int]) -> LinearCondition | None:
+    """`left OP right` as `left - right OP 0` (zero coefficients dropped)."""
+    left, right = linear_form(cond.left, values), linear_form(cond.right, values)
+    if left is None or right is None:
+        return None
+    coefs = dict(left[0])
+    for v, c in right[0].items():
+        coefs[v] = coefs.get(v, 0) - c
+    kept = tuple(sorted((v, c) for v, c in coefs.items() if c))
+    return LinearCondition(kept, left[1] - right[1], cond.op)
+
+
+_FLIP = {"<=": ">=", "<": ">", ">=": "<=", ">": "<", "==": "==", "!=": "!="}
+
+
+def count_filtered(conds: list[LinearCondition], extents: Mapping[str, int]) -> int | None:
+    """Points of the box `0 <= var < extent` meeting every condition, exactly.
+
+    Every variable but the one of largest extent is enumerated with numpy, in blocks; each
+    condition bounds the last variable to an interval (or, `!=`, removes one value), and
+    the intervals intersect in closed form. None when more than `_COUNT_ENUM_LIMIT`
+    combinations would have to be enumerated."""
+    used = sorted({v for c in conds for v, _ in c.coefs})
+    rest = math.prod(n for v, n in extents.items() if v not in used)
+    if not used:
+        holds = all(COMPARE[c.op](c.const, 0) for c in conds)
+        return rest if holds else 0
+    last = max(used, key=lambda v: (extents[v], v))
+    others = [v for v in used if v != last]
+    enumerated = math.prod(extents[v] for v in others)
+    if enumerated > _COUNT_ENUM_LIMIT:
+        return None
+    total = 0
+    for start in range(0, enumerated, _COUNT_BLOCK):
+        flat = np.arange(start, min(start + _COUNT_BLOCK, enumerated), dtype=np.int64)
+        total += _count_block(conds, _decode(flat, others, extents), last, extents[last])
+    return total * rest
+
+
+def _decode(flat: np.ndarray, names: list[str], extents: Mapping[str, int]) -> dict:
+    """Flat indices of the enumerated box -> each variable's values (last name fastest)."""
+    values = {}
+    for v in reversed(names):
+        flat, values[v] = np.divmod(flat, extents[v])
+    return values
+
+
+def _count_block(
+    conds: list[LinearCondition], values: Mapping[str, np.ndarray], last: str, extent: int
+) -> int:
+    """Points of `last` in [0, extent) meeting every condition, summed over a block of the
+    other variables' values."""
+    size = len(next(iter(values.values()))) if values else 1
+    lo = np.zeros(size, dtype=np.int64)
+    hi = np.full(size, extent - 1, dtype=np.int64)
+    keep = np.ones(size, dtype=bool)
+    holes = []  # values of `last` removed by `!=` (-1: none)
+    for c in conds:
+        rest = np.full(size, c.const, dtype=np.int64)
+        for v, coef in c.coefs:
+            if v != last:
+                rest = rest + coef * values[v]
+        a, op = c.coef(last), c.op
+        if a == 0:
+            keep &= COMPARE[op](rest, 0)
+            continue
+        b = -rest  # a * x OP b
+        if a < 0:
+            a, b, op = -a, -b, _FLIP[op]
+        if op == "<=":
+            hi = np.minimum(hi, b // a)
+        elif op == "<":
+            hi = np.minimum(hi, (b - 1) // a)
+        elif op == ">=":
+            lo = np.maximum(lo, -((-b) // a))
+        elif op == ">":
+            lo = np.maximum(lo, -((-b - 1) // a))
+        else:
+            exact = b % a == 0
+            if op == "==":
+                keep &= exact
+                lo, hi = np.maximum(lo, b // a), np.minimum(hi, b // a)
+            else:
+                holes.append(np.where(exact, b // a, -1))
+    count = np.maximum(hi - lo + 1, 0)
+    if holes:
+        stacked = np.sort(np.stack(holes), axis=0)
+        inside = (stacked >= lo) & (stacked <= hi)
+        distinct = np.ones_like(inside)
+        distinct[1:] = stacked[1:] != stacked[:-1]
+        count = count - (inside & distinct).sum(axis=0)
+    return int(np.where(keep, count, 0).sum())
 
 
 def einsum_ops(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> EinsumOps:

@@ -4,7 +4,8 @@ The file format (documented with examples in `cascades/README.md`)::
 
     name: attention-1pass            # optional, defaults to the file name
     description: ...                 # optional
-    shapes: {M: 4096, M0: 256}       # optional default rank extents
+    shapes: {M: 4096, M0: 256}       # optional default rank extents (and size parameters)
+    reference: {algorithm: attention}  # optional: what it computes (compare --reference)
     operators:                       # optional user-defined operators
       sub_exp(a, b): exp(a - b)
     einsum:
@@ -23,17 +24,26 @@ mean together.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from simulator.cascade.checks import Checker
-from simulator.cascade.ir import FUNCTION_ARITY, REDUCE_OPS, Cascade, Operator, TensorDecl
+from simulator.cascade.ir import (
+    FUNCTION_ARITY,
+    REDUCE_OPS,
+    Cascade,
+    Operator,
+    Reference,
+    TensorDecl,
+)
+from simulator.cascade.references import ALGORITHMS, check_reference
 from simulator.cascade.transform import expand, parse_body, parse_text
 from simulator.errors import Loc, SpecError
 from simulator.spec import yamlio
 from simulator.spec.yamlio import LocDict, LocList, LocStr
 
-TOP_KEYS = ("name", "description", "shapes", "operators", "einsum")
+TOP_KEYS = ("name", "description", "shapes", "operators", "einsum", "reference")
 EINSUM_KEYS = ("declaration", "expressions")
 
 
@@ -150,6 +160,50 @@ def _operators(raw: Any, where: Loc) -> dict[str, Operator]:
     return expanded
 
 
+def _reference(data: LocDict) -> Reference | None:
+    """The optional `reference:` entry: an algorithm of :data:`references.ALGORITHMS` and
+    its options, every name and value checked where it is written."""
+    if "reference" not in data:
+        return None
+    raw, where = data["reference"], data.loc_of("reference")
+    known = ", ".join(ALGORITHMS)
+    if not isinstance(raw, LocDict):
+        raise SpecError(
+            f"reference must map 'algorithm' to one of {known}, e.g. "
+            "'reference: {algorithm: attention, mask: causal}'",
+            where,
+        )
+    if "algorithm" not in raw:
+        raise SpecError(f"reference needs 'algorithm' (one of {known})", raw.loc)
+    algorithm = raw["algorithm"]
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
+        raise SpecError(
+            f"unknown reference algorithm {algorithm!r} (known: {known})",
+            raw.loc_of("algorithm"),
+        )
+    table = ALGORITHMS[algorithm]
+    _check_keys(raw, ("algorithm", *table), f"reference '{algorithm}'")
+    options = []
+    for key, allowed in table.items():
+        if key not in raw:
+            continue
+        value = raw[key]
+        if allowed is None:
+            if not isinstance(value, str) or not value.isidentifier() or not value[0].isupper():
+                raise SpecError(
+                    f"reference {algorithm}: {key} names a size parameter (upper-case, "
+                    f"like W), got {value!r}",
+                    raw.loc_of(key),
+                )
+        elif not isinstance(value, str) or value not in allowed:
+            raise SpecError(
+                f"reference {algorithm}: {key} must be one of {', '.join(allowed)}, got {value!r}",
+                raw.loc_of(key),
+            )
+        options.append((key, str(value)))
+    return Reference(algorithm, tuple(options), raw.loc)
+
+
 def load_cascade(path: str | Path) -> Cascade:
     """Parse and check a cascade file."""
     data = yamlio.load(path)
@@ -201,6 +255,12 @@ def build_cascade(data: Any, source: str) -> Cascade:
         else:
             text = _as_str(item, exprs.loc_of(i), "an Einsum")
         statements.append(parse_text(text, "start"))
-    return Checker(
+    reference = _reference(data)
+    cascade = Checker(
         str(name), str(description).strip(), source, decls, shapes, ops, statements, shape_locs
     ).build()
+    if reference is None:
+        return cascade
+    cascade = replace(cascade, reference=reference)
+    check_reference(cascade)
+    return cascade

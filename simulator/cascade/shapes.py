@@ -1,5 +1,8 @@
 """Rank extents: the file's defaults, the user's overrides, and partitioned ranks derived.
 
+Size parameters (a window `W` used in filters, `Cascade.params`) resolve like extents: from
+`shapes:` or `--shape W=...`, positive, returned with the ranks.
+
 A partitioned rank M = M1 x M0 needs only two of the three extents; the third is derived
 (M1 = M / M0 must divide exactly -- a sequence the chunk does not divide is an error, never
 silently truncated).
@@ -47,10 +50,7 @@ def resolve_shapes(cascade: Cascade, overrides: Mapping[str, int] | None = None)
     known: dict[str, int] = dict(cascade.shapes)
     for rank, value in overrides.items():
         known[rank] = int(value)
-    ranks = {r for t in cascade.tensors for r in t.ranks}
-    for parent, comps in cascade.partitions:
-        ranks.add(parent)
-        ranks.update(comps)
+    ranks = set(cascade.shape_names())
     unknown = sorted(set(overrides) - ranks)
     if unknown:
         raise SpecError(

@@ -301,7 +301,7 @@ def rank_shapes(spec: MappingSpec, workload: Workload) -> dict[str, int]:
 
 def cascade_names(cascade: Cascade) -> CascadeNames:
     """The ranks, rank components and tensors of a cascade, which a mapping may name."""
-    components = {r for t in cascade.tensors for r in t.ranks}
+    components = {r for t in cascade.tensors for r in t.ranks} | set(cascade.params)
     for rank, comps in cascade.partitions:
         components.add(rank)
         components.update(comps)

@@ -108,7 +108,11 @@ def _cascade(tmp_path, body: str) -> str:
     return str(path)
 
 
-ONEPASS = (ROOT / "cascades" / "attention-1pass.yaml").read_text()
+ONEPASS = "\n".join(  # without its numpy reference: the edits below change what it computes
+    line
+    for line in (ROOT / "cascades" / "attention-1pass.yaml").read_text().splitlines()
+    if not line.startswith("reference:")
+)
 
 
 def test_an_operation_no_array_supports_is_one_line(tmp_path, capsys):

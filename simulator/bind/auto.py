@@ -45,7 +45,7 @@ def workload_extents(
 ) -> tuple[dict[str, str], dict[str, int]]:
     """The ranks the workload sizes (rank -> workload quantity) and every rank's extent
     (the workload's, else the cascade's example shape)."""
-    ranks = {r for t in cascade.tensors for r in t.ranks}
+    ranks = {r for t in cascade.tensors for r in t.ranks} | set(cascade.params)
     ranks |= {c for _r, comps in cascade.partitions for c in comps}
     fields = workload.fields()
     shapes = {r: q for r, q in facts.shapes if r in ranks}

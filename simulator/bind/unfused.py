@@ -37,7 +37,7 @@ def gemm_dims(cascade: Cascade, einsum: str) -> dict[str, str] | None:
     left, right = (a for a in e.reads())
     lv, rv, ov = set(left.vars()), set(right.vars()), set(e.output.vars())
     rows, cols, red = (ov & lv) - rv, (ov & rv) - lv, (lv & rv) - ov
-    if not (len(rows) == len(cols) == len(red) == 1) or lv | rv != ov | red:
+    if not (len(rows) == len(cols) == len(red) == 1) or lv | rv != ov | red or lv & rv & ov:
         return None
     return {rank_of(next(iter(v))): d for v, d in zip((rows, cols, red), DIM_OF, strict=True)}
 

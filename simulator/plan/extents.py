@@ -51,7 +51,7 @@ def example_shape_notes(cascade: Cascade, mapping: Mapping, workload: Workload) 
     sized = set(workload_shapes(mapping, workload)) | {name for name, _ in mapping.factors}
     partitioned = {c for _r, comps in mapping.partitions for c in comps}
     partitioned |= {c for _r, comps in cascade.partitions for c in comps}
-    ranks = {r for t in cascade.tensors for r in t.ranks}
+    ranks = {r for t in cascade.tensors for r in t.ranks} | set(cascade.params)
     return tuple(
         f"{mapping.name}: rank {rank} = {value} is the cascade's example shape; the mapping's "
         "'shapes:' does not size it from the workload"
@@ -65,7 +65,7 @@ def fixed_extents(
 ) -> tuple[dict[str, int], list[str], dict[str, tuple[str, ...]]]:
     """Extents known without search, the names of `search` factors, the partitions."""
     partitions = merged_partitions(cascade, mapping.partitions, Loc(mapping.path))
-    ranks = {r for t in cascade.tensors for r in t.ranks}
+    ranks = {r for t in cascade.tensors for r in t.ranks} | set(cascade.params)
     known: dict[str, int] = {}
     for rank, value in cascade.shapes:
         if rank in ranks and not any(rank in comps for comps in partitions.values()):
@@ -211,7 +211,7 @@ def _complete(
     cascade: Cascade,
     mapping: Mapping,
 ) -> dict[str, int]:
-    ranks = {r for t in cascade.tensors for r in t.ranks}
+    ranks = {r for t in cascade.tensors for r in t.ranks} | set(cascade.params)
     for comps in partitions.values():
         ranks.update(comps)
     missing = sorted(r for r in ranks if r not in extents)

@@ -162,10 +162,18 @@ def _skipping(plan: PhasePlan, r: WaterfallResult) -> PhaseSim:
     def part(n: int) -> int:
         return round(n * share)
 
+    # Each operation keeps its own share of work (one that runs once per row, AV, all of
+    # its own); the phase is no shorter than its busiest array's work.
+    busy = {e: round(n * plan.active(e)) for e, n in r.busy.items()}
+    per_array: dict[str, int] = {}
+    for e, n in busy.items():
+        array = next(em.array for em in plan.phase.einsums if em.einsum == e)
+        per_array[array] = per_array.get(array, 0) + n
+    cycles = max([part(r.cycles), *per_array.values()])
     return PhaseSim(
         plan.phase.name,
-        part(r.cycles),
-        tuple(sorted((e, part(n)) for e, n in r.busy.items())),
+        cycles,
+        tuple(sorted(busy.items())),
         tuple(sorted((a, why, part(n)) for (a, why), n in r.stalls.items() if part(n))),
         epochs,
         min(r.simulated_epochs, epochs),

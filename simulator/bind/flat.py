@@ -23,11 +23,19 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.bind.fusemax import arrays_of
-from simulator.bind.roles import Roles, einsum_ranks, reduced_ranks, tile
-from simulator.bind.unfused import _fibre_array, chained, gemm_dims
-from simulator.cascade.ir import Cascade
+from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
+from simulator.bind.unfused import _fibre_array, chained
+from simulator.cascade.ir import Cascade, rank_of
+from simulator.cascade.ops import ops_per_point
 from simulator.errors import SpecError
 from simulator.spec.arch import Architecture
+
+
+def _contraction(cascade: Cascade, name: str) -> bool:
+    """`OUT = L * R` summed over one rank, multiply-accumulates only (rows may be several
+    ranks: a group's query heads and the queries)."""
+    e = cascade.einsum(name)
+    return is_gemm(e) and dict(ops_per_point(cascade, e)) == {"mac": 1}
 
 
 def flat_mapping(
@@ -42,12 +50,18 @@ def flat_mapping(
     reuse: bool = True,
 ) -> dict[str, Any]:
     two, one = arrays_of(arch)
-    gemms = [n for n in roles.compute if gemm_dims(cascade, n) is not None]
+    gemms = [n for n in roles.compute if _contraction(cascade, n)]
     fibre_einsums = [n for n in roles.compute if n not in gemms]
     fibre = next(
         (r for n in fibre_einsums for r in reduced_ranks(cascade.einsum(n))),
         None,
     )
+    if roles.iterative is not None:
+        raise SpecError(
+            f"cannot bind '{cascade.name}' with the FLAT strategy: FLAT normalises whole "
+            "fibres; this cascade runs a recurrence over chunks (one pass: the FuseMax "
+            "strategy binds it)"
+        )
     if len(gemms) < 2 or not fibre_einsums or fibre is None:
         raise SpecError(
             f"cannot bind '{cascade.name}' with the FLAT strategy: it fuses two GEMMs with "
@@ -55,11 +69,16 @@ def flat_mapping(
             "has no such shape"
         )
     first = cascade.einsum(gemms[0])
-    dims = gemm_dims(cascade, gemms[0]) or {}
-    rows = [r for r, d in dims.items() if d == "rows" and r != fibre]
-    if not rows:
-        rows = [r for r in einsum_ranks(first) if r != fibre and r in extents]
-    row = rows[0]
+    left, right = first.reads()
+    rows = [
+        rank_of(v)
+        for v in first.output.vars()
+        if v in left.vars() and v not in right.vars() and rank_of(v) != fibre
+    ] or [r for r in einsum_ranks(first) if r != fibre and r in extents]
+    # The widest row rank goes across the columns; the others (a group's query heads) are
+    # outer loops: FLAT fuses per head.
+    row = max(rows, key=lambda r: (extents.get(r, 1), rows.index(r)))
+    outer = [r for r in rows if r != row]
     r2, r1, r0 = f"{row}2", f"{row}1", f"{row}0"
     f1, f0 = f"{fibre}1", f"{fibre}0"
     binding = {n: two.name for n in gemms}
@@ -83,15 +102,15 @@ def flat_mapping(
     last = cascade.einsum(gemms[-1])
     for n in gemms:
         e = cascade.einsum(n)
-        other = [r for r in einsum_ranks(e) if r not in (row, fibre)]
+        other = [r for r in einsum_ranks(e) if r not in (row, fibre, *outer)]
         if not output_stationary:  # weight-stationary: the operand without rows stays put
             einsums[n] = {"spatial": [f0, *other], "inner": [r0]}
         elif e is last:  # accumulates over the whole fibre in the PEs: rows stay put
-            einsums[n] = {"loops": [r2, r1], "spatial": [r0, *other]}
+            einsums[n] = {"loops": [*outer, r2, r1], "spatial": [r0, *other]}
         else:
             einsums[n] = {"inner": list(reduced_ranks(e))}
     for n in fibre_einsums:
-        einsums[n] = {"loops": [r2, r1, r0]}
+        einsums[n] = {"loops": [*outer, r2, r1, r0]}
     tensors: dict[str, dict[str, Any]] = {}
     local: dict[str, dict[str, Any]] = {}
     # Operands of the rows (Q, the output) stay on chip for their block of rows, spilling
@@ -139,7 +158,7 @@ def flat_mapping(
     body["phases"] = [
         {
             "name": "fused",
-            "loops": [r2, f1, r1],
+            "loops": [*outer, r2, f1, r1],
             "einsums": einsums,
             **({"tensors": local} if local else {}),
             "schedule": [{"par": [by_array[two.name], by_array[one.name]]}],

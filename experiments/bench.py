@@ -7,7 +7,8 @@ Cycle engine (issue 5): simulating BERT at 1M tokens costs less than 2x simulati
 attention check under 10 s. GEMM mapper (issue 6): one GEMM mapped under 1 s;
 a 100-point sweep under 30 s.
 `python -m experiments` (`make experiments`: every figure, CSV and the report) under 60 s on
-2 cores (issue 7). Ratios below 1.0 meet the target.
+2 cores (issue 7). `python -m simulator.compare` with five cascades at 128K under 5 s
+(issue 15). Ratios below 1.0 meet the target.
 """
 
 from __future__ import annotations
@@ -105,6 +106,23 @@ def bench_experiments() -> float:
         return _best_of(1, lambda: subprocess.run(cmd, check=True, capture_output=True))
 
 
+def bench_compare() -> float:
+    """`python -m simulator.compare` with five cascades at 128K tokens (every strategy
+    tried on each, cycle engine), wall time including interpreter start (issue 15)."""
+    cascades = ",".join(
+        [
+            "attention-1pass",
+            "attention-causal-1pass",
+            "attention-gqa-1pass",
+            "attention-window-1pass",
+            "attention-3pass",
+        ]
+    )
+    cmd = [sys.executable, "-m", "simulator.compare", "--cascades", cascades]
+    cmd += ["--model", "llama3-8b", "--seq", "128K"]
+    return _best_of(3, lambda: subprocess.run(cmd, check=True, capture_output=True))
+
+
 def main() -> int:
     short, long = _cycle_point("binding", "1K"), _cycle_point("binding", "1M")
     mid = _cycle_point("binding", "64K")
@@ -125,6 +143,7 @@ def main() -> int:
         ("GEMM mapper: one GEMM (BERT FFN1, 1M tokens, FuseMax)", bench_mapper(), 1.0),
         ("python -m simulator.sweep: 100 points, cycle engine (wall)", bench_sweep_100(), 30.0),
         ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 60.0),
+        ("python -m simulator.compare: 5 cascades at 128K (wall)", bench_compare(), 5.0),
     ]
     width = max(len(name) for name, _, _ in rows)
     print(f"{'benchmark'.ljust(width)}  {'time (s)':>9}  {'target':>7}  {'ratio':>6}")

@@ -51,15 +51,21 @@ def _style(ax) -> None:
     ax.tick_params(axis="both", labelsize=11, length=0)
 
 
-def _legend(ax, labels: Sequence[str], extra: Sequence[tuple[object, str]] = ()) -> None:
+def _legend(
+    ax,
+    labels: Sequence[str],
+    extra: Sequence[tuple[object, str]] = (),
+    colours: Sequence[str] = CONFIG_COLOURS,
+    heading: bool = True,
+) -> None:
     handles: list[object] = []
     names: list[str] = []
-    heading, first = GROUP_HEADING
+    title, first = GROUP_HEADING
     for i, label in enumerate(labels):
-        if i == first and len(labels) > first:
+        if heading and i == first and len(labels) > first:
             handles.append(Patch(visible=False))
-            names.append(heading)
-        handles.append(Patch(color=CONFIG_COLOURS[i % len(CONFIG_COLOURS)]))
+            names.append(title)
+        handles.append(Patch(color=colours[i % len(colours)]))
         names.append(label)
     for handle, name in extra:
         handles.append(handle)
@@ -115,15 +121,18 @@ def grouped_bars(
     path_stem: Path,
     compare: bool = False,
     ymax: float | None = None,
+    colours: Sequence[str] = CONFIG_COLOURS,
+    log: bool = False,
 ) -> list[Path]:
-    """The paper's bar chart: one group per (model, seq), one bar per configuration."""
+    """The paper's bar chart: one group per (model, seq), one bar per configuration
+    (`colours`: theirs; `log`: a logarithmic axis, without the paper's legend heading)."""
     fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(points) + 2.4), 2.3))
     centre, width = _positions(points, len(series))
     offset0 = -(len(series) - 1) / 2 * width
     for i, s in enumerate(series):
         xs = [centre[p] + offset0 + i * width for p in points if p in s.values]
         ys = [s.values[p] for p in points if p in s.values]
-        ax.bar(xs, ys, width=width, color=CONFIG_COLOURS[i % len(CONFIG_COLOURS)], linewidth=0)
+        ax.bar(xs, ys, width=width, color=colours[i % len(colours)], linewidth=0)
         if compare:
             px = [centre[p] + offset0 + i * width for p in points if p in s.published]
             py = [s.published[p] for p in points if p in s.published]
@@ -135,8 +144,11 @@ def grouped_bars(
         ax.set_ylim(0, ymax)
     _model_labels(ax, points, centre)
     extra = [(Line2D([], [], linestyle="none", **PUBLISHED_MARKER), "published")] if compare else []
-    _legend(ax, [s.label for s in series], extra)
-    ax.yaxis.set_major_locator(MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]))
+    _legend(ax, [s.label for s in series], extra, colours, heading=not log)
+    if log:
+        ax.set_yscale("log")
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]))
     fig.subplots_adjust(left=0.8 / fig.get_figwidth(), right=1 - 2.0 / fig.get_figwidth())
     fig.subplots_adjust(bottom=0.27, top=0.95)
     paths = save_figure(fig, path_stem)

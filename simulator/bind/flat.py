@@ -24,7 +24,7 @@ from typing import Any
 
 from simulator.bind.fusemax import arrays_of
 from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
-from simulator.bind.unfused import _fibre_array, chained
+from simulator.bind.unfused import _fibre_array, chained, indexed_vars
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.ops import ops_per_point
 from simulator.errors import SpecError
@@ -70,10 +70,9 @@ def flat_mapping(
         )
     first = cascade.einsum(gemms[0])
     left, right = first.reads()
+    lv, rv = indexed_vars(left), indexed_vars(right)
     rows = [
-        rank_of(v)
-        for v in first.output.vars()
-        if v in left.vars() and v not in right.vars() and rank_of(v) != fibre
+        rank_of(v) for v in first.output.vars() if v in lv and v not in rv and rank_of(v) != fibre
     ] or [r for r in einsum_ranks(first) if r != fibre and r in extents]
     # The widest row rank goes across the columns; the others (a group's query heads) are
     # outer loops: FLAT fuses per head.

@@ -20,7 +20,7 @@ from typing import Any
 from simulator.bind.facts import BinderFacts
 from simulator.bind.fusemax import arrays_of, supports
 from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
-from simulator.cascade.ir import Cascade, rank_of
+from simulator.cascade.ir import Access, Cascade, index_vars, rank_of
 from simulator.cascade.ops import ops_per_point
 from simulator.cascade.passes import pass_index
 from simulator.errors import SpecError
@@ -35,11 +35,16 @@ def gemm_dims(cascade: Cascade, einsum: str) -> dict[str, str] | None:
     if not is_gemm(e) or dict(ops_per_point(cascade, e)) != {"mac": 1}:
         return None
     left, right = (a for a in e.reads())
-    lv, rv, ov = set(left.vars()), set(right.vars()), set(e.output.vars())
+    lv, rv, ov = (indexed_vars(a) for a in (left, right, e.output))
     rows, cols, red = (ov & lv) - rv, (ov & rv) - lv, (lv & rv) - ov
     if not (len(rows) == len(cols) == len(red) == 1) or lv | rv != ov | red or lv & rv & ov:
         return None
     return {rank_of(next(iter(v))): d for v, d in zip((rows, cols, red), DIM_OF, strict=True)}
+
+
+def indexed_vars(access: Access) -> set[str]:
+    """The variables an access indexes with (a filter's variables only select points)."""
+    return {v for pos in access.indices for v in index_vars(pos.expr)}
 
 
 def chained(array: Array) -> bool:

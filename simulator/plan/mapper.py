@@ -81,7 +81,8 @@ def gemm_of(
     instances: tuple[tuple[str, int], ...] = (),
 ) -> Gemm:
     """Recognise `OUT[m, n] = L[k, m] * R[k, n]` (any index order); anything else is an
-    error: the mapper maps GEMMs only."""
+    error: the mapper maps GEMMs only. A filter on an operand (a causal mask) is computed
+    whole: the mapper maps the dense GEMM, as a GEMM library computes QK and then masks it."""
     e = cascade.einsum(einsum)
     shape_error = SpecError(
         f"the GEMM mapper maps Einsums shaped OUT[m, n] = L[k, m] * R[k, n]; "
@@ -97,9 +98,10 @@ def gemm_of(
     left, right = (a.access for a in e.expr.args)  # type: ignore[union-attr]
     accesses = (left, right, e.output)
     for acc in accesses:
-        if not all(isinstance(p.expr, IVar) and p.filter is None for p in acc.indices):
+        if not all(isinstance(p.expr, IVar) for p in acc.indices):
             raise shape_error
-    lv, rv, ov = (set(acc.vars()) for acc in accesses)
+    # the variables each access indexes with (a filter's only select points)
+    lv, rv, ov = ({p.expr.name for p in acc.indices} for acc in accesses)  # type: ignore[union-attr]
     rows, cols, red = (ov & lv) - rv, (ov & rv) - lv, (lv & rv) - ov
     if not (len(rows) == len(cols) == len(red) == 1) or lv | rv != ov | red or lv & rv & ov:
         raise shape_error

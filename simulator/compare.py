@@ -139,8 +139,7 @@ def render_table(rows: list[Row], workload: Workload) -> str:
     body = []
     for row in rows:
         r = row.result
-        if r is None:
-            body.append((row.cascade, row.strategy, str(row.passes), row.footprint) + ("-",) * 6)
+        if r is None:  # said below the table
             continue
         body.append(
             (
@@ -172,7 +171,8 @@ def render_table(rows: list[Row], workload: Workload) -> str:
     lines.append(table(headers, body, right=[False, False] + [True] * (len(headers) - 2)))
     for row in rows:
         if row.why:
-            lines.append(f"note: {row.cascade} / {row.strategy}: {row.why}")
+            reason = row.why.split(": ", 1)[-1]
+            lines.append(f"not bound: {row.cascade} with {row.strategy} -- {reason}")
     return "\n".join(lines)
 
 

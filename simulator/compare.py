@@ -129,6 +129,10 @@ def records(rows: list[Row]) -> list[dict]:
                 "util_1d": r.util_1d if r else None,
                 "energy_pj": r.energy_pj if r else None,
                 "skipped_fraction": r.skipped_fraction if r else None,
+                "latency_bound_s": r.latency_bound_s if r else None,
+                "traffic_bound_bytes": r.traffic_bound_bytes if r else None,
+                "fraction_of_bound": r.fraction_of_bound if r else None,
+                "bound_binds": r.bound_binds if r else None,
                 "not_applicable": row.why or None,
             }
         )
@@ -153,6 +157,7 @@ def render_table(rows: list[Row], workload: Workload) -> str:
                 f"{100 * r.util_1d:.1f}%",
                 "-" if r.energy_pj is None else f"{r.energy_pj * 1e-12:.4g}",
                 f"{100 * r.skipped_fraction:.1f}%",
+                f"{100 * r.fraction_of_bound:.0f}%",
             )
         )
     headers = [
@@ -166,6 +171,7 @@ def render_table(rows: list[Row], workload: Workload) -> str:
         "util 1D",
         "energy (J)",
         "skipped",
+        "of bound",
     ]
     lines = [f"{workload.describe()}: cascades compared"]
     lines.append(table(headers, body, right=[False, False] + [True] * (len(headers) - 2)))

@@ -71,6 +71,10 @@ ATTENTION_COLUMNS = (
     "energy_pj",
     "area_um2",
     "array_2d_area_um2",
+    "latency_bound_s",
+    "traffic_bound_bytes",
+    "fraction_of_bound",
+    "bound_binds",
 )
 LAYER_COLUMNS = (
     "latency_s",
@@ -334,6 +338,10 @@ def _attention_columns(r: Result) -> dict[str, Any]:
         "energy_pj": r.energy_pj,
         "area_um2": r.area_um2,
         "array_2d_area_um2": array_2d,
+        "latency_bound_s": r.latency_bound_s,
+        "traffic_bound_bytes": r.traffic_bound_bytes,
+        "fraction_of_bound": r.fraction_of_bound,
+        "bound_binds": r.bound_binds,
     }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from simulator.bounds import point_bounds
 from simulator.cascade.ir import Cascade
 from simulator.errors import SpecError
 from simulator.plan.costs import EinsumCost
@@ -103,6 +104,7 @@ def build_result(
     factor_names = [name for name, _ in mapping.factors]
     for comps in point.partitions.values():
         factor_names += [c for c in comps if c not in factor_names]
+    bounds = point_bounds(point)
     priced = {}
     if tables is not None:
         price = price_point(point, total_cycles, tables, accounting)
@@ -131,6 +133,10 @@ def build_result(
         stalls=_stall_totals(timings),
         epochs=sum(t.epochs for t in timings),
         simulated_epochs=sum(t.simulated_epochs for t in timings),
+        latency_bound_s=bounds.latency_s,
+        traffic_bound_bytes=bounds.traffic_bytes,
+        compute_bound_s=bounds.compute_s,
+        bound_binds=bounds.binding,
         **priced,
     )
 

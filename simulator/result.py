@@ -66,6 +66,18 @@ class Result:
     stalls: tuple[tuple[str, str, int], ...] = ()  # (array, reason, cycles)
     epochs: int = 0
     simulated_epochs: int = 0
+    # Lower bounds of any schedule on the same arrays, buffer and bandwidth
+    # (simulator.bounds): useful work on the busiest array, and the DRAM traffic no buffer
+    # of this size avoids; `bound_binds` says which of the two sets the latency bound.
+    latency_bound_s: float = 0.0
+    traffic_bound_bytes: float = 0.0
+    compute_bound_s: float = 0.0
+    bound_binds: str = ""
+
+    @property
+    def fraction_of_bound(self) -> float:
+        """The latency bound over the latency achieved (1: at the limit)."""
+        return self.latency_bound_s / self.latency_s if self.latency_s else 1.0
 
     @property
     def skipped_fraction(self) -> float:

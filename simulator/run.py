@@ -246,6 +246,10 @@ def record(row: Row) -> dict:
         "util_1d": r.util_1d,
         "util_2d_per_einsum": r.util_2d_per_einsum(),
         "skipped_fraction": r.skipped_fraction,
+        "latency_bound_s": r.latency_bound_s,
+        "traffic_bound_bytes": r.traffic_bound_bytes,
+        "fraction_of_bound": r.fraction_of_bound,
+        "bound_binds": r.bound_binds,
         "speedup_vs_unfused": row.speedup_vs_unfused,
         "speedup_vs_flat": row.speedup_vs_flat,
         "energy_pj": r.energy_pj,
@@ -332,6 +336,8 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
                 _fmt_pct(row.energy_vs_unfused),
                 _fmt_pct(row.energy_vs_flat),
                 "-" if r.area_um2 is None else f"{r.area_um2 * 1e-6:.1f}",
+                f"{100 * r.fraction_of_bound:.0f}%",
+                r.bound_binds,
             )
         )
     lines.append(
@@ -348,9 +354,11 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
                 "E/unfused",
                 "E/FLAT",
                 "area (mm2)",
+                "of bound",
+                "bound by",
             ],
             body,
-            right=[False] + [True] * 10,
+            right=[False] + [True] * 11 + [False],
         )
     )
     einsums: list[str] = []

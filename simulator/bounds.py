@@ -1,0 +1,272 @@
+"""How far from the limit: lower bounds on the compute time and the DRAM traffic of a point.
+
+Pipeline: beside pricing -- it reads a plan (the cascade, its binding and extents, the
+architecture, the workload) and nothing timed, so a result can be set against what any
+schedule on the same arrays, buffer and bandwidth must spend:
+
+* **compute bound** -- the arrays busy only with useful work: an Einsum's kept points (a
+  filter's masked points are free) times the PE cycles of its operations on an array (the
+  architecture's operation table), over that array's PEs. Any binding may split an Einsum
+  between the arrays whose PEs can run it: the bound is the least time in which the arrays
+  finish all the work so split (two arrays: exact, by the ratio of the Einsums' times on
+  each; more: the binding's own split);
+* **DRAM bound** (values, one (batch, head) instance, times the instances) -- every input
+  read once and every output written once, plus the re-reads no buffer of M values avoids:
+  - a GEMM-shaped Einsum on inputs, `a x b` by `b x c`: `2abc / sqrt(M) + ac` (Hong and
+    Kung's bound) in place of the compulsory `ab + bc + ac` when larger;
+  - an attention-shaped pair -- a contraction of inputs (Q, K over `d`) whose key rank a
+    later contraction with an input (V) reduces: `q(d + f) + x(d + f) q / g` with the rows
+    held on chip `g = M / (d + f)` (each holds its Q row and its output row), at least one
+    pass over K and V; for one head and d = f this is FlashAttention's `2qd + 4xqd^2 / M`.
+    A filter scales the re-reads by the share of points it keeps (a causal block needs the
+    keys up to its diagonal);
+  - a multi-pass cascade whose per-row live footprint (a whole fibre of `L` values) exceeds
+    the buffer writes and reads back the excess at every pass boundary:
+    `rows x (passes - 1) x 2 x (L - M)` for its largest such fibre;
+* **latency bound** = max(compute bound, DRAM bound x bytes per value / bandwidth).
+
+Which form applies is read from the cascade's Einsums and ranks (contractions, reductions,
+which operands are inputs) and its passes, never from its name.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.cascade.ir import Cascade, Einsum, Op, Read, index_vars, rank_of
+from simulator.cascade.ops import ops_per_point
+from simulator.cascade.passes import analyze_passes
+from simulator.plan.costs import EinsumCost, cycles_per_point
+from simulator.plan.point import PointPlan
+
+
+@dataclass(frozen=True)
+class Bounds:
+    compute_s: float  # the busiest array with only useful work
+    compute_array: str  # which array that is
+    traffic_values: float  # DRAM values, all instances
+    traffic_bytes: float
+    memory_s: float  # traffic_bytes / bandwidth
+    latency_s: float  # max(compute_s, memory_s)
+    binding: str  # "compute (ARRAY)" or "DRAM"
+    parts: tuple[tuple[str, float], ...]  # (what, values per instance) of the DRAM bound
+
+
+def _indexed(access) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v for pos in access.indices for v in index_vars(pos.expr)))
+
+
+def _contraction(e: Einsum) -> bool:
+    return (
+        e.kind == "compute"
+        and isinstance(e.expr, Op)
+        and e.expr.name == "mul"
+        and len(e.expr.args) == 2
+        and all(isinstance(a, Read) for a in e.expr.args)
+        and e.reduce_op == "sum"
+        and bool(e.reduced)
+        and e.iterative is None
+    )
+
+
+def _aliases(cascade: Cascade) -> dict[str, str]:
+    out = {}
+    for e in cascade.einsums:
+        if e.kind == "copy" and isinstance(e.expr, Read):
+            src = e.expr.access.tensor
+            out[e.output.tensor] = out.get(src, src)
+    return out
+
+
+def _extent(ranks, cascade: Cascade, extents: dict[str, int]) -> int:
+    """Values spanned by rank components (a partition's components each once)."""
+    return math.prod(int(extents[r]) for r in dict.fromkeys(ranks))
+
+
+@dataclass(frozen=True)
+class _Attention:
+    q: int
+    x: int
+    d: int
+    f: int
+    kept: float  # share of the score points a filter keeps
+
+
+def _attention_parts(
+    cascade: Cascade, extents: dict[str, int], kept: dict[str, float]
+) -> tuple[list[_Attention], set[str]]:
+    """Contraction pairs shaped like attention (see module docstring); the Einsums used."""
+    aliases = _aliases(cascade)
+    inputs = set(cascade.inputs)
+    contractions = [e for e in cascade.einsums if _contraction(e)]
+    parts, used = [], set()
+    for c1 in contractions:
+        left, right = (a.access for a in c1.expr.args)  # type: ignore[union-attr]
+        if not all(aliases.get(a.tensor, a.tensor) in inputs for a in (left, right)):
+            continue
+        out_groups = {cascade.rank_group(rank_of(v)) for v in _indexed(c1.output)}
+        for key_side, row_side in ((right, left), (left, right)):
+            key_groups = {cascade.rank_group(rank_of(v)) for v in _indexed(key_side)}
+            row_groups = {cascade.rank_group(rank_of(v)) for v in _indexed(row_side)}
+            keys = (key_groups - row_groups) & out_groups
+            if not keys:
+                continue
+            c2 = next(
+                (
+                    e
+                    for e in contractions
+                    if e is not c1
+                    and {cascade.rank_group(rank_of(v)) for v in e.reduced} & keys
+                    and any(
+                        aliases.get(a.access.tensor, a.access.tensor) in inputs
+                        for a in e.expr.args  # type: ignore[union-attr]
+                    )
+                ),
+                None,
+            )
+            if c2 is None:
+                continue
+            value = next(
+                a.access
+                for a in c2.expr.args  # type: ignore[union-attr]
+                if aliases.get(a.access.tensor, a.access.tensor) in inputs
+            )
+            value_groups = {cascade.rank_group(rank_of(v)) for v in _indexed(value)} - keys
+            contracted = {cascade.rank_group(rank_of(v)) for v in c1.reduced}
+            rows = (row_groups & out_groups) - keys
+            q = _extent(rows, cascade, extents)
+            x = _extent(keys, cascade, extents)
+            d = _extent(contracted, cascade, extents)
+            f = _extent(value_groups, cascade, extents)
+            parts.append(_Attention(q, x, d, f, kept.get(c1.name, 1.0)))
+            used |= {c1.name, c2.name}
+            break
+    return parts, used
+
+
+def dram_bound_values(
+    cascade: Cascade,
+    extents: dict[str, int],
+    buffer_values: float,
+    kept: dict[str, float] | None = None,
+) -> list[tuple[str, float]]:
+    """The DRAM bound of one instance as named parts (values); see module docstring."""
+    kept = kept or {}
+    groups = {r: cascade.rank_group(r) for t in cascade.tensors for r in t.ranks}
+    full = {g: _extent(cascade.group_components(g), cascade, extents) for g in set(groups.values())}
+
+    def size(tensor: str) -> int:
+        ranks = cascade.tensor(tensor).ranks
+        return math.prod(full[groups[r]] for r in dict.fromkeys(groups[r] for r in ranks))
+
+    parts: list[tuple[str, float]] = []
+    for t in cascade.inputs:
+        parts.append((f"read {t}", float(size(t))))
+    for t in cascade.outputs:
+        parts.append((f"write {t}", float(size(t))))
+    m = max(1.0, float(buffer_values))
+    attention, used = _attention_parts(cascade, full, kept)
+    for a in attention:
+        rows_on_chip = m / (a.d + a.f)
+        blocks = a.q / rows_on_chip if rows_on_chip > 0 else math.inf
+        extra = (a.x * (a.d + a.f)) * max(0.0, blocks * a.kept - 1.0)
+        parts.append(("attention: K and V re-read per block of rows", extra))
+    aliases = _aliases(cascade)
+    inputs = set(cascade.inputs)
+    for e in cascade.einsums:
+        if not _contraction(e) or e.name in used:
+            continue
+        left, right = (a.access for a in e.expr.args)  # type: ignore[union-attr]
+        if not all(aliases.get(x.tensor, x.tensor) in inputs for x in (left, right)):
+            continue
+        lv, rv, ov = (set(_indexed(acc)) for acc in (left, right, e.output))
+        if lv & rv & ov:
+            continue  # batched: not one GEMM
+        a = math.prod(full[groups[rank_of(v)]] for v in (ov & lv) - rv)
+        c = math.prod(full[groups[rank_of(v)]] for v in (ov & rv) - lv)
+        b = math.prod(full[groups[rank_of(v)]] for v in (lv & rv) - ov)
+        extra = max(0.0, 2 * a * b * c / math.sqrt(m) - (a * b + b * c))
+        parts.append((f"GEMM {e.name}: re-reads", extra * kept.get(e.name, 1.0)))
+    spill = 0.0
+    for fibre in analyze_passes(cascade).fibers:
+        if fibre.passes <= 1 or fibre.tensor in inputs or fibre.tensor in cascade.outputs:
+            continue
+        if fibre.live_footprint != fibre.rank:
+            continue  # a chunk, not the whole fibre
+        length = full[fibre.rank]
+        others = size(fibre.tensor) / length
+        spill = max(spill, others * (fibre.passes - 1) * 2 * max(0.0, length - m))
+    if spill:
+        parts.append(("multi-pass fibres beyond the buffer", spill))
+    return parts
+
+
+def _times(point: PointPlan, c: EinsumCost) -> dict[str, float]:
+    """An Einsum's useful work on each array that can run it (cycles, one instance)."""
+    useful = c.useful_points if c.useful_points is not None else c.points
+    e = point.cascade.einsum(c.einsum)
+    out = {}
+    for array in point.arch.arrays:
+        if array.name == c.array:
+            out[array.name] = useful * c.cycles_per_point / array.pes
+            continue
+        if any(array.op(k) is None for k, n in ops_per_point(point.cascade, e).items() if n):
+            continue
+        cpp = cycles_per_point(
+            point.cascade, e, array, point.mapping.chaining_of(array.name), point.mapping
+        )
+        out[array.name] = useful * cpp / array.pes
+    return out
+
+
+def compute_bound_cycles(point: PointPlan) -> tuple[float, str]:
+    """The least cycles (one instance) in which the arrays finish the useful work, each
+    Einsum split freely between the arrays able to run it; and what sets it."""
+    names = [a.name for a in point.arch.arrays]
+    times = [_times(point, c) for c in point.costs if c.array in names]
+    if len(names) != 2:
+        loads = dict.fromkeys(names, 0.0)
+        for c, t in zip((c for c in point.costs if c.array in names), times, strict=True):
+            loads[c.array] += t[c.array]
+        busiest = max(loads, key=loads.__getitem__)
+        return loads[busiest], busiest
+    a, b = names
+    load_a = sum(t[a] for t in times if b not in t)
+    load_b = sum(t[b] for t in times if a not in t)
+    flexible = sorted((t for t in times if a in t and b in t), key=lambda t: t[a] / t[b])
+    load_b += sum(t[b] for t in flexible)
+    for t in flexible:  # move work to `a` where it is cheapest there, until balanced
+        if load_a + t[a] <= load_b - t[b]:
+            load_a, load_b = load_a + t[a], load_b - t[b]
+            continue
+        if load_a < load_b:
+            share = (load_b - load_a) / (t[a] + t[b])
+            load_a, load_b = load_a + share * t[a], load_b - share * t[b]
+        break
+    if abs(load_a - load_b) <= 1e-9 * max(load_a, load_b):
+        return max(load_a, load_b), f"{a}+{b}"
+    return (load_a, a) if load_a > load_b else (load_b, b)
+
+
+def point_bounds(point: PointPlan) -> Bounds:
+    """The bounds of a planned point (all instances)."""
+    arch = point.arch
+    cycles, busiest = compute_bound_cycles(point)
+    compute_s = cycles * point.instances / arch.frequency_hz
+    kept = {c.einsum: _kept(c) for c in point.costs if c.useful_points is not None}
+    parts = dram_bound_values(point.cascade, point.extents, arch.buffer_values, kept)
+    values = sum(v for _w, v in parts) * point.instances
+    traffic = values * arch.value_bytes
+    memory_s = traffic / arch.dram.bandwidth_bytes_per_s
+    latency = max(compute_s, memory_s)
+    binds = f"compute ({busiest})" if compute_s >= memory_s else "DRAM"
+    return Bounds(compute_s, busiest, values, traffic, memory_s, latency, binds, tuple(parts))
+
+
+def _kept(c: EinsumCost) -> float:
+    """The share of an Einsum's points its filters keep."""
+    if c.useful_points is None or not c.points:
+        return 1.0
+    dense = c.points / (1 - c.skipped) if c.skipped < 1 else c.points
+    return c.useful_points / dense if dense else 1.0

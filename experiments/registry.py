@@ -5,7 +5,7 @@ changes.
 
 from __future__ import annotations
 
-from experiments import attention, cascades, endtoend, llm, pareto, waterfall
+from experiments import attention, bounds, cascades, endtoend, llm, pareto, waterfall
 from experiments.experiment import Experiment
 
 
@@ -17,6 +17,7 @@ def registry() -> tuple[Experiment, ...]:
         pareto.EXPERIMENT,
         waterfall.EXPERIMENT,
         cascades.EXPERIMENT,
+        bounds.EXPERIMENT,
         llm.EXPERIMENT,
     )
 

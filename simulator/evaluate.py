@@ -16,6 +16,7 @@ import dataclasses
 
 from simulator.bounds import point_bounds
 from simulator.cascade.ir import Cascade
+from simulator.cascade.ops import ops_per_point
 from simulator.errors import SpecError
 from simulator.plan.costs import EinsumCost
 from simulator.plan.point import PointPlan, plan_point
@@ -105,6 +106,11 @@ def build_result(
     for comps in point.partitions.values():
         factor_names += [c for c in comps if c not in factor_names]
     bounds = point_bounds(point)
+    ops = instances * sum(
+        (c.useful_points if c.useful_points is not None else c.points)
+        * sum(ops_per_point(point.cascade, point.cascade.einsum(c.einsum)).values())
+        for c in point.costs
+    )
     priced = {}
     if tables is not None:
         price = price_point(point, total_cycles, tables, accounting)
@@ -133,6 +139,7 @@ def build_result(
         stalls=_stall_totals(timings),
         epochs=sum(t.epochs for t in timings),
         simulated_epochs=sum(t.simulated_epochs for t in timings),
+        ops=ops,
         latency_bound_s=bounds.latency_s,
         traffic_bound_bytes=bounds.traffic_bytes,
         compute_bound_s=bounds.compute_s,

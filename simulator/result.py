@@ -69,10 +69,21 @@ class Result:
     # Lower bounds of any schedule on the same arrays, buffer and bandwidth
     # (simulator.bounds): useful work on the busiest array, and the DRAM traffic no buffer
     # of this size avoids; `bound_binds` says which of the two sets the latency bound.
+    ops: float = 0.0  # useful operations (the cascade's counts of kept points), all instances
     latency_bound_s: float = 0.0
     traffic_bound_bytes: float = 0.0
     compute_bound_s: float = 0.0
     bound_binds: str = ""
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: useful operations per DRAM byte."""
+        return self.ops / self.traffic_bytes if self.traffic_bytes else float("inf")
+
+    @property
+    def throughput(self) -> float:
+        """Attained useful operations per second."""
+        return self.ops / self.latency_s if self.latency_s else 0.0
 
     @property
     def fraction_of_bound(self) -> float:

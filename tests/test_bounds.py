@@ -112,3 +112,19 @@ def test_fusemax_is_near_its_bound_from_64k(model):
         assert fusemax.bound_binds.startswith("compute")
         for config in ("flat", "unfused"):
             assert evaluate(specs, config, w).fraction_of_bound < 0.8
+
+
+def test_roofline_cli(tmp_path, capsys):
+    from simulator.roofline import main as roofline_main
+    from simulator.roofline import parse_seqs
+
+    assert parse_seqs("1K..1M") == [2**10, 2**12, 2**14, 2**16, 2**18, 2**20]
+    assert parse_seqs("4K,64K") == [4096, 65536]
+    out = tmp_path / "roof"
+    args = ["--model", "bert", "--seqs", "1K..16K", "--accel", "flat,binding", "-o", str(out)]
+    assert roofline_main(args) == 0
+    text = capsys.readouterr().out
+    assert "of bound" in text and "+Binding" in text
+    for suffix in (".png", ".pdf"):
+        assert (tmp_path / f"roof{suffix}").stat().st_size > 1000
+    assert roofline_main(["--seqs", "1M..1K"]) == 2

@@ -1,0 +1,191 @@
+"""`python -m simulator.roofline`: every configuration on its architecture's roofline.
+
+    python -m simulator.roofline --model bert --seqs 1K..1M          # roofline.png, .pdf
+    python -m simulator.roofline --model xlm --seqs 4K,64K --accel flat,fusemax -o xlm
+
+For each configuration and sequence length: arithmetic intensity (useful operations -- the
+cascade's counts of the points it keeps -- per DRAM byte) against the attained throughput
+(those operations per second), under the architecture's compute roof (every PE one
+operation per cycle) and its bandwidth slope (DRAM bytes per second x intensity). A point
+far below the roof at high intensity is compute-bound on an idle array; one on the slope is
+memory-bound. The table gives each point's fraction of its latency bound
+(:mod:`simulator.bounds`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from simulator.atomic import atomic_path, check_writable
+from simulator.cli import guarded
+from simulator.configs import ALIASES, STANDARD, Specs, evaluate
+from simulator.errors import SpecError
+from simulator.result import Result
+from simulator.spec.arch import Architecture
+from simulator.spec.workload import default_sequence_lengths, make_workload
+from simulator.textfmt import table
+from simulator.units import format_count, parse_count
+
+# The paper's colours for its five configurations, in order (others get the next colours).
+COLOURS = ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00")
+
+
+def parse_seqs(text: str) -> list[int]:
+    """`1K,4K,64K` or a range `1K..1M` of the shipped sequence lengths (both ends kept)."""
+    if ".." in text:
+        lo, hi = (parse_count(t, what="--seqs") for t in text.split("..", 1))
+        if lo > hi:
+            raise SpecError(f"--seqs {text}: the range runs from the smaller length")
+        seqs = [s for s in default_sequence_lengths() if lo <= s <= hi]
+        return sorted({lo, hi, *seqs})
+    seqs = [parse_count(t, what="--seqs") for t in text.split(",") if t.strip()]
+    if not seqs:
+        raise SpecError("--seqs names no sequence length")
+    return seqs
+
+
+def roofs(arch: Architecture) -> tuple[float, float]:
+    """(peak operations per second of all arrays, DRAM bytes per second)."""
+    peak = sum(a.pes for a in arch.arrays) * arch.frequency_hz
+    return peak, arch.dram.bandwidth_bytes_per_s
+
+
+def draw(
+    points: Sequence[tuple[str, Any]],
+    roof: tuple[float, float],
+    title: str,
+    out: Path,
+    lines: bool = True,
+) -> list[Path]:
+    """Points (label, result: anything with traffic_bytes, intensity and throughput) on
+    log-log axes with the roof and the slope; `out`.png/.pdf (`lines`: join each label's
+    points, in order)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    peak, bandwidth = roof
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    intensities = [r.intensity for _l, r in points if r.traffic_bytes]
+    lo = min(intensities + [peak / bandwidth]) / 4
+    hi = max(intensities + [peak / bandwidth]) * 4
+    xs = [lo, peak / bandwidth, hi]
+    ax.plot(xs, [min(peak, bandwidth * x) for x in xs], color="black", linewidth=1.2)
+    ax.annotate(
+        f"{peak / 1e12:.3g} Tops/s",
+        (hi, peak),
+        ha="right",
+        va="bottom",
+        fontsize=7,
+    )
+    ax.annotate(
+        f"{bandwidth / 2**30:.3g} GiB/s",
+        (lo, bandwidth * lo),
+        ha="left",
+        va="bottom",
+        fontsize=7,
+        rotation=25,
+    )
+    labels = list(dict.fromkeys(label for label, _r in points))
+    for i, label in enumerate(labels):
+        mine = [r for lab, r in points if lab == label and r.traffic_bytes]
+        ax.plot(
+            [r.intensity for r in mine],
+            [r.throughput for r in mine],
+            marker="o",
+            markersize=4,
+            linestyle="-" if lines else "none",
+            linewidth=0.6,
+            color=COLOURS[i % len(COLOURS)],
+            label=label,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (operations per DRAM byte)", fontsize=9)
+    ax.set_ylabel("attained operations per second", fontsize=9)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, frameon=False, loc="lower right")
+    ax.grid(True, which="major", color="#dddddd", linewidth=0.6)
+    fig.tight_layout()
+    written = []
+    for suffix in (".png", ".pdf"):
+        path = out.with_name(out.name + suffix)
+        meta = {"CreationDate": None} if suffix == ".pdf" else {"Software": None}
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=meta)
+        written.append(path)
+    plt.close(fig)
+    return written
+
+
+def _parser() -> argparse.ArgumentParser:
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise SpecError(f"{self.prog}: {message}")
+
+    p = Parser(
+        prog="python -m simulator.roofline",
+        description="Arithmetic intensity vs attained throughput of each configuration "
+        "and sequence length, under the architecture's roof.",
+    )
+    p.add_argument("--model", default="bert")
+    p.add_argument("--seqs", default="1K..1M", help="1K,4K,... or a range 1K..1M")
+    p.add_argument("--accel", default=",".join(STANDARD), help="configurations")
+    p.add_argument("--engine", choices=["cycle", "analytic"], default="analytic")
+    p.add_argument("-o", "--out", default="roofline", help="figure stem (.png and .pdf)")
+    return p
+
+
+@guarded
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    seqs = parse_seqs(args.seqs)
+    configs = [ALIASES.get(c.strip(), c.strip()) for c in args.accel.split(",") if c.strip()]
+    if not configs:
+        raise SpecError("--accel names no configuration")
+    out = Path(args.out)
+    for suffix in (".png", ".pdf"):
+        check_writable(out.with_name(out.name + suffix))
+    specs = Specs()
+    points: list[tuple[str, Result]] = []
+    rows = []
+    roof = None
+    for config in configs:
+        for seq in seqs:
+            w = make_workload(args.model, seq)
+            r = evaluate(specs, config, w, engine=args.engine)
+            points.append((r.label, r))
+            arch = specs.architecture(specs.mapping(config))
+            roof = roof or roofs(arch)
+            rows.append(
+                (
+                    r.label,
+                    format_count(seq),
+                    f"{r.intensity:.4g}",
+                    f"{r.throughput / 1e12:.4g}",
+                    f"{100 * r.fraction_of_bound:.0f}%",
+                    r.bound_binds,
+                )
+            )
+    assert roof is not None
+    label = make_workload(args.model, seqs[0]).label
+    title = f"{label}: attention, {', '.join(format_count(s) for s in seqs)} tokens"
+    print(
+        table(
+            ["config", "seq", "ops/byte", "Tops/s", "of bound", "bound by"],
+            rows,
+            right=[False, True, True, True, True, False],
+        )
+    )
+    for path in draw(points, roof, title, out):
+        print(f"figure -> {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("batch", "heads", "kv-heads", "embed", "window"):
         p.add_argument(f"--{name}", type=lambda t, n=name: parse_count(t, what=f"--{n}"))
     p.add_argument("--engine", choices=["cycle", "analytic"], default="cycle")
+    p.add_argument("--precision", help="value format (fp32, fp16, bf16, fp8, int8)")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.add_argument("--out", help="draw the comparison to OUT.png and OUT.pdf")
     return p
@@ -91,6 +92,7 @@ def compare_cascades(
     arch: str,
     workload: Workload,
     engine: str = "cycle",
+    precision: str | None = None,
 ) -> list[Row]:
     rows = []
     for name in cascades:
@@ -103,7 +105,9 @@ def compare_cascades(
                 cascade_override=str(path), arch_override=arch if strategy == "fusemax" else None
             )
             try:
-                r = evaluate(specs, f"auto:{strategy}", workload, engine=engine)
+                r = evaluate(
+                    specs, f"auto:{strategy}", workload, engine=engine, precision=precision
+                )
             except SpecError as err:
                 if not err.message.startswith("cannot bind"):
                     raise
@@ -265,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None:
         for suffix in (".png", ".pdf"):
             check_writable(out.with_name(out.name + suffix))
-    rows = compare_cascades(cascades, strategies, args.arch, workload, args.engine)
+    rows = compare_cascades(cascades, strategies, args.arch, workload, args.engine, args.precision)
     recs = records(rows)
     if args.format == "table":
         print(render_table(rows, workload))

@@ -250,11 +250,18 @@ def evaluate(
     engine: str = "analytic",
     *,
     resize: dict[str, int] | None = None,
+    precision: str | int | None = None,
 ) -> Result:
     """One configuration (a mapping file) at one workload point (`resize`: the further
-    keyword overrides of :meth:`Architecture.with_overrides`, e.g. `pe_dim_1d`)."""
+    keyword overrides of :meth:`Architecture.with_overrides`, e.g. `pe_dim_1d`;
+    `precision`: a value format the architecture lists, by name or bits)."""
+    if precision is not None and accounting == "published":
+        raise SpecError(
+            "--accounting published prices the FuseMax artifact's 16-bit values: another "
+            "precision needs the corrected accounting"
+        )
     cascade, mapping, arch = prepare(
-        specs, config, workload, pe_dim, buffer_bytes, bandwidth, resize=resize
+        specs, config, workload, pe_dim, buffer_bytes, bandwidth, resize=resize, precision=precision
     )
     return evaluate_mapping(
         cascade, mapping, arch, workload, specs.tables(arch, accounting), accounting, engine
@@ -270,6 +277,7 @@ def prepare(
     bandwidth: float | None = None,
     *,
     resize: dict[str, int] | None = None,
+    precision: str | int | None = None,
 ) -> tuple[Cascade, Mapping, Architecture]:
     """The cascade, resolved mapping and architecture of a configuration at a point."""
     spec = specs.auto(config, workload) if is_auto(config) else specs.mapping(config)
@@ -277,6 +285,10 @@ def prepare(
     arch = specs.architecture(spec).with_overrides(
         pe_dim, buffer_bytes, bandwidth, **(resize or {})
     )
+    if isinstance(precision, int):
+        arch = arch.with_precision(bits=precision)
+    elif precision is not None:
+        arch = arch.with_precision(precision)
     compute = [e.name for e in cascade.einsums if e.kind == "compute"]
     context = dict(arch.parameters())
     context.update(rank_shapes(spec, workload))

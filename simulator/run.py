@@ -29,11 +29,13 @@ from simulator.configs import (
     evaluate,
     is_auto,
     parse_auto,
+    prepare,
     shipped_configs,
 )
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
 from simulator.errors import SpecError
 from simulator.result import Result
+from simulator.spec.arch import precision_change
 from simulator.spec.workload import make_workload
 from simulator.textfmt import table
 from simulator.timeloop import backend as timeloop_backend
@@ -96,6 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
         "request attends to --context cached tokens",
     )
     p.add_argument("--context", help="--phase decode: cached tokens (default: --seq)")
+    p.add_argument(
+        "--precision",
+        help="value format: fp32, fp16, bf16, fp8, int8 (those the architecture lists with "
+        "a MAC cost; default: its own, fp16 for the shipped designs)",
+    )
+    p.add_argument(
+        "--value-bits",
+        type=_positive_int("--value-bits"),
+        help="value width in bits (the architecture's format of that width)",
+    )
     p.add_argument(
         "--pe-dim",
         type=_positive_int("--pe-dim"),
@@ -175,9 +187,11 @@ def compare(
     bandwidth=None,
     accounting: str = "corrected",
     engine: str = "cycle",
+    precision: str | int | None = None,
 ) -> tuple[list[Row], list[str]]:
     """Evaluate configurations, their speedups and energy ratios to unfused and FLAT."""
     kwargs = dict(
+        precision=precision,
         pe_dim=pe_dim,
         buffer_bytes=buffer_bytes,
         bandwidth=bandwidth,
@@ -483,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.format == "csv":
             raise SpecError("--backend timeloop prints a table or JSON, not CSV")
         timeloop = timeloop_backend.find_timeloop()  # before any work: one line if absent
+    if args.precision and args.value_bits:
+        raise SpecError("--precision and --value-bits both choose the value format: give one")
+    precision = args.precision or args.value_bits
     rows, notes = compare(
         specs,
         configs,
@@ -492,7 +509,10 @@ def main(argv: list[str] | None = None) -> int:
         args.bandwidth,
         args.accounting,
         args.engine,
+        precision,
     )
+    if precision is not None:
+        notes = [*_precision_notes(specs, configs, workload, args, precision), *notes]
     checks = []
     if timeloop is not None:
         checks = timeloop_backend.compare_configurations(
@@ -523,6 +543,20 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def _precision_notes(specs: Specs, configs: list[str], workload, args, precision) -> list[str]:
+    """What the value format changed, once per architecture."""
+    out: list[str] = []
+    for config in configs:
+        _c, _m, before = prepare(specs, config, workload, args.pe_dim, args.buffer_bytes)
+        _c, _m, after = prepare(
+            specs, config, workload, args.pe_dim, args.buffer_bytes, precision=precision
+        )
+        note = f"{before.name}: {precision_change(before, after)}"
+        if note not in out:
+            out.append(note)
+    return out
 
 
 def _print_layer(args: argparse.Namespace, specs: Specs, configs: list[str], workload) -> int:

@@ -128,3 +128,84 @@ def test_roofline_cli(tmp_path, capsys):
     for suffix in (".png", ".pdf"):
         assert (tmp_path / f"roof{suffix}").stat().st_size > 1000
     assert roofline_main(["--seqs", "1M..1K"]) == 2
+
+
+def _fusemax(precision: str):
+    from simulator.spec.arch_file import load_architecture
+
+    return load_architecture(ROOT / "arch" / "fusemax.yaml").with_precision(precision)
+
+
+def test_halving_the_value_width_at_a_fixed_buffer():
+    """FP32 -> FP16 with the same 16 MB buffer: twice the values fit, each half the size.
+    The attention re-read term (4xqd^2 / M values) falls 4x in bytes, a large GEMM's
+    (2abc / sqrt(M)) 2^1.5 = 2.83x."""
+    fp32, fp16 = _fusemax("fp32"), _fusemax("fp16")
+    assert fp32.buffer.capacity_bytes == fp16.buffer.capacity_bytes
+    assert fp16.buffer_values == 2 * fp32.buffer_values
+    attention = load_cascade(ROOT / "cascades" / "attention-1pass.yaml")
+    q = x = 1 << 20
+    d = 64
+    extents = {"P": q, "M": x, "E": d, "F": d, "M1": x // 256, "M0": 256}
+
+    def reread_bytes(arch) -> float:
+        parts = dict(dram_bound_values(attention, extents, arch.buffer_values))
+        # the K and V traffic: read once plus the re-reads = 2xd q/g
+        kv = (
+            parts["read K"]
+            + parts["read V"]
+            + parts["attention: K and V re-read per block of rows"]
+        )
+        return kv * arch.value_bytes
+
+    assert reread_bytes(fp32) / reread_bytes(fp16) == pytest.approx(4.0, rel=1e-12)
+    gemm = loads_cascade(GEMM, "gemm.yaml")
+    n = 1 << 16
+    big = {"I": n, "J": n, "K": n}
+
+    def gemm_bytes(arch) -> float:
+        parts = dict(dram_bound_values(gemm, big, arch.buffer_values))
+        return (parts["read A"] + parts["read B"] + parts["GEMM C: re-reads"]) * arch.value_bytes
+
+    assert gemm_bytes(fp32) / gemm_bytes(fp16) == pytest.approx(2**1.5, rel=1e-12)
+
+
+def test_the_whole_bound_follows_the_closed_form():
+    """BERT at 256K on FuseMax: the traffic bound in bytes at FP32 and FP16 is what
+    2qd + 4xqd^2/M (values, per head) predicts at each precision."""
+    specs = Specs()
+    w = make_workload("bert", "256K")
+    q = x = w.seq_len
+    d = w.embed
+    ratio = []
+    for precision in ("fp32", "fp16"):
+        r = evaluate(specs, "binding", w, precision=precision)
+        arch = _fusemax(precision)
+        per_head = 2 * q * d + 4 * x * q * d * d / arch.buffer_values
+        assert r.traffic_bound_bytes == pytest.approx(
+            per_head * w.instances * arch.value_bytes, rel=1e-9
+        )
+        ratio.append(r.traffic_bound_bytes)
+    assert ratio[0] > 2 * ratio[1]
+
+
+def test_precision_runs_end_to_end_and_says_what_changed(capsys):
+    from simulator.run import main as run_main
+
+    assert run_main(["--accel", "fusemax", "--precision", "fp8", "--seq", "64K"]) == 0
+    out = capsys.readouterr().out
+    assert "precision fp8 (8-bit values) instead of fp16" in out
+    assert run_main(["--accel", "fusemax", "--precision", "fp64", "--seq", "64K"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no MAC cost for precision 'fp64'" in err
+
+
+def test_narrower_values_cost_less_to_move_and_compute():
+    specs = Specs()
+    w = make_workload("xlm", "64K")
+    fp16 = evaluate(specs, "binding", w)
+    fp8 = evaluate(specs, "binding", w, precision="fp8")
+    fp32 = evaluate(specs, "binding", w, precision="fp32")
+    assert fp8.traffic_bytes < fp16.traffic_bytes / 2  # half the bytes, bigger tiles
+    assert fp8.energy_pj < fp16.energy_pj < fp32.energy_pj
+    assert fp32.latency_s > 3 * fp16.latency_s  # a 32-bit MAC takes four cycles

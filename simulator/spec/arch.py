@@ -53,6 +53,16 @@ class OpCost:
 
 
 @dataclass(frozen=True)
+class Precision:
+    """A value format an array's PEs take: bits per value, and cycles per MAC (relative to
+    the `operations` table, which is written for the architecture's own datawidth)."""
+
+    name: str
+    bits: int
+    mac_cycles: float
+
+
+@dataclass(frozen=True)
 class Array:
     name: str
     mesh_x: int
@@ -68,6 +78,10 @@ class Array:
     reduction_latency: int | None = None
     broadcast_latency: int | None = None
     operand_latches: int = 2  # registers that hold the operands streaming through a PE
+    precisions: tuple[Precision, ...] = ()  # value formats its PEs take (compute attribute)
+
+    def precision(self, name: str) -> Precision | None:
+        return next((p for p in self.precisions if p.name == name), None)
 
     @property
     def skew(self) -> int:
@@ -132,6 +146,7 @@ class Architecture:
     area_table: str | None = None  # path of the ART
     published_energy_table: str | None = None  # the tables the FuseMax artifact's numbers used
     published_area_table: str | None = None
+    precision: str = ""  # the value format in use (`precision:` of the top container)
 
     def component_attributes(self) -> dict[str, dict[str, float]]:
         """Attributes table expressions may use, per priced component."""
@@ -150,6 +165,9 @@ class Architecture:
                     "width": self.datawidth_bits,
                     "datawidth": self.datawidth_bits,
                 }
+            for op in a.operations:  # functional units: the width of the values they take
+                for unit, _count in op.actions:
+                    out.setdefault(f"{a.name}.{unit}", {"datawidth": self.datawidth_bits})
         return out
 
     def priced_components(self) -> dict[str, int]:
@@ -206,6 +224,63 @@ class Architecture:
             out[f"{a.name}.registers"] = a.register_words
         return out
 
+    def with_precision(self, name: str | None = None, bits: int | None = None) -> Architecture:
+        """The same chip computing on another value format: `name` (fp32, bf16, fp8, ...) or
+        the format of `bits` bits, which every PE array must list under `precisions` (its
+        MAC cost). Values take its bytes in DRAM, the buffer (same bytes: its value capacity
+        follows) and the register files (same bits: fewer or more words); operations on the
+        MAC unit take its MAC cycles; energies follow the tables' `datawidth` expressions."""
+        if name is None and bits is None:
+            return self
+        if not self.arrays or any(not a.precisions for a in self.arrays):
+            raise SpecError(
+                f"architecture '{self.name}' lists no precisions (a compute component's "
+                "`precisions:`): it takes its own datawidth only",
+                Loc(self.path),
+            )
+        chosen = []
+        for a in self.arrays:
+            if name is not None:
+                p = a.precision(name)
+                wanted = f"precision '{name}'"
+            else:
+                p = next((q for q in a.precisions if q.bits == bits), None)
+                wanted = f"{bits}-bit values"
+            if p is None:
+                listed = ", ".join(f"{q.name} ({q.bits} bits)" for q in a.precisions)
+                raise SpecError(
+                    f"architecture '{self.name}' gives no MAC cost for {wanted} on array "
+                    f"'{a.name}' (it lists {listed})",
+                    Loc(self.path),
+                )
+            chosen.append(p)
+        bits = chosen[0].bits
+        if any(p.bits != bits for p in chosen):
+            raise SpecError(f"precision '{name}' has different widths on the arrays")
+        if chosen[0].name == self.precision:
+            return self
+
+        def convert(a: Array, p: Precision) -> Array:
+            base = a.precision(self.precision) if self.precision else None
+            scale = p.mac_cycles / (base.mac_cycles if base else 1.0)
+            mac = a.op("mac")
+            unit = mac.unit if mac else "mac"
+            ops = tuple(
+                dataclasses.replace(op, cycles=op.cycles * scale) if op.unit == unit else op
+                for op in a.operations
+            )
+            words = a.register_words * self.datawidth_bits // bits
+            return dataclasses.replace(a, operations=ops, register_words=max(1, words))
+
+        return dataclasses.replace(
+            self,
+            datawidth_bits=bits,
+            dram=dataclasses.replace(self.dram, datawidth_bits=bits),
+            buffer=dataclasses.replace(self.buffer, datawidth_bits=bits),
+            arrays=tuple(convert(a, p) for a, p in zip(self.arrays, chosen, strict=True)),
+            precision=chosen[0].name,
+        )
+
     def with_overrides(
         self,
         pe_dim: int | None = None,
@@ -261,6 +336,24 @@ class Architecture:
                 ),
             )
         return arch
+
+
+def precision_change(before: Architecture, after: Architecture) -> str:
+    """What a change of value format changes in a design, in one line."""
+    if before.precision == after.precision and before.datawidth_bits == after.datawidth_bits:
+        return f"precision {after.precision or after.datawidth_bits}: unchanged"
+    parts = [
+        f"precision {after.precision} ({after.datawidth_bits}-bit values) instead of "
+        f"{before.precision or 'the default'} ({before.datawidth_bits}-bit)",
+        f"{after.value_bytes:g} bytes per value in DRAM and the buffer (which holds "
+        f"{after.buffer_values:,} values of its {after.buffer.capacity_bytes:,} bytes)",
+    ]
+    for a, b in zip(before.arrays, after.arrays, strict=True):
+        mac_a, mac_b = a.op("mac"), b.op("mac")
+        cycles = f", a MAC {mac_b.cycles:g} cycle(s)" if mac_a and mac_b else ""
+        parts.append(f"{b.name}: {b.register_words} register words per PE{cycles}")
+    parts.append("energies at the new width (the tables' datawidth expressions)")
+    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------------------
@@ -520,9 +613,41 @@ def _operations(node: _Node) -> tuple[OpCost, ...]:
     return tuple(ops)
 
 
+def _precisions(node: _Node) -> tuple[Precision, ...]:
+    """`precisions: {fp16: {bits: 16, mac_cycles: 1}, ...}` of a compute component."""
+    raw = node.attrs.get("precisions")
+    if raw is None:
+        return ()
+    if not isinstance(raw, LocDict) or not raw:
+        raise SpecError(
+            f"'precisions' of '{node.name}' must map formats to {{bits: N, mac_cycles: C}}",
+            node.loc,
+        )
+    out = []
+    for fmt, entry in raw.items():
+        loc = raw.loc_of(fmt)
+        if not isinstance(entry, LocDict) or set(entry) != {"bits", "mac_cycles"}:
+            raise SpecError(
+                f"precision '{fmt}' of '{node.name}' needs bits and mac_cycles, e.g. "
+                "{bits: 16, mac_cycles: 1}",
+                loc,
+            )
+        bits = expr.as_int(expr.evaluate(entry["bits"], {}, loc), f"bits of '{fmt}'", loc)
+        cycles = float(expr.evaluate(entry["mac_cycles"], {}, loc))
+        if bits <= 0 or bits % 8 or not cycles > 0:
+            raise SpecError(
+                f"precision '{fmt}' of '{node.name}': bits must be a positive multiple of 8 "
+                "and mac_cycles positive",
+                loc,
+            )
+        out.append(Precision(str(fmt), bits, cycles))
+    return tuple(out)
+
+
 def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architecture:
     frequency = None
     datawidth = None
+    precision = ""
     technology = ""
     tables: dict[str, str | None] = {
         "energy_table": None,
@@ -538,6 +663,7 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
                 frequency = 1.0 / float(node.attrs["global_cycle_seconds"])
             if "datawidth" in node.attrs:
                 datawidth = _int_attr(node, "datawidth")
+            precision = str(node.attrs.get("precision", precision))
             technology = str(node.attrs.get("technology", technology))
             for key in tables:
                 if key in node.attrs:
@@ -618,6 +744,7 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
                 comp.name,
                 regs[0].name if regs else "",
                 **timing,
+                precisions=_precisions(comp),
             )
         )
     if not arrays:
@@ -630,6 +757,18 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
     if len(set(names)) != len(names):
         raise SpecError(f"PE arrays need distinct names, got {', '.join(names)}", top)
     components = tuple((n.name, n.klass, n.instances) for n in nodes if n.tag == "Component")
+    width = datawidth or dw
+    if not precision:  # the format of the datawidth the arrays list first
+        listed = [p for a in arrays for p in a.precisions if p.bits == width]
+        precision = listed[0].name if listed else ""
+    for a in arrays:
+        p = a.precision(precision) if precision and a.precisions else None
+        if a.precisions and (p is None or p.bits != width):
+            raise SpecError(
+                f"array '{a.name}' lists no precision '{precision}' of {width} bits (the "
+                "architecture's datawidth): add it to its `precisions:`",
+                top,
+            )
     return Architecture(
         name,
         source,
@@ -644,4 +783,5 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
         tables["area_table"],
         tables["published_energy_table"],
         tables["published_area_table"],
+        precision,
     )

@@ -139,7 +139,9 @@ def test_accelergy_tables_import_as_the_projects_tables():
     check_tables(
         ert.bind(attrs), art.bind(attrs), arch.required_actions(), set(arch.priced_components())
     )
-    project_ert = load_energy_table(ROOT / "arch/tables/fusemax.ERT.yaml")
+    project_ert = load_energy_table(ROOT / "arch/tables/fusemax.ERT.yaml").bind(
+        ours.component_attributes()
+    )
     project_art = load_area_table(ROOT / "arch/tables/fusemax.ART.yaml").bind(
         ours.component_attributes()
     )
@@ -294,11 +296,14 @@ def test_flat_tables_import_with_the_projects_spelling():
     check_tables(
         ert.bind(attrs), art.bind(attrs), arch.required_actions(), set(arch.priced_components())
     )
-    project_ert = load_energy_table(ROOT / "arch/tables/flat.ERT.yaml")
+    project_ert = load_energy_table(ROOT / "arch/tables/flat.ERT.yaml").bind(
+        flat.component_attributes()  # the project's tables scale with the value width
+    )
+    bound = ert.bind(attrs)
     for component in project_ert.components():
         if component == flat.buffer.name:
             continue
-        assert ert.actions(component) == project_ert.actions(component), component
+        assert bound.actions(component) == project_ert.actions(component), component
 
 
 def test_a_file_with_its_own_operations_keeps_them(tmp_path):

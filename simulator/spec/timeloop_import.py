@@ -553,6 +553,7 @@ def import_architecture(
                 broadcast_latency=match.broadcast_latency,
                 operand_latches=match.operand_latches,
                 compute_component=match.compute_component or array.compute_component,
+                precisions=match.precisions,
             )
         arrays.append(array)
     arrays_by_name = {a.name: a for a in arrays}
@@ -591,6 +592,12 @@ def import_architecture(
             area_table=built.area_table or like.area_table,
             published_energy_table=built.published_energy_table or like.published_energy_table,
             published_area_table=built.published_area_table or like.published_area_table,
+            # the value format `like` names, when the file's width is one `like` lists
+            precision=built.precision
+            or next(
+                (p.name for a in arrays for p in a.precisions if p.bits == built.datawidth_bits),
+                "",
+            ),
         )
     return ImportedArchitecture(result, tuple(tuple(m) for m in names))
 

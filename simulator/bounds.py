@@ -31,6 +31,7 @@ which operands are inputs) and its passes, never from its name.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -145,6 +146,18 @@ def _attention_parts(
     return parts, used
 
 
+@functools.lru_cache(maxsize=64)
+def _whole_fibres(cascade: Cascade) -> tuple[tuple[str, str, int], ...]:
+    """(tensor, rank, passes) of the intermediates whose whole fibre lives across passes
+    (the passes analysis of the cascade, computed once per cascade)."""
+    outside = set(cascade.inputs) | set(cascade.outputs)
+    return tuple(
+        (f.tensor, f.rank, f.passes)
+        for f in analyze_passes(cascade).fibers
+        if f.passes > 1 and f.tensor not in outside and f.live_footprint == f.rank
+    )
+
+
 def dram_bound_values(
     cascade: Cascade,
     extents: dict[str, int],
@@ -189,14 +202,10 @@ def dram_bound_values(
         extra = max(0.0, 2 * a * b * c / math.sqrt(m) - (a * b + b * c))
         parts.append((f"GEMM {e.name}: re-reads", extra * kept.get(e.name, 1.0)))
     spill = 0.0
-    for fibre in analyze_passes(cascade).fibers:
-        if fibre.passes <= 1 or fibre.tensor in inputs or fibre.tensor in cascade.outputs:
-            continue
-        if fibre.live_footprint != fibre.rank:
-            continue  # a chunk, not the whole fibre
-        length = full[fibre.rank]
-        others = size(fibre.tensor) / length
-        spill = max(spill, others * (fibre.passes - 1) * 2 * max(0.0, length - m))
+    for tensor, rank, passes in _whole_fibres(cascade):
+        length = full[rank]
+        others = size(tensor) / length
+        spill = max(spill, others * (passes - 1) * 2 * max(0.0, length - m))
     if spill:
         parts.append(("multi-pass fibres beyond the buffer", spill))
     return parts

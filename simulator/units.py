@@ -15,6 +15,21 @@ from simulator.errors import SpecError
 _SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _COUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)\s*$", re.IGNORECASE)
 _BYTES = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
+# Powers: `2^40`, `2**40` (a count or a number of bytes); exponents up to MAX_EXPONENT.
+_POWER = re.compile(r"^\s*([0-9]+)\s*(?:\^|\*\*)\s*([0-9]+)\s*$")
+MAX_EXPONENT = 64
+
+
+def _power(text: str, what: str) -> int | None:
+    match = _POWER.match(text)
+    if not match:
+        return None
+    base, exponent = int(match.group(1)), int(match.group(2))
+    if exponent > MAX_EXPONENT:
+        raise SpecError(f"{what}: '{text}' has an exponent above {MAX_EXPONENT}")
+    if base**exponent <= 0:
+        raise SpecError(f"{what}: '{text}' must be positive")
+    return base**exponent
 
 
 def _scaled(number: str, suffix: str, text: str, what: str) -> int:
@@ -27,14 +42,17 @@ def _scaled(number: str, suffix: str, text: str, what: str) -> int:
 
 
 def parse_count(text: str | int, what: str = "value") -> int:
-    """`1K`, `64k`, `1M`, `2M`, `1048576` -> int (binary multiples)."""
+    """`1K`, `64k`, `1M`, `2M`, `1048576`, `2^20` -> int (binary multiples)."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text <= 0:
             raise SpecError(f"{what}: '{text}' must be positive")
         return text
+    power = _power(str(text), what)
+    if power is not None:
+        return power
     match = _COUNT.match(str(text))
     if not match:
-        raise SpecError(f"{what}: '{text}' is not a count (examples: 1024, 1K, 64k, 1M)")
+        raise SpecError(f"{what}: '{text}' is not a count (examples: 1024, 1K, 64k, 1M, 2^20)")
     return _scaled(match.group(1), match.group(2), str(text), what)
 
 
@@ -44,6 +62,9 @@ def parse_bytes(text: str | int, what: str = "size") -> int:
         if text <= 0:
             raise SpecError(f"{what}: '{text}' must be positive")
         return text
+    power = _power(str(text), what)
+    if power is not None:
+        return power
     match = _BYTES.match(str(text))
     if not match:
         raise SpecError(f"{what}: '{text}' is not a size in bytes (examples: 16MB, 8MiB, 4096)")
@@ -72,3 +93,26 @@ def format_count(n: int) -> str:
         if n >= unit and n % unit == 0:
             return f"{n // unit}{suffix}"
     return str(n)
+
+
+TRIAL_DIVISION_LIMIT = 1 << 20  # primes tried when listing a search factor's divisors
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending, from its factorisation: trial division by the numbers
+    below TRIAL_DIVISION_LIMIT (bounded work for any n); a cofactor left above that limit
+    is taken whole (prime below LIMIT^2, else its own divisors beyond it are not tried --
+    the search then chooses among fewer tile sizes, never a wrong one)."""
+    factors: dict[int, int] = {}
+    m, p = n, 2
+    while p * p <= m and p < TRIAL_DIVISION_LIMIT:
+        while m % p == 0:
+            factors[p] = factors.get(p, 0) + 1
+            m //= p
+        p += 1 if p == 2 else 2
+    if m > 1:
+        factors[m] = factors.get(m, 0) + 1
+    out = [1]
+    for prime, power in factors.items():
+        out = [d * prime**k for d in out for k in range(power + 1)]
+    return sorted(out)

@@ -24,6 +24,7 @@ from simulator.spec import expr
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload
+from simulator.units import divisors
 
 MAX_SEARCH_POINTS = 100_000
 
@@ -114,7 +115,7 @@ def _search_candidates(
             if total % rest:
                 raise SpecError(f"{rank}={total} is not divisible by {rest}", loc)
             span = total // rest
-            return [d for d in range(1, span + 1) if span % d == 0]
+            return divisors(span)
     raise SpecError(
         f"'search' factor {name} must be a component of a partitioned rank whose extent is known",
         loc,

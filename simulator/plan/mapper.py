@@ -48,6 +48,7 @@ from simulator.plan.accesses import AccessReport, DataSpace, LevelMapping, Loop,
 from simulator.spec.arch import Architecture, Array
 from simulator.spec.linear import DIMS, TENSORS, MapperSettings
 from simulator.spec.tables import EnergyTable
+from simulator.units import divisors
 
 ROWS, COLS, RED = 0, 1, 2
 INDEXED = {"left": (ROWS, RED), "right": (COLS, RED), "output": (ROWS, COLS)}
@@ -296,8 +297,7 @@ def _array(arch: Architecture, name: str | None, settings: MapperSettings) -> Ar
 
 
 def _divisors(n: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+    return divisors(n)  # bounded work for any extent (simulator.units)
 
 
 def _spatial_of(spatial: tuple[tuple[str, int, int], ...], dim: int) -> int:

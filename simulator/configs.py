@@ -49,6 +49,7 @@ from simulator.spec.tables import (
     load_energy_table,
 )
 from simulator.spec.workload import Workload
+from simulator.timing.options import UNLIMITED, TimingOptions
 
 # The cascade each strategy binds when `--cascade` gives none.
 AUTO_CASCADE = {
@@ -251,6 +252,7 @@ def evaluate(
     *,
     resize: dict[str, int] | None = None,
     precision: str | int | None = None,
+    timing: TimingOptions = UNLIMITED,
 ) -> Result:
     """One configuration (a mapping file) at one workload point (`resize`: the further
     keyword overrides of :meth:`Architecture.with_overrides`, e.g. `pe_dim_1d`;
@@ -264,7 +266,14 @@ def evaluate(
         specs, config, workload, pe_dim, buffer_bytes, bandwidth, resize=resize, precision=precision
     )
     return evaluate_mapping(
-        cascade, mapping, arch, workload, specs.tables(arch, accounting), accounting, engine
+        cascade,
+        mapping,
+        arch,
+        workload,
+        specs.tables(arch, accounting),
+        accounting,
+        engine,
+        timing,
     )
 
 

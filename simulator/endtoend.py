@@ -33,6 +33,7 @@ from simulator.spec.linear import LinearSpec
 from simulator.spec.tables import EnergyTable
 from simulator.spec.workload import FIELDS, Workload
 from simulator.textfmt import table
+from simulator.timing.options import UNLIMITED, TimingOptions
 
 DEFAULT_LINEAR = "gemm"
 
@@ -170,6 +171,7 @@ def evaluate_layer(
     linear: str = DEFAULT_LINEAR,
     *,
     resize: dict[str, int] | None = None,
+    timing: TimingOptions = UNLIMITED,
 ) -> LayerResult:
     """One encoder layer on one configuration: its attention, then the linear layers on its
     architecture. Latency, energy and traffic add up; the area is the chip's."""
@@ -178,7 +180,16 @@ def evaluate_layer(
     )
     gemms = evaluate_linear(specs, arch, workload, accounting, linear)
     attention = evaluate(
-        specs, config, workload, pe_dim, buffer_bytes, bandwidth, accounting, engine, resize=resize
+        specs,
+        config,
+        workload,
+        pe_dim,
+        buffer_bytes,
+        bandwidth,
+        accounting,
+        engine,
+        resize=resize,
+        timing=timing,
     )
     linear_energy = [g.energy_pj for g in gemms]
     energy = (
@@ -225,13 +236,23 @@ def compare_layers(
     accounting: str = "corrected",
     engine: str = "analytic",
     linear: str = DEFAULT_LINEAR,
+    timing: TimingOptions = UNLIMITED,
 ) -> tuple[list[LayerRow], list[str]]:
     """End-to-end layers of several configurations, with speedups and energy ratios to the
     unfused baseline and FLAT at the same point."""
 
     def run(config: str) -> LayerResult:
         return evaluate_layer(
-            specs, config, workload, pe_dim, buffer_bytes, bandwidth, accounting, engine, linear
+            specs,
+            config,
+            workload,
+            pe_dim,
+            buffer_bytes,
+            bandwidth,
+            accounting,
+            engine,
+            linear,
+            timing=timing,
         )
 
     results = [run(c) for c in configs]

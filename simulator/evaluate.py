@@ -29,6 +29,7 @@ from simulator.spec.workload import Workload
 from simulator.timing import analytic
 from simulator.timing.cycle import simulate
 from simulator.timing.interface import PhaseTiming, TimingEngine, traffic_bytes
+from simulator.timing.options import UNLIMITED, TimingOptions
 
 # Timing engines by name; the first is the default of the command-line tools.
 ENGINES: dict[str, TimingEngine] = {"cycle": simulate.time_phase, "analytic": analytic.time_phase}
@@ -42,15 +43,17 @@ def evaluate_mapping(
     tables: tuple[EnergyTable, AreaTable] | None = None,
     accounting: str = "corrected",
     engine: str = "analytic",
+    timing: TimingOptions = UNLIMITED,
 ) -> Result:
     """Performance (and, given the architecture's ERT/ART, energy and area) of one point.
 
     `engine="cycle"` times each phase with the cycle-level simulator
-    (:mod:`simulator.timing.cycle`) instead of the schedule tree's closed form."""
+    (:mod:`simulator.timing.cycle`) instead of the schedule tree's closed form; `timing`
+    bounds its wall-clock time and reports its progress."""
     if engine not in ENGINES:
         raise SpecError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
     point = plan_point(cascade, mapping, arch, workload)
-    timings = [ENGINES[engine](point, phase) for phase in point.phases]
+    timings = [ENGINES[engine](point, phase, timing) for phase in point.phases]
     return build_result(point, timings, engine, tables, accounting)
 
 

@@ -34,12 +34,14 @@ from simulator.configs import (
 )
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
 from simulator.errors import SpecError
+from simulator.progress import SimulationProgress
 from simulator.result import Result
 from simulator.spec.arch import precision_change
 from simulator.spec.workload import make_workload
 from simulator.textfmt import table
 from simulator.timeloop import backend as timeloop_backend
-from simulator.units import parse_bandwidth, parse_bytes, parse_count
+from simulator.timing.options import UNLIMITED, TimingOptions
+from simulator.units import parse_bandwidth, parse_bytes, parse_count, parse_seconds
 
 
 class _Parser(argparse.ArgumentParser):
@@ -131,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="timing: the cycle-level simulator (default) or the analytic schedule model",
     )
     p.add_argument(
+        "--max-sim-s",
+        type=_seconds,
+        help="refuse (one line, with the estimate) a cycle simulation that would run longer "
+        "than this many seconds per phase; long ones show a progress bar (default: no limit)",
+    )
+    p.add_argument(
         "--backend",
         choices=["model", "timeloop"],
         default="model",
@@ -165,6 +173,15 @@ def _bytes(text: str) -> int:
     return parse_bytes(text, what="--buffer-bytes")
 
 
+def _seconds(text: str) -> float:
+    return parse_seconds(text, what="--max-sim-s")
+
+
+def timing_options(args: argparse.Namespace) -> TimingOptions:
+    """The cycle engine's wall-clock limit and progress bars, from the command line."""
+    return TimingOptions(max_sim_s=args.max_sim_s, progress=SimulationProgress())
+
+
 def _bandwidth(text: str) -> float:
     return parse_bandwidth(text, what="--bandwidth")
 
@@ -188,9 +205,11 @@ def compare(
     accounting: str = "corrected",
     engine: str = "cycle",
     precision: str | int | None = None,
+    timing: TimingOptions = UNLIMITED,
 ) -> tuple[list[Row], list[str]]:
     """Evaluate configurations, their speedups and energy ratios to unfused and FLAT."""
     kwargs = dict(
+        timing=timing,
         precision=precision,
         pe_dim=pe_dim,
         buffer_bytes=buffer_bytes,
@@ -510,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         args.accounting,
         args.engine,
         precision,
+        timing_options(args),
     )
     if precision is not None:
         notes = [*_precision_notes(specs, configs, workload, args, precision), *notes]
@@ -570,6 +590,7 @@ def _print_layer(args: argparse.Namespace, specs: Specs, configs: list[str], wor
         args.accounting,
         args.engine,
         args.linear,
+        timing_options(args),
     )
     if args.format == "table":
         print(render_layer_table(rows, notes, workload))

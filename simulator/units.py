@@ -95,6 +95,21 @@ def format_count(n: int) -> str:
     return str(n)
 
 
+def parse_seconds(text: str | float, what: str = "time") -> float:
+    """`30`, `2.5`, `90s` -> seconds (a positive, finite number)."""
+    raw = str(text).strip()
+    number = raw[:-1] if raw.lower().endswith("s") else raw
+    try:
+        value = float(number)
+    except ValueError:
+        raise SpecError(
+            f"{what}: '{text}' is not a number of seconds (examples: 30, 2.5, 90s)"
+        ) from None
+    if not (0 < value < float("inf")):
+        raise SpecError(f"{what}: '{text}' must be a positive number of seconds")
+    return value
+
+
 TRIAL_DIVISION_LIMIT = 1 << 20  # primes tried when listing a search factor's divisors
 
 

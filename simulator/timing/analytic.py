@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from simulator.plan.point import PlannedPhase, PointPlan
 from simulator.timing.interface import PhaseTiming, buffer_port_cycles, memory_seconds
+from simulator.timing.options import UNLIMITED, TimingOptions
 from simulator.timing.schedule import schedule_cycles
 
 
-def time_phase(point: PointPlan, phase: PlannedPhase) -> PhaseTiming:
+def time_phase(
+    point: PointPlan, phase: PlannedPhase, options: TimingOptions = UNLIMITED
+) -> PhaseTiming:
+    """Closed form: no search, no simulation -- `options` have nothing to bound."""
     f = point.arch.frequency_hz
     cycles = {c.einsum: c.cycles for c in phase.costs}
     memory_s = memory_seconds(point, phase)

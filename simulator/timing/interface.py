@@ -16,6 +16,7 @@ from simulator.plan.accesses import analyze
 from simulator.plan.point import PlannedPhase, PointPlan
 from simulator.plan.views import EinsumView
 from simulator.spec.arch import Memory
+from simulator.timing.options import UNLIMITED, TimingOptions
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,9 @@ class PhaseTiming:
 
 
 class TimingEngine(Protocol):
-    def __call__(self, point: PointPlan, phase: PlannedPhase) -> PhaseTiming: ...
+    def __call__(
+        self, point: PointPlan, phase: PlannedPhase, options: TimingOptions = UNLIMITED
+    ) -> PhaseTiming: ...
 
 
 def traffic_bytes(point: PointPlan, phase: PlannedPhase) -> float:

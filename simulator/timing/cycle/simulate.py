@@ -36,6 +36,7 @@ from simulator.timing.cycle.program import (
 )
 from simulator.timing.cycle.waterfall import Waterfall, WaterfallResult
 from simulator.timing.interface import PhaseTiming, buffer_port_cycles, memory_seconds
+from simulator.timing.options import UNLIMITED, TimingOptions
 from simulator.timing.schedule import schedule_cycles
 
 
@@ -85,23 +86,26 @@ def simulate_phase(
     instances: int,
     ctx: dict[str, float],
     port_cycles: float = 0.0,
+    options: TimingOptions = UNLIMITED,
 ) -> PhaseSim:
     if plan.phase.pipeline:
         program = phase_program(
             plan, mapping, facts, arch, extents, partitions, instances, port_cycles
         )
-        r = Waterfall(program).run()
+        r = Waterfall(program, options=options).run()
         if plan.activity:
             return _skipping(plan, r)
         return _phase_sim(plan.phase.name, r)
     if plan.gemm is not None:
-        return _gemm_phase(plan, arch, instances, port_cycles)
+        return _gemm_phase(plan, arch, instances, port_cycles, options)
     return _plain_phase(
-        plan, mapping, facts, arch, extents, partitions, instances, ctx, port_cycles
+        plan, mapping, facts, arch, extents, partitions, instances, ctx, port_cycles, options
     )
 
 
-def time_phase(point: PointPlan, phase: PlannedPhase) -> PhaseTiming:
+def time_phase(
+    point: PointPlan, phase: PlannedPhase, options: TimingOptions = UNLIMITED
+) -> PhaseTiming:
     """The cycle engine behind the timing interface: DRAM and the buffer's ports are part of
     the simulation, so the phase takes its simulated cycles; its compute is what the
     busiest array needs without the cycles it waited for memory (as in the analytic form,
@@ -119,6 +123,7 @@ def time_phase(point: PointPlan, phase: PlannedPhase) -> PhaseTiming:
         instances,
         phase.context,
         port_cycles,
+        options,
     )
     compute = _compute_cycles(sim, point.mapping)
     return PhaseTiming(
@@ -240,6 +245,7 @@ def _plain_phase(
     instances: int,
     ctx: dict[str, float],
     port_cycles: float = 0.0,
+    options: TimingOptions = UNLIMITED,
 ) -> PhaseSim:
     busy: dict[str, int] = {}
     span: dict[str, float] = {}
@@ -251,7 +257,7 @@ def _plain_phase(
         if not program.ops[0].steps:
             span[em.einsum] = 0.0
             continue
-        r = Waterfall(program).run()
+        r = Waterfall(program, options=options).run()
         busy[em.einsum] = r.busy.get(em.einsum, 0)
         span[em.einsum] = float(r.cycles)
         epochs += r.epochs
@@ -306,13 +312,17 @@ def gemm_stream(plan: PhasePlan, arch: Architecture, instances: int) -> Program:
 
 
 def _gemm_phase(
-    plan: PhasePlan, arch: Architecture, instances: int, port_cycles: float = 0.0
+    plan: PhasePlan,
+    arch: Architecture,
+    instances: int,
+    port_cycles: float = 0.0,
+    options: TimingOptions = UNLIMITED,
 ) -> PhaseSim:
     """A mapped GEMM phase: its tile stream (fill and drain once) under the DRAM stream and
     the buffer's ports."""
     m = plan.gemm
     assert m is not None
-    r = Waterfall(gemm_stream(plan, arch, instances)).run()
+    r = Waterfall(gemm_stream(plan, arch, instances), options=options).run()
     busy = r.busy.get(m.gemm.einsum, 0)
     bytes_per_cycle = arch.dram.bandwidth_bytes_per_s / arch.frequency_hz
     memory = math.ceil(plan.traffic_values * instances * arch.value_bytes / bytes_per_cycle)

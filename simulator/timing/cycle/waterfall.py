@@ -35,17 +35,23 @@ with the sequence length.
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from simulator.errors import SpecError
 from simulator.timing.cycle.program import DepKind, OpSpec, Program
+from simulator.timing.options import UNLIMITED, TimingOptions
 
 DRAM_RESOLUTION = 64  # DRAM time kept in 1/64 cycle
 # Block periods looked for: the state at a block's start may alternate, and a fractional
 # DRAM step (1/DRAM_RESOLUTION cycles) comes back to the same phase within that many blocks.
 MAX_BLOCK_PERIOD = 2 * DRAM_RESOLUTION
 REASONS = ("dependencies", "memory", "fill/drain", "idle")
+# Scheduler steps between two looks at the clock (the wall-time limit and the progress
+# report): about a hundredth of a second of simulation, so neither costs anything.
+CLOCK_EVERY = 2048
 
 
 @dataclass
@@ -87,8 +93,10 @@ class Waterfall:
         trace_epochs: int = 0,
         extrapolate: bool = True,
         broken: tuple[str, str] | None = None,
+        options: TimingOptions = UNLIMITED,
     ) -> None:
         self.p = program
+        self.options = options
         self.functional = functional
         self.trace_epochs = trace_epochs
         self.extrapolate = extrapolate and functional is None
@@ -127,8 +135,14 @@ class Waterfall:
         )
         # Periods of the steady state looked for within a run of epochs: the pipeline's
         # depth, the DRAM step's fractional phase, and the reach of a dependency on an
-        # earlier tile (a row of P1 tiles back: the state may cycle with that row).
-        self.max_period = 2 * program.tiles_in_flight + 8 + DRAM_RESOLUTION + self.max_back
+        # earlier tile (a row of P1 tiles back: the state may cycle with that row), and the
+        # drift of an array slower by a few cycles per epoch than the other, which comes
+        # back to the same state once it has lost a whole operation (up to `steps` epochs:
+        # e.g. a 1D array 1 cycle per epoch behind a 2D array of 128-cycle operations).
+        longest = max((s.steps for s in program.ops), default=0)
+        self.max_period = (
+            2 * program.tiles_in_flight + 8 + DRAM_RESOLUTION + self.max_back + 2 * longest
+        )
 
     # ---------------------------------------------------------------- epoch structure
     def _coords(self, epoch: int) -> dict[str, int]:
@@ -212,7 +226,12 @@ class Waterfall:
         self.port_step = _stream_step(p.port_cycles_per_epoch, busiest)
         self.dram_free = Fraction(0)
         self.port_free = Fraction(0)
+        clock = _Clock(self.options, p.phase, total)
+        steps = 0
         while True:
+            steps += 1
+            if steps % CLOCK_EVERY == 0:
+                clock.tick(self.lowest)
             while self.next_epoch < min(total, self.lowest + window):
                 self._materialize(self.next_epoch)
                 self.next_epoch += 1
@@ -233,6 +252,7 @@ class Waterfall:
                 break
             self._account(nxt)
             self.t = nxt
+        clock.done()
         cycles = max(self.end_time, self.t)
         # The last wavefront drains after the last issue: every array's time after its last
         # operation is fill/drain, so busy + stalls add up to the cycles on each array.
@@ -585,6 +605,36 @@ class Waterfall:
         self.started_first = {e + epochs for e in self.started_first}
         self.next_epoch += epochs
         self.lowest += epochs
+
+
+class _Clock:
+    """The wall-clock side of a run: progress reports and the `max_sim_s` refusal. Only
+    looked at every CLOCK_EVERY scheduler steps; never changes what is simulated."""
+
+    def __init__(self, options: TimingOptions, name: str, total: int) -> None:
+        self.options, self.name, self.total = options, name, total
+        self.t0 = time.monotonic()
+        self.reported = False
+
+    def tick(self, done: int) -> None:
+        elapsed = time.monotonic() - self.t0
+        if self.options.progress is not None:
+            self.options.progress(self.name, done, self.total, elapsed)
+            self.reported = True
+        limit = self.options.max_sim_s
+        if limit is not None and elapsed > limit:
+            rate = done / elapsed if done else 0.0
+            left = f"about {(self.total - done) / rate:.0f} s more" if rate else "unknown time"
+            raise SpecError(
+                f"cycle simulation of phase {self.name} stopped at --max-sim-s {limit:g}: "
+                f"{done} of {self.total} epochs simulated in {elapsed:.1f} s (its state does "
+                f"not repeat, so every epoch is stepped; {left} to finish); raise "
+                "--max-sim-s, or use --engine analytic"
+            )
+
+    def done(self) -> None:
+        if self.reported and self.options.progress is not None:
+            self.options.progress(self.name, self.total, self.total, time.monotonic() - self.t0)
 
 
 def _stream_step(cycles_per_epoch: float, busiest: int) -> Fraction:

@@ -1,0 +1,39 @@
+"""Progress bars for the cycle simulations that take long.
+
+Most phases are timed in well under a second (the engine jumps over the steady state);
+one whose state never repeats is simulated epoch by epoch. A bar appears only for a
+phase still running after SHOW_AFTER_S, on stderr and only on a terminal (tqdm's
+`disable=None`), with the epochs done and tqdm's estimate of the time left, so results on
+stdout and logs stay clean.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+SHOW_AFTER_S = 1.0
+
+
+class SimulationProgress:
+    """A `TimingOptions.progress` callback: one bar per phase that runs long."""
+
+    def __init__(self, label: str = "") -> None:
+        self.label = label
+        self.bars: dict[str, tqdm] = {}
+
+    def __call__(self, phase: str, done: int, total: int, elapsed_s: float) -> None:
+        bar = self.bars.get(phase)
+        if bar is None:
+            if done >= total or elapsed_s < SHOW_AFTER_S:
+                return
+            desc = f"simulating {self.label + ' ' if self.label else ''}{phase}"
+            bar = tqdm(
+                total=total, desc=desc, unit="epoch", file=sys.stderr, disable=None, leave=False
+            )
+            self.bars[phase] = bar
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+            del self.bars[phase]

@@ -17,13 +17,15 @@ file once (the same cascade serves several mappings) and keeps nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from simulator.bind.auto import DEFAULT_ARCH, STRATEGIES, bind, mapping_yaml
 from simulator.cascade.ir import Cascade
 from simulator.cascade.parse import load_cascade
-from simulator.errors import SpecError
+from simulator.errors import SimulationLimit, SpecError
 from simulator.evaluate import evaluate_mapping
 from simulator.paths import data_dir, resolve_spec
 from simulator.result import Result
@@ -50,6 +52,8 @@ from simulator.spec.tables import (
 )
 from simulator.spec.workload import Workload
 from simulator.timing.options import UNLIMITED, TimingOptions
+
+T = TypeVar("T")
 
 # The cascade each strategy binds when `--cascade` gives none.
 AUTO_CASCADE = {
@@ -235,6 +239,27 @@ class Specs:
             ) from None
 
 
+def evaluate_each(
+    configs: list[str], run: Callable[[str], T], optional: bool
+) -> tuple[list[T], dict[str, SpecError], list[str]]:
+    """`run` on every configuration: (results, failures, notes). With `optional` (the
+    default set of configurations, not one the user named) a configuration that cannot run
+    the point -- FLAT's rows beyond the buffer at very long sequences -- is left out with a
+    note instead of stopping the others; the error stands when none can run."""
+    results: list[T] = []
+    failed: dict[str, SpecError] = {}
+    notes: list[str] = []
+    for config in configs:
+        try:
+            results.append(run(config))
+        except SpecError as err:
+            if not optional or len(failed) + 1 == len(configs):
+                raise
+            failed[config] = err
+            notes.append(f"{config} left out: {err}")
+    return results, failed, notes
+
+
 def workload_fields(workload: Workload) -> dict[str, object]:
     """The names a mapping may use for a workload (`shapes:`, `instances:`, table match)."""
     return workload.fields()
@@ -265,16 +290,19 @@ def evaluate(
     cascade, mapping, arch = prepare(
         specs, config, workload, pe_dim, buffer_bytes, bandwidth, resize=resize, precision=precision
     )
-    return evaluate_mapping(
-        cascade,
-        mapping,
-        arch,
-        workload,
-        specs.tables(arch, accounting),
-        accounting,
-        engine,
-        timing,
-    )
+    try:
+        return evaluate_mapping(
+            cascade,
+            mapping,
+            arch,
+            workload,
+            specs.tables(arch, accounting),
+            accounting,
+            engine,
+            timing,
+        )
+    except SimulationLimit as err:
+        raise SimulationLimit(f"{config}: {err.message}") from None
 
 
 def prepare(

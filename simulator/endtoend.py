@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade
-from simulator.configs import Specs, evaluate
+from simulator.configs import Specs, evaluate, evaluate_each
 from simulator.errors import SpecError
 from simulator.plan.mapper import GemmMapping, gemm_of, map_gemm, with_gemm
 from simulator.plan.views import EinsumView
@@ -237,6 +237,7 @@ def compare_layers(
     engine: str = "analytic",
     linear: str = DEFAULT_LINEAR,
     timing: TimingOptions = UNLIMITED,
+    optional: bool = False,
 ) -> tuple[list[LayerRow], list[str]]:
     """End-to-end layers of several configurations, with speedups and energy ratios to the
     unfused baseline and FLAT at the same point."""
@@ -255,12 +256,16 @@ def compare_layers(
             timing=timing,
         )
 
-    results = [run(c) for c in configs]
-    notes: list[str] = []
+    results, failed, notes = evaluate_each(configs, run, optional)
     bases: dict[str, LayerResult | None] = {}
     for base in ("unfused", "flat"):
         found = next((r for r in results if r.accelerator == base), None)
-        if found is None and specs.cascade_override is None and specs.arch_override is None:
+        if (
+            found is None
+            and base not in failed
+            and specs.cascade_override is None
+            and specs.arch_override is None
+        ):
             try:
                 found = run(base)
             except SpecError as err:

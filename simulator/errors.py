@@ -42,3 +42,7 @@ class SpecError(Exception):
     def __str__(self) -> str:
         first_line = " ".join(self.message.split())
         return f"{self.loc}: {first_line}" if self.loc is not None else first_line
+
+
+class SimulationLimit(SpecError):
+    """A cycle simulation refused past the caller's wall-clock limit (`--max-sim-s`)."""

@@ -27,6 +27,7 @@ from simulator.configs import (
     Specs,
     auto_name,
     evaluate,
+    evaluate_each,
     is_auto,
     parse_auto,
     prepare,
@@ -206,8 +207,11 @@ def compare(
     engine: str = "cycle",
     precision: str | int | None = None,
     timing: TimingOptions = UNLIMITED,
+    optional: bool = False,
 ) -> tuple[list[Row], list[str]]:
-    """Evaluate configurations, their speedups and energy ratios to unfused and FLAT."""
+    """Evaluate configurations, their speedups and energy ratios to unfused and FLAT.
+    `optional`: the configurations are the default set, and one that cannot run the point
+    is left out with a note instead of stopping the others."""
     kwargs = dict(
         timing=timing,
         precision=precision,
@@ -217,8 +221,9 @@ def compare(
         accounting=accounting,
         engine=engine,
     )
-    results = [evaluate(specs, c, workload, **kwargs) for c in configs]
-    notes: list[str] = []
+    results, failed, notes = evaluate_each(
+        configs, lambda c: evaluate(specs, c, workload, **kwargs), optional
+    )
     baselines: dict[str, Result | None] = {}
     # Automatically bound configurations compare with the baselines bound the same way;
     # the paper's configurations with the paper's baselines.
@@ -229,6 +234,7 @@ def compare(
         found = next((r for r in results if r.accelerator in (base, name)), None)
         if (
             found is None
+            and config not in failed
             and specs.cascade_override is None
             and (specs.arch_override is None or auto)
         ):
@@ -503,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         configs = ["auto:unfused", "auto:flat", "auto:fusemax"]
     else:
         configs = shipped_configs()
+    # The default set: a configuration that cannot run this point is left out with a note.
+    optional = not args.mapping and args.accel is None
     if args.scope == "layer":
         if args.breakdown:
             raise SpecError(
@@ -510,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.backend == "timeloop":
             raise SpecError("--backend timeloop compares attention Einsums: use --scope attention")
-        return _print_layer(args, specs, configs, workload)
+        return _print_layer(args, specs, configs, workload, optional)
     timeloop = None
     if args.backend == "timeloop":
         if args.format == "csv":
@@ -530,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         args.engine,
         precision,
         timing_options(args),
+        optional,
     )
     if precision is not None:
         notes = [*_precision_notes(specs, configs, workload, args, precision), *notes]
@@ -579,7 +588,9 @@ def _precision_notes(specs: Specs, configs: list[str], workload, args, precision
     return out
 
 
-def _print_layer(args: argparse.Namespace, specs: Specs, configs: list[str], workload) -> int:
+def _print_layer(
+    args: argparse.Namespace, specs: Specs, configs: list[str], workload, optional: bool
+) -> int:
     rows, notes = compare_layers(
         specs,
         configs,
@@ -591,6 +602,7 @@ def _print_layer(args: argparse.Namespace, specs: Specs, configs: list[str], wor
         args.engine,
         args.linear,
         timing_options(args),
+        optional,
     )
     if args.format == "table":
         print(render_layer_table(rows, notes, workload))

@@ -110,6 +110,14 @@ def parse_seconds(text: str | float, what: str = "time") -> float:
     return value
 
 
+def format_duration(seconds: float) -> str:
+    """`42 s`, `7.5 min`, `3.2 h`, `12 days`, `3.1e+04 years`: a wait a person can read."""
+    for unit, size in (("years", 365 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.0f} s"
+
+
 TRIAL_DIVISION_LIMIT = 1 << 20  # primes tried when listing a search factor's divisors
 
 

@@ -40,9 +40,10 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from simulator.errors import SpecError
+from simulator.errors import SimulationLimit
 from simulator.timing.cycle.program import DepKind, OpSpec, Program
 from simulator.timing.options import UNLIMITED, TimingOptions
+from simulator.units import format_duration
 
 DRAM_RESOLUTION = 64  # DRAM time kept in 1/64 cycle
 # Block periods looked for: the state at a block's start may alternate, and a fractional
@@ -624,12 +625,15 @@ class _Clock:
         limit = self.options.max_sim_s
         if limit is not None and elapsed > limit:
             rate = done / elapsed if done else 0.0
-            left = f"about {(self.total - done) / rate:.0f} s more" if rate else "unknown time"
-            raise SpecError(
+            left = (
+                f"at this rate about {format_duration((self.total - done) / rate)} to finish"
+                if rate
+                else "no estimate yet"
+            )
+            raise SimulationLimit(
                 f"cycle simulation of phase {self.name} stopped at --max-sim-s {limit:g}: "
-                f"{done} of {self.total} epochs simulated in {elapsed:.1f} s (its state does "
-                f"not repeat, so every epoch is stepped; {left} to finish); raise "
-                "--max-sim-s, or use --engine analytic"
+                f"{done} of {self.total} epochs done in {elapsed:.1f} s, {left} (no steady "
+                "state found so far); raise --max-sim-s, or use --engine analytic"
             )
 
     def done(self) -> None:

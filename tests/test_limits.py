@@ -1,0 +1,107 @@
+"""Bounded work for any input: huge lengths and sizes answer (or stop with one line) in
+about a second, the cycle engine reports its progress and refuses politely past
+`--max-sim-s`, and neither changes a result."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from simulator.configs import Specs, prepare
+from simulator.errors import SpecError
+from simulator.plan.point import plan_point
+from simulator.run import main
+from simulator.spec.workload import make_workload
+from simulator.timing.cycle.simulate import pipelined_point
+from simulator.timing.cycle.waterfall import Waterfall
+from simulator.timing.options import TimingOptions
+
+
+@pytest.fixture(scope="module")
+def drifting_program():
+    """XLM on a 128x128 array with a 4 MB buffer (P1 = 32 query tiles per row): the 1D
+    array falls one cycle per epoch behind the 2D array's 128-cycle operations, so the
+    scheduler's state repeats only every 128 epochs -- beyond the pipeline depth and the
+    DRAM phase. One block of 4096 epochs."""
+    specs = Specs()
+    workload = make_workload("xlm", "16K", {"batch": 1, "heads": 1})
+    cascade, mapping, arch = prepare(specs, "binding", workload, pe_dim=128, buffer_bytes=4 << 20)
+    program = pipelined_point(plan_point(cascade, mapping, arch, workload)).program
+    return dataclasses.replace(program, loops=(("P2", 1), *program.loops[1:]))
+
+
+def test_a_drifting_steady_state_is_found_and_exact(drifting_program):
+    fast = Waterfall(drifting_program).run()
+    full = Waterfall(drifting_program, extrapolate=False).run()
+    assert full.simulated_epochs == full.epochs == 4096
+    assert fast.simulated_epochs < full.epochs / 4  # found the 128-epoch period
+    assert (fast.cycles, fast.busy, fast.stalls) == (full.cycles, full.busy, full.stalls)
+
+
+def test_progress_is_reported_and_changes_nothing(drifting_program):
+    calls: list[tuple[str, int, int]] = []
+    options = TimingOptions(
+        progress=lambda phase, done, total, _s: calls.append((phase, done, total))
+    )
+    watched = Waterfall(drifting_program, extrapolate=False, options=options).run()
+    plain = Waterfall(drifting_program, extrapolate=False).run()
+    assert (watched.cycles, watched.busy) == (plain.cycles, plain.busy)
+    assert len(calls) > 2
+    done = [d for _p, d, _t in calls]
+    assert done == sorted(done) and calls[-1][1:] == (4096, 4096)
+
+
+def test_max_sim_s_refuses_with_an_estimate(drifting_program):
+    options = TimingOptions(max_sim_s=1e-6)
+    with pytest.raises(SpecError) as err:
+        Waterfall(drifting_program, extrapolate=False, options=options).run()
+    text = str(err.value)
+    assert "--max-sim-s" in text and "to finish" in text and "of 4096 epochs done" in text
+    assert "\n" not in text
+
+
+def test_max_sim_s_from_the_command_line(run_cli):
+    argv = ["--model", "xlm", "--seq", "1M", "--pe-dim", "128", "--buffer-bytes", "4MB"]
+    code, out, err = run_cli(main, [*argv, "--accel", "fusemax", "--max-sim-s", "1e-9"])
+    assert code == 2 and out == ""
+    assert err.startswith("error: binding: cycle simulation of phase attention stopped")
+    assert err.count("\n") == 1
+    code, out, err = run_cli(main, [*argv, "--accel", "fusemax", "--max-sim-s", "60"])
+    assert code == 0 and "+Binding" in out  # the steady state: well under a second
+
+
+@pytest.mark.parametrize("value", ["banana", "0", "-3", "inf", "nan"])
+def test_bad_max_sim_s(run_cli, value):
+    code, _out, err = run_cli(main, ["--max-sim-s", value])
+    assert code == 2 and "--max-sim-s" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--seq", "10T"],
+        ["--seq", "10T", "--engine", "analytic"],
+        ["--seq", "2^40"],
+        ["--seq", "2**36", "--accel", "fusemax"],
+        ["--seq", "64K", "--pe-dim", "65536"],
+        ["--seq", "1M", "--buffer-bytes", "1T"],
+    ],
+)
+def test_extreme_inputs_answer_or_say_which_limit(run_cli, argv):
+    code, out, err = run_cli(main, argv)
+    assert code in (0, 2)
+    if code == 2:
+        assert out == "" and err.count("\n") == 1 and err.startswith("error: ")
+    else:
+        assert "latency (s)" in out
+
+
+def test_the_default_set_leaves_out_a_configuration_that_does_not_fit(run_cli):
+    code, out, err = run_cli(main, ["--seq", "10T"])
+    assert code == 0
+    assert "FLAT" not in out.split("\n2D-array")[0].replace("vs FLAT", "").replace("E/FLAT", "")
+    assert "note: flat left out:" in out and "does not fit" in out
+    # named on the command line, it is an error
+    code, out, err = run_cli(main, ["--seq", "10T", "--accel", "flat"])
+    assert code == 2 and "does not fit" in err

@@ -33,6 +33,7 @@ from simulator.spec.expr import as_int, names_in
 from simulator.spec.expr import evaluate as evaluate_expr
 from simulator.spec.sweep import DEFAULTS, PARAMETERS, WORKLOAD_FIELDS, SweepSpec, load_sweep
 from simulator.spec.workload import Workload, make_workload
+from simulator.timing.options import UNLIMITED, TimingOptions
 
 # Design parameters passed to Architecture.with_overrides as keywords.
 _RESIZE = ("pe_dim_1d", "register_words_2d", "register_words_1d")
@@ -215,7 +216,9 @@ def vars_of(workload: Workload) -> dict[str, float]:
     return out
 
 
-def run_attention(spec: SweepSpec, specs: Specs, d: Design, engine: str) -> Result:
+def run_attention(
+    spec: SweepSpec, specs: Specs, d: Design, engine: str, timing: TimingOptions = UNLIMITED
+) -> Result:
     return evaluate(
         specs,
         d.config,
@@ -226,6 +229,7 @@ def run_attention(spec: SweepSpec, specs: Specs, d: Design, engine: str) -> Resu
         spec.accounting,
         engine,
         resize=dict(d.resize),
+        timing=timing,
     )
 
 
@@ -268,9 +272,36 @@ def size_buffer(spec: SweepSpec, specs: Specs, d: Design, ctx: Mapping[str, floa
     )
 
 
-def evaluate_point(spec: SweepSpec, specs: Specs, point: Point) -> dict[str, Any]:
+def evaluate_point(
+    spec: SweepSpec, specs: Specs, point: Point, timing: TimingOptions = UNLIMITED
+) -> dict[str, Any]:
     """One row: the point as evaluated and its results; a point that cannot be evaluated
     (no mapping fits, ...) gets its one-line reason in `error` and no results."""
+    row = given_row(spec, point)
+    try:
+        d, ctx = design(spec, specs, point)
+        if spec.buffer is not None:
+            d = d.with_buffer(size_buffer(spec, specs, d, ctx))
+        arch = specs.architecture(specs.mapping(d.config)).with_overrides(
+            d.pe_dim, d.buffer_bytes, d.bandwidth, **dict(d.resize)
+        )
+        row.update(_design_columns(d, arch))
+        if spec.scope == "layer":
+            row.update(_layer_columns(spec, specs, d, timing))
+        else:
+            row.update(_attention_columns(run_attention(spec, specs, d, spec.engine, timing)))
+    except SpecError as err:
+        row["error"] = str(err)
+    return row
+
+
+def failed_row(spec: SweepSpec, point: Point, reason: str) -> dict[str, Any]:
+    """The row of a point that could not be evaluated at all (its worker kept dying)."""
+    return {**given_row(spec, point), "error": reason}
+
+
+def given_row(spec: SweepSpec, point: Point) -> dict[str, Any]:
+    """A row's columns before evaluation: the point as the sweep gives it."""
     accel = str(point.get("accel"))
     row: dict[str, Any] = {
         # until the design is known (a failed point keeps these): the point as given
@@ -289,20 +320,6 @@ def evaluate_point(spec: SweepSpec, specs: Specs, point: Point) -> dict[str, Any
     for f in WORKLOAD_FIELDS:
         if spec.values(f) is not None:
             row[f] = point.get(f)
-    try:
-        d, ctx = design(spec, specs, point)
-        if spec.buffer is not None:
-            d = d.with_buffer(size_buffer(spec, specs, d, ctx))
-        arch = specs.architecture(specs.mapping(d.config)).with_overrides(
-            d.pe_dim, d.buffer_bytes, d.bandwidth, **dict(d.resize)
-        )
-        row.update(_design_columns(d, arch))
-        if spec.scope == "layer":
-            row.update(_layer_columns(spec, specs, d))
-        else:
-            row.update(_attention_columns(run_attention(spec, specs, d, spec.engine)))
-    except SpecError as err:
-        row["error"] = str(err)
     return row
 
 
@@ -345,8 +362,9 @@ def _attention_columns(r: Result) -> dict[str, Any]:
     }
 
 
-def _layer_columns(spec: SweepSpec, specs: Specs, d: Design) -> dict[str, Any]:
-
+def _layer_columns(
+    spec: SweepSpec, specs: Specs, d: Design, timing: TimingOptions = UNLIMITED
+) -> dict[str, Any]:
     r = evaluate_layer(
         specs,
         d.config,
@@ -358,6 +376,7 @@ def _layer_columns(spec: SweepSpec, specs: Specs, d: Design) -> dict[str, Any]:
         spec.engine,
         spec.linear,
         resize=dict(d.resize),
+        timing=timing,
     )
     return {
         "latency_s": r.latency_s,
@@ -376,10 +395,11 @@ def evaluate_points(
     chunk: list[Point],
     cascade_override: str | None = None,
     arch_override: str | None = None,
+    timing: TimingOptions = UNLIMITED,
 ) -> list[tuple[int, dict[str, Any]]]:
     """A chunk of points in one worker (process or Dask), reading each spec file once."""
     specs = Specs(cascade_override=cascade_override, arch_override=arch_override)
-    return [(p.index, evaluate_point(spec, specs, p)) for p in chunk]
+    return [(p.index, evaluate_point(spec, specs, p, timing)) for p in chunk]
 
 
 def pareto_point(

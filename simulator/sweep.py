@@ -23,19 +23,22 @@ import dataclasses
 import io
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from simulator import journal
 from simulator.atomic import check_writable, write_text
 from simulator.cli import guarded
 from simulator.configs import Specs
-from simulator.design_space import Point, check, columns, evaluate_points, points
+from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
 from simulator.errors import SpecError
-from simulator.paths import resolve_sweep
+from simulator.paths import KINDS, data_dir, resolve_sweep
 from simulator.spec.sweep import (
     ACCOUNTINGS,
     DEFAULTS,
@@ -46,6 +49,8 @@ from simulator.spec.sweep import (
     load_sweep,
     parse_grid_args,
 )
+from simulator.timing.options import TimingOptions
+from simulator.units import parse_seconds
 
 Rows = list[tuple[int, dict[str, Any]]]
 
@@ -80,6 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", "-j", type=int, help="local worker processes (default: all cores)")
     p.add_argument("--executor", choices=["local", "dask"], default="local")
     p.add_argument("--scheduler", help="--executor dask: the scheduler, tcp://HOST:PORT")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a sweep killed before it finished: its journal (--out + .journal) "
+        "keeps the finished points, only the others are computed",
+    )
+    p.add_argument(
+        "--max-sim-s",
+        type=lambda text: parse_seconds(text, "--max-sim-s"),
+        help="a point whose cycle simulation would run longer than this (seconds per "
+        "phase) gets its row with the reason in `error` (default: no limit)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--list", action="store_true", help="print the sweepable parameters")
     return p
@@ -101,26 +118,71 @@ def chunked(items: Sequence[Point], jobs: int) -> list[list[Point]]:
     return [list(items[i::n]) for i in range(n) if items[i::n]]
 
 
+class Sink:
+    """Where finished points go: the journal (when the sweep writes a file), the progress
+    bar and the rows. Points handed to a worker are journaled as started first, so a
+    resumed sweep knows which it recomputes."""
+
+    def __init__(self, writer: journal.Writer | None, tick: Callable[[int], Any]) -> None:
+        self.writer, self.tick = writer, tick
+        self.rows: Rows = []
+
+    def started(self, chunk: list[Point]) -> None:
+        if self.writer is not None:
+            self.writer.started([p.index for p in chunk])
+
+    def finished(self, rows: Rows) -> None:
+        if self.writer is not None:
+            self.writer.finished(rows)
+        self.rows += rows
+        self.tick(len(rows))
+
+
 def run_local(
-    spec: SweepSpec, chunks: list[list[Point]], jobs: int, overrides: tuple, tick: Callable
-) -> Rows:
-    rows: Rows = []
+    spec: SweepSpec, chunks: list[list[Point]], jobs: int, extra: tuple, sink: Sink
+) -> None:
+    """The chunks on `jobs` local processes, at most `jobs` chunks handed out at a time (a
+    kill loses at most those)."""
     if jobs <= 1 or len(chunks) <= 1:
         for chunk in chunks:
-            rows += evaluate_points(spec, chunk, *overrides)
-            tick(len(chunk))
-        return rows
+            sink.started(chunk)
+            sink.finished(evaluate_points(spec, chunk, *extra))
+        return
+    queue = deque(chunks)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(evaluate_points, spec, c, *overrides): len(c) for c in chunks}
-        for future in as_completed(futures):
-            rows += future.result()
-            tick(futures[future])
-    return rows
+        running: dict[Future, list[Point]] = {}
+
+        def submit() -> None:
+            chunk = queue.popleft()
+            sink.started(chunk)
+            running[pool.submit(evaluate_points, spec, chunk, *extra)] = chunk
+
+        while queue and len(running) < jobs:
+            submit()
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: running[f][0].index):
+                del running[future]
+                try:
+                    sink.finished(future.result())
+                except BrokenProcessPool:
+                    raise SpecError(
+                        "a sweep worker process died (out of memory, killed?): the finished "
+                        "points are in the journal; run again with --resume to continue"
+                    ) from None
+                if queue:
+                    submit()
+
+
+# A chunk whose task raised is retried by Dask this many times; a chunk that still fails
+# (or whose worker keeps dying: Dask's KilledWorker) is split into single points, and a
+# single point that still fails gets its row with the reason in `error`.
+DASK_RETRIES = 2
 
 
 def run_dask(
-    spec: SweepSpec, chunks: list[list[Point]], scheduler: str, overrides: tuple, tick: Callable
-) -> Rows:
+    spec: SweepSpec, chunks: list[list[Point]], scheduler: str, extra: tuple, sink: Sink
+) -> None:
     try:
         from distributed import Client
         from distributed import as_completed as dask_completed
@@ -132,16 +194,42 @@ def run_dask(
         client = Client(scheduler, timeout="10s")
     except (OSError, TimeoutError, ValueError) as err:
         raise SpecError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
-    rows: Rows = []
     try:
-        futures = [client.submit(evaluate_points, spec, c, *overrides, pure=False) for c in chunks]
-        sizes = {f.key: len(c) for f, c in zip(futures, chunks, strict=True)}
-        for future in dask_completed(futures):
-            rows += future.result()
-            tick(sizes[future.key])
+        # Chunks handed out at a time: two per worker thread, so that a killed client
+        # loses few and a killed worker costs only its own.
+        limit = max(2, 2 * sum(client.nthreads().values()))
+        queue = deque(chunks)
+        chunk_of: dict[str, list[Point]] = {}
+        completed = dask_completed()
+
+        def submit() -> None:
+            chunk = queue.popleft()
+            sink.started(chunk)
+            future = client.submit(
+                evaluate_points, spec, chunk, *extra, pure=False, retries=DASK_RETRIES
+            )
+            chunk_of[future.key] = chunk
+            completed.add(future)
+
+        while queue and len(chunk_of) < limit:
+            submit()
+        for future in completed:
+            chunk = chunk_of.pop(future.key)
+            try:
+                rows = future.result()
+            except Exception as err:  # anything a remote task or a dying worker raises
+                if len(chunk) > 1:
+                    queue.extendleft([p] for p in reversed(chunk))
+                else:
+                    reason = " ".join(f"{type(err).__name__}: {err}".split())
+                    point = chunk[0]
+                    sink.finished([(point.index, failed_row(spec, point, f"on Dask: {reason}"))])
+            else:
+                sink.finished(rows)
+            while queue and len(chunk_of) < limit:
+                submit()
     finally:
         client.close()
-    return rows
 
 
 def render_csv(spec: SweepSpec, rows: Rows) -> str:
@@ -198,36 +286,105 @@ def main(argv: list[str] | None = None) -> int:
         spec = dataclasses.replace(spec, linear=str(Path(spec.linear).resolve()))
     specs = Specs(cascade_override=cascade, arch_override=arch)
     check(spec, specs)  # unknown configurations, models, specs, names: before any work
-    if args.out:
-        check_writable(Path(args.out))
+    if args.resume and not args.out:
+        raise SpecError("--resume continues a sweep written with --out: give its --out")
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        check_writable(out)
+    timing = TimingOptions(max_sim_s=args.max_sim_s)
     todo = points(spec)
+    extra = (cascade, arch, timing)
+    writer, done = None, journal.Progress({}, frozenset())
+    if out is not None:
+        log = journal.journal_path(out)
+        header = journal.Header(
+            _parameters_digest(spec, extra),
+            _specs_digest(args, cascade, arch, spec),
+            journal.files_digest([Path(__file__).resolve().parent], "*.py"),
+            len(todo),
+        )
+        if log.exists() and not args.resume:
+            raise SpecError(
+                f"{log} holds an interrupted sweep: add --resume to continue it, or delete "
+                "it to start over"
+            )
+        if log.exists():
+            done = journal.read(log, header)
+            _say_resuming(out, done, len(todo))
+        elif args.resume:
+            print(f"nothing to resume ({log} does not exist): running the sweep", file=sys.stderr)
+        writer = journal.Writer(log, header, fresh=not log.exists())
+    left = [p for p in todo if p.index not in done.rows]
     jobs = args.jobs or os.cpu_count() or 1
-    overrides = (cascade, arch)
     bar = tqdm(
         total=len(todo),
+        initial=len(todo) - len(left),
         desc="sweep",
         unit="point",
         disable=True if args.no_progress else None,  # None: only on a terminal
         file=sys.stderr,
     )
-    with bar:
-        if args.executor == "dask":
-            chunks = chunked(todo, 4 * jobs)
-            rows = run_dask(spec, chunks, args.scheduler, overrides, bar.update)
-        else:
-            rows = run_local(spec, chunked(todo, jobs), jobs, overrides, bar.update)
+    sink = Sink(writer, bar.update)
+    try:
+        with bar:
+            if args.executor == "dask":
+                run_dask(spec, chunked(left, 4 * jobs), args.scheduler, extra, sink)
+            else:
+                run_local(spec, chunked(left, jobs), jobs, extra, sink)
+    finally:
+        if writer is not None:
+            writer.close()
+    rows = [*done.rows.items(), *sink.rows]
     text = render_csv(spec, rows)
-    if args.out:
-        write_text(Path(args.out), text)
-        failed = sum(1 for _i, r in rows if r.get("error"))
-        print(
-            f"{len(rows)} points -> {args.out}"
-            + (f" ({failed} without results: see the error column)" if failed else ""),
-            file=sys.stderr,
-        )
-    else:
+    if out is None:
         sys.stdout.write(text)
+        return 0
+    write_text(out, text)
+    journal.journal_path(out).unlink()  # the CSV holds every row now
+    failed = sum(1 for _i, r in rows if r.get("error"))
+    print(
+        f"{len(rows)} points -> {out}"
+        + (f" ({failed} without results: see the error column)" if failed else ""),
+        file=sys.stderr,
+    )
     return 0
+
+
+def _say_resuming(out: Path, done: journal.Progress, total: int) -> None:
+    """How much of the interrupted sweep is kept, and how much is computed again: the
+    points in flight at the interruption (started, no row) and those never started."""
+    recomputed = len(done.started - set(done.rows))
+    fresh = total - len(done.started)
+    print(
+        f"resuming {out}: {len(done.rows)} of {total} points done, {recomputed} recomputed "
+        f"(in flight at the interruption), {fresh} not started yet",
+        file=sys.stderr,
+    )
+
+
+def _parameters_digest(spec: SweepSpec, extra: tuple) -> str:
+    """The sweep's identity: its grid, derived values, buffer rule and settings (not the
+    file positions they came from), the overrides and the timing limit."""
+    buffer = spec.buffer
+    rule = (
+        None
+        if buffer is None
+        else (buffer.minimum_bytes, buffer.grow, buffer.max_steps, buffer.until)
+    )
+    derive = tuple((name, text) for name, text, _loc in spec.derive)
+    settings = (spec.name, spec.grid, derive, rule, spec.scope, spec.engine, spec.accounting)
+    cascade, arch, timing = extra
+    return journal.digest([repr((settings, spec.linear, cascade, arch, timing.max_sim_s))])
+
+
+def _specs_digest(args: argparse.Namespace, cascade, arch, spec: SweepSpec) -> str:
+    """Every spec file the sweep may read: the shipped folders, the overrides, the sweep
+    file and a linear-layer file."""
+    files = [data_dir(kind) for kind in KINDS]
+    files += [Path(f) for f in (cascade, arch, spec.linear) if f and Path(f).is_file()]
+    if args.spec:
+        files.append(resolve_sweep(args.spec))
+    return journal.files_digest(files)
 
 
 if __name__ == "__main__":

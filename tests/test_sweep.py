@@ -305,9 +305,9 @@ def test_relative_override_paths_reach_the_workers(tmp_path, monkeypatch):
     seen = []
     real = sweep_module.run_local
 
-    def spy(spec, chunks, jobs, overrides, tick):
-        seen.append(overrides)
-        return real(spec, chunks, jobs, overrides, tick)
+    def spy(spec, chunks, jobs, extra, sink):
+        seen.append(extra[:2])  # (cascade, arch) overrides; then the timing options
+        return real(spec, chunks, jobs, extra, sink)
 
     monkeypatch.setattr(sweep_module, "run_local", spy)
     monkeypatch.chdir(tmp_path)

@@ -1,7 +1,7 @@
 # Developer shortcuts. The README's two commands are the supported way in; these wrap them.
 PYTHON ?= python
 
-.PHONY: install test lint bench experiments ci clean
+.PHONY: install test lint bench fuzz experiments ci clean
 
 install:
 	$(PYTHON) -m pip install -e ".[test]"
@@ -16,6 +16,12 @@ lint:
 
 bench:
 	$(PYTHON) -m experiments.bench
+
+# The spec fuzzers at length: 10,000 cases of mutated architecture, mapping, table and sweep
+# files and command-line values, freshly drawn (the unit suite runs 300, the same each time).
+FUZZ_CASES ?= 10000
+fuzz:
+	FUZZ_CASES=$(FUZZ_CASES) $(PYTHON) -m pytest tests/test_spec_fuzz.py -p no:cacheprovider -p no:logging -q
 
 experiments:
 	$(PYTHON) -m experiments

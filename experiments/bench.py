@@ -8,7 +8,8 @@ attention check under 10 s. GEMM mapper (issue 6): one GEMM mapped under 1 s;
 a 100-point sweep under 30 s.
 `python -m experiments` (`make experiments`: every figure, CSV and the report) under 60 s on
 2 cores (issue 7). `python -m simulator.compare` with five cascades at 128K under 5 s
-(issue 15). Ratios below 1.0 meet the target.
+(issue 15). Extreme inputs (10T tokens, a 65536-wide array, a 1 TB buffer, ...) each
+answer or stop with one line within 2 s (issue 18). Ratios below 1.0 meet the target.
 """
 
 from __future__ import annotations
@@ -123,11 +124,34 @@ def bench_compare() -> float:
     return _best_of(3, lambda: subprocess.run(cmd, check=True, capture_output=True))
 
 
+# Extreme inputs (issue 18): each answers or stops with one line within 2 s of wall time.
+EXTREME_INPUTS = (
+    ["--seq", "10T"],
+    ["--seq", "10T", "--engine", "analytic"],
+    ["--seq", "2^40"],
+    ["--seq", "64K", "--pe-dim", "65536"],
+    ["--seq", "1M", "--buffer-bytes", "1T"],
+    ["--model", "xlm", "--seq", "1M", "--pe-dim", "128", "--buffer-bytes", "4MB"],
+)
+
+
+def bench_extreme_inputs() -> tuple[float, str]:
+    """The slowest of EXTREME_INPUTS through `python -m simulator.run` (wall, incl. start)."""
+    slowest, which = 0.0, ""
+    for argv in EXTREME_INPUTS:
+        cmd = [sys.executable, "-m", "simulator.run", *argv]
+        seconds = _best_of(1, lambda cmd=cmd: subprocess.run(cmd, capture_output=True))
+        if seconds > slowest:
+            slowest, which = seconds, " ".join(argv)
+    return slowest, which
+
+
 def main() -> int:
     short, long = _cycle_point("binding", "1K"), _cycle_point("binding", "1M")
     mid = _cycle_point("binding", "64K")
     cli_1k, cli_1m = bench_cli("1K"), bench_cli("1M")
     worst = max(_cycle_point(config, "1M") for config in STANDARD)
+    extreme, which = bench_extreme_inputs()
     rows = [
         ("simulator.run --model bert --seq 1M (wall, incl. interpreter)", cli_1m, 1.0),
         ("5 configurations x 24 points, analytic engine", bench_sweep(), 5.0),
@@ -144,6 +168,7 @@ def main() -> int:
         ("python -m simulator.sweep: 100 points, cycle engine (wall)", bench_sweep_100(), 30.0),
         ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 60.0),
         ("python -m simulator.compare: 5 cascades at 128K (wall)", bench_compare(), 5.0),
+        (f"slowest extreme input: simulator.run {which} (wall)", extreme, 2.0),
     ]
     width = max(len(name) for name, _, _ in rows)
     print(f"{'benchmark'.ljust(width)}  {'time (s)':>9}  {'target':>7}  {'ratio':>6}")

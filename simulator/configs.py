@@ -27,7 +27,7 @@ from simulator.cascade.ir import Cascade
 from simulator.cascade.parse import load_cascade
 from simulator.errors import SimulationLimit, SpecError
 from simulator.evaluate import evaluate_mapping
-from simulator.paths import data_dir, resolve_spec
+from simulator.paths import data_dir, is_file, resolve_spec
 from simulator.result import Result
 from simulator.spec.arch import Architecture
 from simulator.spec.arch_file import load_architecture
@@ -176,15 +176,15 @@ class Specs:
         """A linear-layer spec (`mappings/linear/NAME.yaml` or a path) and its cascade."""
         if name_or_path not in self._linear:
             path = Path(name_or_path)
-            if not path.is_file():
+            if not is_file(path):
                 folder = data_dir("mappings") / "linear"
                 path = folder / f"{name_or_path}.yaml"
-                if not path.is_file():
+                if not is_file(path):
                     shipped = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
                     raise SpecError(f"no linear-layer spec '{name_or_path}' (shipped: {shipped})")
             spec = load_linear(path)
             local = path.parent / spec.cascade
-            cascade = local if local.is_file() else resolve_spec("cascades", spec.cascade)
+            cascade = local if is_file(local) else resolve_spec("cascades", spec.cascade)
             self._linear[name_or_path] = (spec, load_cascade(cascade))
         return self._linear[name_or_path]
 
@@ -227,7 +227,7 @@ class Specs:
         # A bare name is a shipped spec; a path (with / or .yaml) is relative to the mapping.
         if "/" in name or name.endswith((".yaml", ".yml")):
             local = Path(spec.path).parent / name
-            if local.is_file():
+            if is_file(local):
                 return local
         try:
             return resolve_spec(kind, name)

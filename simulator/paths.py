@@ -15,6 +15,15 @@ _PACKAGE = Path(__file__).resolve().parent
 KINDS = ("cascades", "arch", "mappings")
 
 
+def is_file(path: str | Path) -> bool:
+    """Whether `path` names a file; False for a name no file system could hold (too long,
+    a NUL byte), so that a shipped spec's name and a user's hostile text are both safe."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def data_dir(kind: str) -> Path:
     """The folder holding the shipped specs of `kind` (one of KINDS)."""
     if kind not in KINDS:
@@ -28,11 +37,11 @@ def data_dir(kind: str) -> Path:
 def resolve_spec(kind: str, name_or_path: str) -> Path:
     """A user's file path, or the name of a shipped spec (`attention-1pass`, `.yaml` optional)."""
     direct = Path(name_or_path)
-    if direct.is_file():
+    if is_file(direct):
         return direct
     base = data_dir(kind)
     for candidate in (base / name_or_path, base / f"{name_or_path}.yaml"):
-        if candidate.is_file():
+        if is_file(candidate):
             return candidate
     shipped = ", ".join(sorted(p.stem for p in base.glob("*.yaml")))
     raise SpecError(f"no such file (shipped {kind}: {shipped})", Loc(name_or_path))
@@ -41,11 +50,11 @@ def resolve_spec(kind: str, name_or_path: str) -> Path:
 def resolve_sweep(name_or_path: str) -> Path:
     """A sweep file: a user's path, or a shipped sweep in `arch/sweeps/` (`pareto`)."""
     direct = Path(name_or_path)
-    if direct.is_file():
+    if is_file(direct):
         return direct
     base = data_dir("arch") / "sweeps"
     for candidate in (base / name_or_path, base / f"{name_or_path}.yaml"):
-        if candidate.is_file():
+        if is_file(candidate):
             return candidate
     shipped = ", ".join(sorted(p.stem for p in base.glob("*.yaml")))
     raise SpecError(f"no such sweep file (shipped sweeps: {shipped})", Loc(name_or_path))

@@ -38,7 +38,7 @@ from simulator.cli import guarded
 from simulator.configs import Specs
 from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
 from simulator.errors import SpecError
-from simulator.paths import KINDS, data_dir, resolve_sweep
+from simulator.paths import KINDS, data_dir, is_file, resolve_sweep
 from simulator.spec.sweep import (
     ACCOUNTINGS,
     DEFAULTS,
@@ -252,7 +252,7 @@ def _cell(value: object) -> str:
 
 def _absolute(path: str | None) -> str | None:
     """A file path made absolute; shipped spec names (no such file here) stay names."""
-    if path is None or not Path(path).is_file():
+    if path is None or not is_file(Path(path)):
         return path
     return str(Path(path).resolve())
 
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     # run in other folders.
     cascade, arch = _absolute(args.cascade), _absolute(args.arch)
     spec = sweep_spec(args)
-    if spec.linear and Path(spec.linear).is_file():
+    if spec.linear and is_file(Path(spec.linear)):
         spec = dataclasses.replace(spec, linear=str(Path(spec.linear).resolve()))
     specs = Specs(cascade_override=cascade, arch_override=arch)
     check(spec, specs)  # unknown configurations, models, specs, names: before any work
@@ -381,7 +381,7 @@ def _specs_digest(args: argparse.Namespace, cascade, arch, spec: SweepSpec) -> s
     """Every spec file the sweep may read: the shipped folders, the overrides, the sweep
     file and a linear-layer file."""
     files = [data_dir(kind) for kind in KINDS]
-    files += [Path(f) for f in (cascade, arch, spec.linear) if f and Path(f).is_file()]
+    files += [Path(f) for f in (cascade, arch, spec.linear) if f and is_file(Path(f))]
     if args.spec:
         files.append(resolve_sweep(args.spec))
     return journal.files_digest(files)

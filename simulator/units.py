@@ -18,6 +18,8 @@ _BYTES = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNOR
 # Powers: `2^40`, `2**40` (a count or a number of bytes); exponents up to MAX_EXPONENT.
 _POWER = re.compile(r"^\s*([0-9]+)\s*(?:\^|\*\*)\s*([0-9]+)\s*$")
 MAX_EXPONENT = 64
+# The largest count or size a command line or spec may give (2^64: tokens, bytes, PEs).
+MAX_COUNT = 2**64
 
 
 def _power(text: str, what: str) -> int | None:
@@ -27,26 +29,30 @@ def _power(text: str, what: str) -> int | None:
     base, exponent = int(match.group(1)), int(match.group(2))
     if exponent > MAX_EXPONENT:
         raise SpecError(f"{what}: '{text}' has an exponent above {MAX_EXPONENT}")
-    if base**exponent <= 0:
-        raise SpecError(f"{what}: '{text}' must be positive")
-    return base**exponent
+    return _checked(base**exponent, text, what)
 
 
 def _scaled(number: str, suffix: str, text: str, what: str) -> int:
+    if len(number) > 30:  # beyond MAX_COUNT whatever the suffix; float() would give inf
+        raise SpecError(f"{what}: '{text[:40]}' is too large (at most 2^64)")
     value = float(number) * _SUFFIX[suffix.upper()]
     if value != int(value):
         raise SpecError(f"{what}: '{text}' is not a whole number")
-    if int(value) <= 0:
+    return _checked(int(value), text, what)
+
+
+def _checked(value: int, text: str, what: str) -> int:
+    if value <= 0:
         raise SpecError(f"{what}: '{text}' must be positive")
-    return int(value)
+    if value > MAX_COUNT:
+        raise SpecError(f"{what}: '{text[:40]}' is too large (at most 2^64)")
+    return value
 
 
 def parse_count(text: str | int, what: str = "value") -> int:
     """`1K`, `64k`, `1M`, `2M`, `1048576`, `2^20` -> int (binary multiples)."""
     if isinstance(text, int) and not isinstance(text, bool):
-        if text <= 0:
-            raise SpecError(f"{what}: '{text}' must be positive")
-        return text
+        return _checked(text, str(text), what)
     power = _power(str(text), what)
     if power is not None:
         return power
@@ -59,9 +65,7 @@ def parse_count(text: str | int, what: str = "value") -> int:
 def parse_bytes(text: str | int, what: str = "size") -> int:
     """`16MB`, `16MiB`, `32M`, `4096` -> bytes (binary multiples)."""
     if isinstance(text, int) and not isinstance(text, bool):
-        if text <= 0:
-            raise SpecError(f"{what}: '{text}' must be positive")
-        return text
+        return _checked(text, str(text), what)
     power = _power(str(text), what)
     if power is not None:
         return power
@@ -81,8 +85,8 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
             value = float(stripped)
         except ValueError:
             value = float(parse_bytes(stripped, what=what))
-    if not math.isfinite(value) or value <= 0:
-        raise SpecError(f"{what} must be a positive finite number, got {text}")
+    if not math.isfinite(value) or value <= 0 or value > MAX_COUNT:
+        raise SpecError(f"{what} must be a positive finite number (at most 2^64), got {text}")
     return value
 
 

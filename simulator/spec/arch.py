@@ -430,7 +430,7 @@ def _attributes(raw: Any, loc: Loc, variables: dict[str, float]) -> dict[str, An
     pending: dict[str, str] = {}
     for key, value in raw.items():
         if isinstance(value, int | float) and not isinstance(value, bool):
-            out[key] = ctx[key] = value
+            out[key] = ctx[key] = expr.evaluate(value, {}, raw.loc_of(key))  # bounded
         elif str(key).endswith(TEXT_SUFFIXES) or key in TEXT_KEYS:
             out[key] = str(value)  # file names and kinds are text, never arithmetic
         elif isinstance(value, str) and expr.is_arithmetic(value):

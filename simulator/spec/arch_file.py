@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from simulator.errors import SpecError
-from simulator.paths import resolve_spec
+from simulator.paths import is_file, resolve_spec
 from simulator.spec import expr, yamlio
 from simulator.spec import timeloop_import as ti
 from simulator.spec.arch import Architecture, build_architecture
@@ -62,7 +62,7 @@ def load_manifest(data: LocDict, source: str) -> Architecture:
     if "like" in body:
         ref = str(body["like"])
         local = base / ref
-        path = local if local.is_file() else resolve_spec("arch", ref)
+        path = local if is_file(local) else resolve_spec("arch", ref)
         like = load_architecture(path)
     bandwidth = None
     if "bandwidth_bytes_per_s" in body:

@@ -27,6 +27,7 @@ _FUNCTIONS = {
     "sqrt": math.sqrt,
     "abs": abs,
 }
+MAX_MAGNITUDE = 1e30  # any number a spec gives
 _MAX_EXPONENT = 1024
 
 
@@ -92,15 +93,27 @@ def evaluate(text: str | Number, context: Mapping[str, Number], loc: Loc | None 
     if isinstance(text, bool):
         raise SpecError(f"expected a number, got {text}", loc)
     if isinstance(text, int | float):
-        return text
+        return _bounded(text, f"'{text}'", loc)
     source = str(text).strip()
     if not source:
         raise SpecError("empty expression", loc)
     try:
         tree = ast.parse(source, mode="eval")
-    except SyntaxError:
-        raise SpecError(f"'{source}' is not an arithmetic expression", loc) from None
-    return _eval(tree.body, context, source, loc)
+    except (SyntaxError, ValueError):  # ValueError: a NUL byte, an integer literal too long
+        raise SpecError(f"'{source[:60]}' is not an arithmetic expression", loc) from None
+    return _bounded(_eval(tree.body, context, source, loc), f"'{source[:60]}'", loc)
+
+
+def _bounded(value: Number, label: str, loc: Loc | None) -> Number:
+    """Spec numbers are sizes, rates and costs: finite ones at most MAX_MAGNITUDE (or `inf`
+    where a spec means unlimited), never NaN -- so that every later float is exact enough
+    and no product overflows."""
+    if isinstance(value, float) and math.isnan(value):
+        raise SpecError(f"{label} is not a number (NaN)", loc)
+    if not isinstance(value, float) or math.isfinite(value):
+        if abs(value) > MAX_MAGNITUDE:
+            raise SpecError(f"{label[:80]} is too large (at most {MAX_MAGNITUDE:g})", loc)
+    return value
 
 
 def _eval(node: ast.AST, ctx: Mapping[str, Number], source: str, loc: Loc | None) -> Number:
@@ -165,6 +178,7 @@ def _eval(node: ast.AST, ctx: Mapping[str, Number], source: str, loc: Loc | None
 
 def as_int(value: Number, what: str, loc: Loc | None = None) -> int:
     """An integer value, or a SpecError when the expression is fractional."""
+    _bounded(value, what, loc)
     if isinstance(value, float):
         if not math.isfinite(value) or value != int(value):
             raise SpecError(f"{what} must be a whole number, got {value:g}", loc)

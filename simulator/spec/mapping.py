@@ -660,6 +660,10 @@ def resolve(
         )
 
     chaining_raw = body.get("chaining") or LocDict()
+    if not isinstance(chaining_raw, LocDict):
+        raise SpecError(
+            f"chaining must map arrays to a mode ({', '.join(CHAINING)})", body.loc_of("chaining")
+        )
     chaining = []
     for array, mode in chaining_raw.items():
         if array not in array_names:
@@ -672,6 +676,11 @@ def resolve(
         chaining.append((str(array), str(mode)))
 
     spatial_raw = body.get("spatial") or LocDict()
+    if not isinstance(spatial_raw, LocDict):
+        raise SpecError(
+            "spatial must map arrays to the rank components they spread, e.g. PE2D: [P0, M0]",
+            body.loc_of("spatial"),
+        )
     spatial: dict[str, tuple[str, ...]] = {}
     for array, comps in spatial_raw.items():
         if array not in array_names:

@@ -18,6 +18,7 @@ the node's own attributes (`depth: 16 * 1024`), evaluated by the restricted eval
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -495,6 +496,8 @@ def _walk(
                     sub = LocList([child])
                     sub.loc, sub.item_locs = children.loc, [children.loc_of(j)]
                     if isinstance(child, LocDict) and child.tag == "Hierarchical":
+                        if "nodes" not in child:
+                            raise SpecError("!Hierarchical needs 'nodes:'", children.loc_of(j))
                         _walk(
                             child["nodes"], child.loc_of("nodes"), variables, path, instances, out
                         )
@@ -548,6 +551,20 @@ def _bandwidth_attr(node: _Node, key: str) -> float:
         raise SpecError(
             f"{node.name}: '{key}' must be a positive number of values per cycle, got {value!r}",
             node.loc,
+        )
+    return float(value)
+
+
+def _positive_attr(node: _Node, key: str) -> float:
+    """A positive, finite number (a clock, a bandwidth)."""
+    value = node.attrs[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(
+            f"attribute '{key}' of '{node.name}' must be a number, got {value!r}", node.loc
+        )
+    if not (0 < value < math.inf):
+        raise SpecError(
+            f"attribute '{key}' of '{node.name}' must be positive and finite, got {value}", node.loc
         )
     return float(value)
 
@@ -658,9 +675,9 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
     for node in nodes:
         if node.tag == "Container" and not node.spatial_path:
             if "frequency_hz" in node.attrs:
-                frequency = float(node.attrs["frequency_hz"])
+                frequency = _positive_attr(node, "frequency_hz")
             elif "global_cycle_seconds" in node.attrs:
-                frequency = 1.0 / float(node.attrs["global_cycle_seconds"])
+                frequency = 1.0 / _positive_attr(node, "global_cycle_seconds")
             if "datawidth" in node.attrs:
                 datawidth = _int_attr(node, "datawidth")
             precision = str(node.attrs.get("precision", precision))
@@ -673,9 +690,9 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
         raise SpecError(f"expected exactly one DRAM component, found {len(drams)}", top)
     dram_node = drams[0]
     dw = _int_attr(dram_node, "datawidth", datawidth or 16)
-    bandwidth = dram_node.attrs.get("bandwidth_bytes_per_s")
-    if bandwidth is None or isinstance(bandwidth, str) or bandwidth <= 0:
+    if "bandwidth_bytes_per_s" not in dram_node.attrs:
         raise SpecError("DRAM needs a positive 'bandwidth_bytes_per_s'", dram_node.loc)
+    bandwidth = _positive_attr(dram_node, "bandwidth_bytes_per_s")
     dram = Memory(
         dram_node.name, dram_node.klass, _int_attr(dram_node, "width", 64), 0, dw, float(bandwidth)
     )

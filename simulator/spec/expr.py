@@ -178,6 +178,8 @@ def _eval(node: ast.AST, ctx: Mapping[str, Number], source: str, loc: Loc | None
 
 def as_int(value: Number, what: str, loc: Loc | None = None) -> int:
     """An integer value, or a SpecError when the expression is fractional."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(f"{what} must be a number, got {value!r}"[:200], loc)
     _bounded(value, what, loc)
     if isinstance(value, float):
         if not math.isfinite(value) or value != int(value):

@@ -286,6 +286,19 @@ def build_mapping(data: Any, source: str) -> MappingSpec:
                 body.loc_of("dataflow"),
             )
         _check_keys(df, ("table", "match", "where", "nearest"), "dataflow")
+        for key in ("match", "where", "nearest"):
+            section = df.get(key)
+            if section is None and key != "match":
+                continue
+            if not isinstance(section, LocDict) or not all(
+                isinstance(v, str | int | float) and not isinstance(v, bool)
+                for v in section.values()
+            ):
+                raise SpecError(
+                    f"dataflow '{key}' must map table columns to names or values, "
+                    "e.g. {models: label, seq_len: seq}",
+                    df.loc_of(key),
+                )
         table_file = Path(source).parent / str(df["table"])
         table_path = str(table_file)
         table = _read_table(table_file, df.loc_of("table"))

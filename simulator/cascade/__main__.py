@@ -6,6 +6,8 @@
     compare FILE --reference [--shape ...] [--scale S] [--seed N]   FILE against its `reference:`
     eval    FILE [--shape ...] [--scale S] [--seed N]           run on random inputs
     graph   FILE [--format text|dot]                            dependencies and recurrences
+    rewrite FILE [--target-passes N] [--allow-unstable] [-o OUT]  an equivalent cascade with
+                                                                fewer passes, rules and checks
     list                                                        the shipped cascades
 
 FILE is a path or the name of a shipped cascade (`attention-1pass`).
@@ -17,9 +19,12 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
+from simulator.atomic import write_text
 from simulator.cascade.evaluate import (
     Comparison,
     compare,
@@ -30,8 +35,9 @@ from simulator.cascade.evaluate import (
 from simulator.cascade.graph import to_dot, to_text
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import KINDS, cascade_ops, totals
-from simulator.cascade.parse import load_cascade
+from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
+from simulator.cascade.rewrite import RewriteResult, rewrite
 from simulator.cascade.shapes import MissingShapes, parse_shape_arg, resolve_shapes
 from simulator.cli import guarded
 from simulator.errors import SpecError
@@ -54,6 +60,16 @@ def _seed(text: str) -> int:
     if value < 0:
         raise SpecError(f"--seed must be 0 or more, got {value}")
     return value
+
+
+def _count(option: str):
+    def parse(text: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise SpecError(f"{option}: '{text}' is not a whole number") from None
+
+    return parse
 
 
 def _positive(option: str):
@@ -301,6 +317,124 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _passes_text(n: int) -> str:
+    return f"{n} pass" if n == 1 else f"{n} passes"
+
+
+def _rewritten_draft(result: RewriteResult, source: str, out: str | None):
+    """The result as a file: named after OUT (or `<name>-rewritten`), its description and
+    header saying where it comes from and which rules made it."""
+    original = result.original
+    if out:
+        name = Path(out).stem
+    else:
+        name = f"{original.name}-rewritten" if result.improved else original.name
+    chain = ", ".join(f"{s.rule} at {s.site}" for s in result.steps) or "no rule"
+    before = result.passes_before.max_passes
+    after = result.passes_after.max_passes
+    description = (
+        f"{original.name} rewritten by `python -m simulator.cascade rewrite`: "
+        f"{_passes_text(before)} -> {_passes_text(after)} ({chain})."
+    )
+    header = [f"Rewritten from {source} by python -m simulator.cascade rewrite."]
+    header += [
+        f"{i}. {s.rule} at {s.site} -> {_passes_text(s.max_passes)}: {s.detail}"
+        for i, s in enumerate(result.steps, 1)
+    ]
+    if result.unstable:
+        header.append(f"Uses {', '.join(result.unstable)}: may lose precision (--allow-unstable).")
+    return replace(result.draft, name=name, description=description), header
+
+
+def cmd_rewrite(args: argparse.Namespace) -> int:
+    cascade = _load(args.file)
+    overrides = parse_shape_arg(args.shape) if args.shape else None
+    if args.target_passes is not None and args.target_passes < 1:
+        raise SpecError(f"--target-passes must be 1 or more, got {args.target_passes}")
+    result = rewrite(
+        cascade,
+        target_passes=args.target_passes or 1,
+        allow_unstable=args.allow_unstable,
+        overrides=overrides,
+        seed=args.seed,
+    )
+    draft, header = _rewritten_draft(result, args.file, args.output)
+    text = draft.text(header)
+    loads_cascade(text, draft.name)  # what is written parses back (else a bug, not a file)
+    before, after = result.passes_before, result.passes_after
+    reached = args.target_passes is None or after.max_passes <= args.target_passes
+    if args.format == "json":
+        report = {
+            "cascade": cascade.name,
+            "passes_before": before.max_passes,
+            "passes_after": after.max_passes,
+            "improved": result.improved,
+            "target_reached": reached,
+            "steps": [
+                {"rule": s.rule, "site": s.site, "passes": s.max_passes, "detail": s.detail}
+                for s in result.steps
+            ],
+            "unstable_rules": list(result.unstable),
+            "checks": [
+                {"scale": c.scale, "max_rel_error": c.max_rel_error, "note": c.note}
+                for c in result.checks
+            ],
+            "rejected": [
+                {"rule": r.rule, "site": r.site, "reason": r.reason} for r in result.rejected
+            ],
+            "expanded": result.expanded,
+            "candidates": result.candidates,
+            "output": args.output,
+        }
+        if not args.output:
+            report["cascade_file"] = text
+        print(json.dumps(report, indent=2))
+    else:
+        per_rank = ", ".join(f"{g} {n}" for g, n, _ in before.per_rank if n > 1)
+        print(
+            f"{cascade.name}: {_passes_text(before.max_passes)}"
+            + (f" ({per_rank})" if per_rank else "")
+        )
+        for i, s in enumerate(result.steps, 1):
+            print(f"  {i}. {s.rule} at {s.site} -> {_passes_text(s.max_passes)}: {s.detail}")
+        if not result.improved:
+            hint = "" if args.allow_unstable else " (stable rules; --allow-unstable adds more)"
+            print(f"no rule lowers the passes{hint}: returned unchanged")
+        checks = ", ".join(
+            f"scale {c.scale:g}: "
+            + (
+                f"max relative error {c.max_rel_error:.2g}"
+                if c.max_rel_error is not None
+                else c.note
+            )
+            for c in result.checks
+        )
+        print(
+            f"{draft.name}: {_passes_text(after.max_passes)}; equal to {cascade.name} within "
+            f"1e-05 on random inputs (seed {args.seed}; {checks})"
+        )
+        if result.unstable:
+            print(
+                f"warning: uses {', '.join(result.unstable)}, which loses precision when the "
+                "values' mean is large against their spread"
+            )
+        for r in result.rejected:
+            print(f"bug: {r.rule} at {r.site} made a candidate the checks refused: {r.reason}")
+        if not reached:
+            print(f"target of {_passes_text(args.target_passes)} not reached")
+        print(
+            f"search: {result.expanded} cascade(s) expanded, {result.candidates} rewrite(s) tried"
+        )
+        if not args.output:
+            print()
+            print(text, end="")
+    if args.output:
+        write_text(Path(args.output), text)
+        if args.format != "json":
+            print(f"wrote {args.output}")
+    return 0 if reached else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m simulator.cascade",
@@ -353,6 +487,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--format", choices=["text", "dot"], default="text")
     p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser(
+        "rewrite", help="an equivalent cascade with fewer passes, found by rewrite rules"
+    )
+    p.add_argument("file")
+    p.add_argument("--target-passes", type=_count("--target-passes"), default=None)
+    p.add_argument(
+        "--allow-unstable",
+        action="store_true",
+        help="also use rules that may lose precision (the one-pass variance)",
+    )
+    p.add_argument("-o", "--output", help="write the rewritten cascade here (else print it)")
+    p.add_argument("--shape", help=shape_help + "; the numerical checks run at these")
+    p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=cmd_rewrite)
 
     p = sub.add_parser("list", help="the shipped cascades")
     p.set_defaults(func=cmd_list)

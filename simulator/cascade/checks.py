@@ -24,8 +24,10 @@ from simulator.cascade.ir import (
     ISym,
     IVar,
     Num,
+    Op,
     Operator,
     Read,
+    Size,
     TensorDecl,
     expr_reads,
     index_str,
@@ -92,6 +94,7 @@ class Checker:
         # Names of `shapes:`; one that is no rank may still be a size parameter of a filter.
         self.shape_names = {r for r, _ in shapes}
         self.filter_syms: set[str] = set()
+        self.value_syms: set[str] = set()  # extents used as numbers in expressions
         self.partitions: dict[str, tuple[str, ...]] = {}
         self.partition_locs: dict[str, Loc] = {}
         self.offset_indices: list[tuple[Access, int, bool]] = []
@@ -231,7 +234,8 @@ class Checker:
         for st, expr in expanded:
             self.check_access(st.output, is_output=True)
             for acc in expr_reads(expr):
-                self.check_access(acc, is_output=False)
+                if not self._may_be_size(acc):
+                    self.check_access(acc, is_output=False)
             for pos, ix in enumerate(st.output.indices):
                 if isinstance(ix.expr, IBin):
                     terms, consts = _affine_terms(ix.expr, st.output.loc)
@@ -279,6 +283,9 @@ class Checker:
                 raise SpecError(f"undeclared rank '{rank}'", self.partition_locs[rank])
         self._check_partition_cycles()
 
+        # Extents used as numbers (`S[p] / E`) once the partitions are known.
+        expanded = [(st, self._sizes(expr)) for st, expr in expanded]
+
         # Pass 2: build Einsums.
         einsums: list[Einsum] = []
         names: dict[str, Loc] = {}
@@ -313,9 +320,29 @@ class Checker:
         return cascade
 
     def _size_parameters(self) -> tuple[str, ...]:
-        """Names of `shapes:` that are no rank but appear in a filter (a window `W`): they
-        take a value like an extent. Any other unknown name stays an error (see `build`)."""
-        return tuple(r for r, _ in self.shapes if not self.known_rank(r) and r in self.filter_syms)
+        """Names of `shapes:` that are no rank but appear in a filter (a window `W`) or as a
+        number in an expression: they take a value like an extent. Any other unknown name
+        stays an error (see `build`)."""
+        used = self.filter_syms | self.value_syms
+        return tuple(r for r, _ in self.shapes if not self.known_rank(r) and r in used)
+
+    def _may_be_size(self, acc: Access) -> bool:
+        """A bare upper-case name that is no tensor: perhaps an extent used as a number,
+        decided by `_sizes` once the partitions are known."""
+        return not acc.indices and acc.tensor not in self.decls and acc.tensor[:1].isupper()
+
+    def _sizes(self, expr: Expr) -> Expr:
+        """Reads of extents (`E` in `S[p] / E`: a rank, a partition component or a name of
+        `shapes:`) become :class:`Size`; any other undeclared name is an unknown tensor."""
+        if isinstance(expr, Read) and self._may_be_size(expr.access):
+            name = expr.access.tensor
+            if self.known_rank(name) or name in self.shape_names:
+                self.value_syms.add(name)
+                return Size(name)
+            self.check_access(expr.access, is_output=False)
+        if isinstance(expr, Op):
+            return Op(expr.name, tuple(self._sizes(a) for a in expr.args))
+        return expr
 
     def _check_partition_cycles(self) -> None:
         for rank in self.partitions:
@@ -429,7 +456,7 @@ class Checker:
             kind = "init"
         elif isinstance(expr, Read) and st.reduction is None and not reduced:
             kind = "copy"
-        elif isinstance(expr, Num):
+        elif isinstance(expr, Num | Size):
             kind = "init" if it is not None else "copy"
         else:
             kind = "compute"

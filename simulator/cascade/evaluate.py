@@ -40,6 +40,7 @@ from simulator.cascade.ir import (
     Num,
     Op,
     Read,
+    bind_sizes,
     eval_index,
     index_vars,
     rank_of,
@@ -246,12 +247,13 @@ def _run_unchecked(
         filtered = frozenset(v for f in filters for v in _cond_vars(f)) & set(free)
         mask = filter_mask(filters, env, tuple(extents[v] if v in filtered else 1 for v in free))
     result = None
+    expr = bind_sizes(e.expr, shapes)
     if reduced_axes and e.reduce_op == "sum":
-        factors = _factors(e.expr)
+        factors = _factors(expr)
         if factors is not None:
             result = _sum_of_products(factors, gather, free, out_free, extents, e.reduced, mask)
     if result is None:
-        values = np.asarray(_eval_expr(e.expr, gather), dtype=np.float64)
+        values = np.asarray(_eval_expr(expr, gather), dtype=np.float64)
         full = tuple(extents[v] for v in free)
         if filters or reduced_axes:
             values = np.broadcast_to(values, full)

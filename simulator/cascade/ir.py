@@ -184,7 +184,36 @@ class Op:
         return f"{self.name}({', '.join(str(a) for a in self.args)})"
 
 
-Expr = Num | Read | Op
+@dataclass(frozen=True)
+class Size:
+    """A rank's extent (or a size parameter) used as a number: `MU[p] = S[p] / E`. It takes
+    the extent the shapes give, so `--shape E=...` changes it like any other."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+Expr = Num | Read | Op | Size
+
+
+def bind_sizes(expr: Expr, shapes: Mapping[str, int]) -> Expr:
+    """The expression with every :class:`Size` replaced by its extent (a :class:`Num`)."""
+    if isinstance(expr, Size):
+        return Num(float(shapes[expr.name]))
+    if isinstance(expr, Op):
+        return Op(expr.name, tuple(bind_sizes(a, shapes) for a in expr.args))
+    return expr
+
+
+def expr_sizes(expr: Expr) -> Iterator[str]:
+    """Names of the extents an expression uses as numbers."""
+    if isinstance(expr, Size):
+        yield expr.name
+    elif isinstance(expr, Op):
+        for arg in expr.args:
+            yield from expr_sizes(arg)
 
 
 def expr_reads(expr: Expr) -> Iterator[Access]:

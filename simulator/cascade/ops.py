@@ -36,6 +36,7 @@ from simulator.cascade.ir import (
     Num,
     Op,
     Read,
+    Size,
     eval_index,
     index_vars,
     rank_of,
@@ -71,7 +72,7 @@ class EinsumOps:
 def _map_ops(expr: Expr, ops_by_name: Mapping[str, Expr] | None = None) -> Counter[str]:
     """Map actions per point; `x + y*z` counts as one mac."""
     counts: Counter[str] = Counter()
-    if isinstance(expr, Num | Read):
+    if isinstance(expr, Num | Read | Size):
         return counts
     assert isinstance(expr, Op)
     args = expr.args

@@ -1,0 +1,25 @@
+"""The rewrite rules, one module each (see :mod:`.base` for what a rule provides).
+
+Order matters only for ties in the search: the rules are tried in this order at every
+candidate.
+"""
+
+from simulator.cascade.rewrite.rules import (
+    defer_normalization,
+    iterative_reduction,
+    one_pass_variance,
+    partition_rank,
+    reassociate_affine,
+    running_max,
+)
+
+RULES = (
+    defer_normalization,
+    partition_rank,
+    iterative_reduction,
+    running_max,
+    reassociate_affine,
+    one_pass_variance,
+)
+
+__all__ = ["RULES"]

@@ -1,0 +1,120 @@
+"""Deferred normalisation: a scale that does not depend on the contracted rank moves past
+the contraction.
+
+    C[o] = sum_r (N[.., r, ..] / D[o']) * X[.., r, ..]
+         = (sum_r N[.., r, ..] * X[.., r, ..]) / D[o']          (likewise for N * D)
+
+Holds when D reads none of the contracted variables r (then it is a common factor of every
+term). Attention's `AV = sum_m (SN / SD) V` becomes `AV = (sum_m SN V) / SD` (Cascade 4 ->
+its deferred-division form, 3 -> 2 passes); RMSNorm's `H = sum_e (X / RMS) W` becomes
+`(sum_e X W) / RMS` (the normalisation and the matmul share one pass).
+
+The scale may also be a factor of C itself (`Z = sum_k Y * A[k]` with Y free of k:
+`Z = (sum_k A[k]) * Y`, the paper's Cascade 1 -> 2).
+
+Conditions checked: C is a plain sum (no filters, not iterative) whose expression is a
+product with the factor A; A has one producer, a plain map (no reduction, filters or
+iteration) `A = N / D` or a product with factors D independent of r; the read of A is by
+plain variables. Dividing by a scale that depends on r is not this identity: the rule
+does not apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from simulator.cascade.ir import Expr, Op, Read
+from simulator.cascade.rewrite.draft import (
+    edited,
+    expr_tensors,
+    expr_vars,
+    factors,
+    fresh,
+    inline,
+    is_plain_map,
+    is_plain_sum,
+    names_in_use,
+    product,
+    read,
+    statement,
+)
+from simulator.cascade.rewrite.rules.base import Context, Rewrite
+from simulator.cascade.write import expr_text
+
+NAME = "defer-normalization"
+STABLE = True
+
+
+def _splits(expr: Expr, contracted: set[str]) -> Iterator[tuple[Expr, Expr, str]]:
+    """(numerator, scale, 'div' | 'mul') with the scale free of the contracted variables."""
+    if isinstance(expr, Op) and expr.name == "div":
+        num, den = expr.args
+        if not expr_vars(den) & contracted:
+            yield num, den, "div"
+        return
+    parts = factors(expr)
+    if len(parts) < 2:
+        return
+    scale = [f for f in parts if not expr_vars(f) & contracted]
+    rest = [f for f in parts if expr_vars(f) & contracted]
+    if scale and rest:
+        yield product(rest), product(scale), "mul"
+
+
+def candidates(context: Context) -> Iterator[Rewrite]:
+    c = context.cascade
+    for consumer in c.einsums:
+        if not is_plain_sum(consumer):
+            continue
+        contracted = set(consumer.reduced)
+        parts = factors(consumer.expr)
+        free = [f for f in parts if not expr_vars(f) & contracted]
+        bound = [f for f in parts if expr_vars(f) & contracted]
+        if free and bound:
+            yield _rewrite(context, consumer, bound, 0, bound[0], product(free), "mul")
+            continue
+        for i, part in enumerate(parts):
+            if not isinstance(part, Read):
+                continue
+            producers = c.producers(part.access.tensor)
+            if len(producers) != 1 or not is_plain_map(producers[0]):
+                continue
+            body = inline(producers[0], part.access)
+            if body is None:
+                continue
+            for num, scale, how in _splits(body, contracted):
+                if not expr_vars(num) & contracted:
+                    continue  # nothing of A varies along r: no contraction to move past
+                yield _rewrite(context, consumer, parts, i, num, scale, how)
+
+
+def _rewrite(context, consumer, parts, i, num, scale, how) -> Rewrite:
+    c = context.cascade
+    taken = names_in_use(c)
+    others = parts[:i] + parts[i + 1 :]
+    if isinstance(num, Read):
+        base = (
+            num.access.tensor + "".join(sorted(expr_tensors(product(others))))
+            if others
+            else (num.access.tensor + "S")
+        )
+    else:
+        base = consumer.output.tensor + "N"
+    inner = fresh(base, taken)
+    out = consumer.output
+    inner_read = read(inner, out.indices)
+    first = statement(inner_read, product([num, *others]))
+    second = statement(out, Op(how, (inner_read, scale)), label=consumer.name)
+    ranks = c.tensor(out.tensor).ranks
+    symbol = "/" if how == "div" else "*"
+    detail = (
+        f"{consumer.name} = sum_{','.join(consumer.reduced)} "
+        f"({expr_text(num)} {symbol} {expr_text(scale, 2, True)}) ... -> "
+        f"{inner} {symbol} {expr_text(scale, 2, True)}"
+    )
+    return Rewrite(
+        NAME,
+        consumer.name,
+        detail,
+        edited(c, {consumer.name: [first, second]}, new_declarations=[(inner, ranks)]),
+    )

@@ -1,0 +1,126 @@
+"""A full reduction over a partitioned rank becomes an iterative one over its outer part.
+
+    S[o] = op_{m1, m0} T[.., m1, m0, ..]
+    ->  LS[o, m1] = op_{m0} T[.., m1, m0, ..]                      (one chunk)
+        RS[o, 0] = identity(op)
+        RS[o, m1+1] = op(RS[o, m1], LS[o, m1])   until m1 == M1     (running result)
+        readers of S read RS[o, M1]
+
+Holds for an associative reduction with an identity (sum, prod, max, min): folding the
+chunks left to right from the identity gives the same value. On its own it changes no
+pass count (the readers still wait for the final step); it gives the running maximum rule
+the running value it corrects against.
+
+Conditions checked: S is a compute Einsum, not iterative and without filters, reducing
+both components m1 and m0 of one partition with a built-in operator; its output is
+written at plain variables and it is its tensor's only producer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from simulator.cascade.ir import Cascade, Einsum, Num, Op, Read
+from simulator.cascade.rewrite.draft import (
+    at_int,
+    at_next,
+    at_sym,
+    at_var,
+    edited,
+    fresh,
+    map_reads,
+    names_in_use,
+    plain_vars,
+    read,
+    readers,
+    statement,
+    step_position,
+    with_step,
+)
+from simulator.cascade.rewrite.rules.base import Context, Rewrite
+
+NAME = "iterative-reduction"
+STABLE = True
+
+IDENTITY = {"sum": float("0"), "prod": 1.0, "max": float("-inf"), "min": float("inf")}
+COMBINE = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
+
+
+def candidates(context: Context) -> Iterator[Rewrite]:
+    c = context.cascade
+    for e in c.einsums:
+        if (
+            e.kind != "compute"
+            or e.iterative is not None
+            or e.filters()
+            or e.reduce_op not in IDENTITY
+            or plain_vars(e.output) is None
+            or len(c.producers(e.output.tensor)) != 1
+        ):
+            continue
+        for parent, comps in c.partitions:
+            if len(comps) != 2:
+                continue
+            outer, inner = (comps[0].lower(), comps[1].lower())
+            if outer in e.reduced and inner in e.reduced:
+                yield _rewrite(c, e, parent, comps)
+
+
+def _rewrite(c: Cascade, e: Einsum, parent: str, comps: tuple[str, ...]) -> Rewrite:
+    bound, outer = comps[0], comps[0].lower()
+    taken = names_in_use(c)
+    s = e.output.tensor
+    local, running = fresh(f"L{s}", taken), fresh(f"R{s}", taken)
+    ranks = c.tensor(s).ranks
+    at = step_position(ranks)
+    step_ranks = ranks[:at] + (bound,) + ranks[at:]
+    out = e.output.indices
+    here = with_step(out, at, at_var(outer))
+    first = with_step(out, at, at_int(0))
+    nxt = with_step(out, at, at_next(outer))
+    final = with_step(out, at, at_sym(bound))
+    rest = [v for v in e.reduced if v != outer]
+    texts = [
+        statement(read(running, first), Num(IDENTITY[e.reduce_op])),
+        statement(read(local, here), e.expr, reduce_op=e.reduce_op, reduced=rest),
+        statement(
+            read(running, nxt),
+            Op(COMBINE[e.reduce_op], (read(running, here), read(local, here))),
+            until=f"{outer} == {bound}",
+        ),
+    ]
+    if s in c.outputs:
+        texts.append(statement(e.output, read(running, final), label=e.name))
+    replacements = {e.name: texts}
+
+    def final_read(acc):
+        if acc.tensor != s:
+            return None
+        return Read(replace(acc, tensor=running, indices=with_step(acc.indices, at, at_sym(bound))))
+
+    for r in readers(c, s):
+        replacements[r.name] = [
+            statement(
+                r.output,
+                map_reads(r.expr, final_read),
+                label=r.name,
+                reduce_op=r.reduce_op,
+                reduced=r.reduced,
+                until=str(r.until) if r.until is not None else None,
+            )
+        ]
+    detail = (
+        f"{e.name} = {e.reduce_op} over {parent} -> {local} per {bound} chunk, running "
+        f"{running} (from {IDENTITY[e.reduce_op]:g}); readers take {running}[{bound}]"
+    )
+    return Rewrite(
+        NAME,
+        e.name,
+        detail,
+        edited(
+            c,
+            replacements,
+            new_declarations=[(local, step_ranks), (running, step_ranks)],
+        ),
+    )

@@ -1,0 +1,242 @@
+"""Searching sequences of rewrite rules for a cascade with fewer passes.
+
+Best-first over candidates, ordered by (maximum passes, passes summed over ranks, rules
+applied, Einsums): rules that lower nothing on their own (partitioning a rank, making a
+reduction iterative) stay in the frontier so a later rule (the running maximum) can use
+them. Every candidate is parsed and checked by the language, its passes computed, and run
+on the same random inputs as the original at several input magnitudes before it enters
+the frontier: a candidate that parses badly or computes something else is a bug of the
+rule that made it, reported (never silently dropped, never returned).
+
+Bounds, so any cascade answers: at most MAX_EXPANSIONS candidates are expanded, chains
+are at most MAX_STEPS rules long, and each numerical check runs at the extents the
+cascade's file gives (or `--shape`), which `check_evaluation_size` bounds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+
+import numpy as np
+
+from simulator.cascade.evaluate import evaluate, random_inputs, relative_error
+from simulator.cascade.ir import Cascade
+from simulator.cascade.passes import PassReport, analyze_passes
+from simulator.cascade.rewrite.draft import Draft, draft_of, without_dead
+from simulator.cascade.rewrite.rules import RULES
+from simulator.cascade.rewrite.rules.base import Context
+from simulator.cascade.shapes import MissingShapes, resolve_shapes
+from simulator.errors import Loc, SpecError
+
+MAX_EXPANSIONS = 64  # candidates whose rewrites are generated
+MAX_STEPS = 8  # rules in one chain
+# Standard deviations of the random inputs of the checks: 1, and one large enough that
+# attention's logits reach about 1e4 (E = 64: a product of two N(0, 30^2) vectors has a
+# standard deviation of 30 * 30 * 8 = 7200), where a cascade without a max overflows.
+CHECK_SCALES = (1.0, 30.0)
+RTOL = 1e-5
+
+
+@dataclass(frozen=True)
+class Step:
+    rule: str
+    site: str
+    detail: str
+    max_passes: int
+    per_rank: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A candidate a rule produced that the checks refused: a bug of that rule."""
+
+    rule: str
+    site: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ScaleCheck:
+    scale: float
+    max_rel_error: float | None  # None: the original is not finite at this scale
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RewriteResult:
+    original: Cascade
+    cascade: Cascade
+    draft: Draft
+    steps: tuple[Step, ...]
+    passes_before: PassReport
+    passes_after: PassReport
+    checks: tuple[ScaleCheck, ...]
+    rejected: tuple[Rejected, ...]
+    expanded: int
+    candidates: int
+    unstable: tuple[str, ...]  # unstable rules the chain uses
+
+    @property
+    def improved(self) -> bool:
+        return self.passes_after.max_passes < self.passes_before.max_passes
+
+
+class Mismatch(Exception):
+    """A candidate that does not compute what the original does."""
+
+
+class NumericalCheck:
+    """The original's outputs on fixed random inputs at each scale, and the comparison of a
+    candidate against them (same inputs, same extents)."""
+
+    def __init__(
+        self, original: Cascade, overrides: Mapping[str, int] | None, seed: int, where: Loc
+    ) -> None:
+        try:
+            self.shapes = resolve_shapes(original, overrides)
+        except MissingShapes as err:
+            raise SpecError(
+                f"cannot check rewrites of '{original.name}' numerically: {err.message}", where
+            ) from None
+        self.outputs = original.outputs
+        self.inputs = {s: random_inputs(original, self.shapes, seed, s) for s in CHECK_SCALES}
+        self.expected = {
+            s: _outputs(evaluate(original, self.inputs[s], self.shapes), self.outputs)
+            for s in CHECK_SCALES
+        }
+
+    def shapes_for(self, cascade: Cascade) -> dict[str, int]:
+        names = cascade.shape_names()
+        return resolve_shapes(cascade, {k: v for k, v in self.shapes.items() if k in names})
+
+    def check(self, cascade: Cascade) -> tuple[ScaleCheck, ...]:
+        missing = [t for t in self.outputs if t not in cascade.outputs]
+        if missing:
+            raise Mismatch(f"loses the output(s) {', '.join(missing)}")
+        if set(cascade.inputs) != set(self.inputs[CHECK_SCALES[0]]):
+            raise Mismatch(f"reads other inputs: {', '.join(cascade.inputs)}")
+        shapes = self.shapes_for(cascade)
+        results = []
+        for scale in CHECK_SCALES:
+            got = _outputs(evaluate(cascade, self.inputs[scale], shapes), self.outputs)
+            want = self.expected[scale]
+            if not all(np.isfinite(v).all() for v in want.values()):
+                results.append(ScaleCheck(scale, None, "the original is not finite here"))
+                continue
+            worst = 0.0
+            for t in self.outputs:
+                if not np.isfinite(got[t]).all():
+                    raise Mismatch(f"{t} is not finite at input scale {scale:g}")
+                worst = max(worst, relative_error(got[t], want[t]))
+            if worst > RTOL:
+                raise Mismatch(
+                    f"differs from the original by {worst:.3g} (relative) at input scale {scale:g}"
+                )
+            results.append(ScaleCheck(scale, worst))
+        return tuple(results)
+
+
+def _outputs(arrays: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, np.ndarray]:
+    return {t: arrays[t] for t in names}
+
+
+@dataclass(frozen=True)
+class _State:
+    draft: Draft
+    cascade: Cascade
+    report: PassReport
+    steps: tuple[Step, ...]
+    checks: tuple[ScaleCheck, ...]
+    unstable: tuple[str, ...]
+
+    def score(self) -> tuple[int, int, int, int]:
+        total = sum(n for _, n, _ in self.report.per_rank)
+        return (self.report.max_passes, total, len(self.steps), len(self.cascade.einsums))
+
+
+def _rules(allow_unstable: bool) -> tuple[ModuleType, ...]:
+    return tuple(r for r in RULES if r.STABLE or allow_unstable)
+
+
+def rewrite(
+    cascade: Cascade,
+    *,
+    target_passes: int = 1,
+    allow_unstable: bool = False,
+    overrides: Mapping[str, int] | None = None,
+    seed: int = 0,
+) -> RewriteResult:
+    """The cascade with the fewest passes the rules reach (the input itself if none lowers
+    them), with the chain of rules, the checks and any rejected candidate."""
+    where = Loc(cascade.path)
+    checker = NumericalCheck(cascade, overrides, seed, where)
+    report = analyze_passes(cascade)
+    start = _State(draft_of(cascade), cascade, report, (), (), ())
+    counter = itertools.count()
+    frontier = [(start.score(), next(counter), start)]
+    seen = {start.draft.key()}
+    rejected: list[Rejected] = []
+    best, expanded, generated = start, 0, 0
+    rules = _rules(allow_unstable)
+    reached = report.max_passes <= target_passes
+    while frontier and expanded < MAX_EXPANSIONS and not reached:
+        _, _, state = heapq.heappop(frontier)
+        if len(state.steps) >= MAX_STEPS:
+            continue
+        expanded += 1
+        context = Context(state.cascade, state.report, checker.shapes_for(state.cascade))
+        for rule in rules:
+            for rw in rule.candidates(context):
+                generated += 1
+                try:
+                    built = rw.draft.build()
+                    draft = without_dead(built, cascade.outputs)
+                    if draft.key() in seen:
+                        continue
+                    seen.add(draft.key())
+                    candidate = draft.build() if draft != rw.draft else built
+                    new_report = analyze_passes(candidate)
+                    checks = checker.check(candidate)
+                except Exception as err:  # noqa: BLE001 - any failure is the rule's bug
+                    reason = err.message if isinstance(err, SpecError) else str(err)
+                    if not isinstance(err, SpecError | Mismatch):
+                        reason = f"{type(err).__name__}: {reason}"
+                    rejected.append(Rejected(rule.NAME, rw.site, reason))
+                    continue
+                step = Step(
+                    rule.NAME,
+                    rw.site,
+                    rw.detail,
+                    new_report.max_passes,
+                    tuple((g, n) for g, n, _ in new_report.per_rank),
+                )
+                unstable = state.unstable + (() if rule.STABLE else (rule.NAME,))
+                new = _State(draft, candidate, new_report, state.steps + (step,), checks, unstable)
+                heapq.heappush(frontier, (new.score(), next(counter), new))
+                if new_report.max_passes < report.max_passes and (
+                    best is start or new.score() < best.score()
+                ):
+                    best = new
+                if best.report.max_passes <= target_passes:
+                    reached = True
+    if best is start:
+        checks = checker.check(cascade)
+    else:
+        checks = best.checks
+    return RewriteResult(
+        original=cascade,
+        cascade=best.cascade,
+        draft=best.draft,
+        steps=best.steps,
+        passes_before=report,
+        passes_after=best.report,
+        checks=checks,
+        rejected=tuple(rejected),
+        expanded=expanded,
+        candidates=generated,
+        unstable=best.unstable,
+    )

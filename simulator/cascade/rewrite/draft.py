@@ -103,7 +103,8 @@ def edited(
 
 def without_dead(cascade: Cascade, keep: Iterable[str]) -> Draft:
     """The cascade without Einsums whose tensors nothing reads and that are not among the
-    results to `keep`, and without declarations nothing uses (repeated to a fixpoint)."""
+    results to `keep` (repeated to a fixpoint), and without the declarations and shapes
+    nothing left uses."""
     keep = set(keep)
     einsums = list(cascade.einsums)
     while True:
@@ -113,11 +114,16 @@ def without_dead(cascade: Cascade, keep: Iterable[str]) -> Draft:
             break
         einsums = live
     used = {e.output.tensor for e in einsums} | {a.tensor for e in einsums for a in e.reads()}
+    tensors = [t for t in cascade.tensors if t.name in used]
+    ranks = {r for t in tensors for r in t.ranks} | set(cascade.params)
+    for parent, comps in cascade.partitions:
+        if ranks & {parent, *comps}:
+            ranks |= {parent, *comps}
     return Draft(
         cascade.name,
         cascade.description,
-        cascade.shapes,
-        tuple((t.name, t.ranks) for t in cascade.tensors if t.name in used),
+        tuple((k, v) for k, v in cascade.shapes if k in ranks),
+        tuple((t.name, t.ranks) for t in tensors),
         tuple(einsum_text(e) for e in einsums),
         cascade.reference,
     )

@@ -1,0 +1,263 @@
+"""Each rewrite rule on its own: it applies where its identity holds, the result computes
+the same values, and it does not apply where its side condition fails -- with the wrong
+rewrite built by hand to show the condition matters (it changes the values)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.cascade.evaluate import compare, evaluate, random_inputs
+from simulator.cascade.parse import load_cascade, loads_cascade
+from simulator.cascade.passes import analyze_passes
+from simulator.cascade.rewrite.draft import without_dead
+from simulator.cascade.rewrite.rules import (
+    RULES,
+    defer_normalization,
+    iterative_reduction,
+    one_pass_variance,
+    partition_rank,
+    reassociate_affine,
+    running_max,
+)
+from simulator.cascade.rewrite.rules.base import Context
+from simulator.cascade.shapes import resolve_shapes
+from simulator.cascade.write import to_yaml
+from simulator.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cascade(body: str, shapes: str, decls: str):
+    text = f"name: t\nshapes: {{{shapes}}}\neinsum:\n  declaration:\n"
+    text += "".join(f"    {d}\n" for d in decls.split(";"))
+    text += "  expressions:\n" + "".join(f"    - {json_quote(s)}\n" for s in body.split(";"))
+    return loads_cascade(text, "t.yaml")
+
+
+def json_quote(s: str) -> str:
+    return json.dumps(s.strip())
+
+
+def rewrites(rule, c):
+    return list(rule.candidates(Context(c, analyze_passes(c), resolve_shapes(c))))
+
+
+def apply(rw, original):
+    """The rewrite as the search keeps it: built, without what nothing reads any more."""
+    return without_dead(rw.draft.build(), original.outputs).build()
+
+
+def equal(a, b, scale: float = 1.0) -> bool:
+    return compare(a, b, scale=scale).equivalent
+
+
+ATTENTION_DECLS = (
+    "Q: [E, P];K: [E, M];V: [F, M];QK: [M, P];GM: [P];SN: [M, P];SD: [P];A: [M, P];AV: [F, P]"
+)
+SHAPES = "M: 32, P: 8, E: 4, F: 4"
+
+
+# ---- deferred normalisation ----------------------------------------------------------
+
+
+def test_defer_moves_a_division_free_of_the_contracted_rank():
+    c = load_cascade(ROOT / "cascades/attention-3pass.yaml")
+    (rw,) = rewrites(defer_normalization, c)
+    new = apply(rw, c)
+    assert rw.site == "AV"
+    assert equal(c, new) and equal(c, new, scale=30)
+    assert analyze_passes(new).max_passes == 2
+
+
+def test_defer_refuses_a_division_that_depends_on_the_contracted_rank():
+    # A divides by a per-key value DK[m]: sum_m (SN / DK[m]) V is not (sum_m SN V) / DK.
+    decls = "X: [M, P];V: [F, M];DK: [M];SN: [M, P];A: [M, P];AV: [F, P]"
+    body = "SN[m, p] = exp(X[m, p]);A[m, p] = SN[m, p] / DK[m];AV[f, p] = A[m, p] * V[f, m]"
+    c = cascade(body, "M: 16, P: 4, F: 4", decls)
+    assert rewrites(defer_normalization, c) == []
+    # What ignoring the condition would give: the division after the sum, by DK's sum.
+    wrong = cascade(
+        "SN[m, p] = exp(X[m, p]);SNV[f, p] = SN[m, p] * V[f, m];"
+        "SDK = DK[m];AV[f, p] = SNV[f, p] / SDK",
+        "M: 16, P: 4, F: 4",
+        "X: [M, P];V: [F, M];DK: [M];SN: [M, P];SNV: [F, P];SDK: [];AV: [F, P]",
+    )
+    assert not equal(c, wrong)
+
+
+def test_defer_pulls_a_factor_free_of_the_rank_out_of_the_sum():
+    c = load_cascade(ROOT / "cascades/cascade1-dot.yaml")
+    (rw,) = rewrites(defer_normalization, c)
+    new = apply(rw, c)
+    assert equal(c, new)
+    assert analyze_passes(c).max_passes == 2 and analyze_passes(new).max_passes == 1
+
+
+# ---- partitioning a rank -------------------------------------------------------------
+
+
+def test_partition_splits_a_multi_pass_rank_and_changes_no_value():
+    c = load_cascade(ROOT / "cascades/attention-3pass.yaml")
+    (rw,) = rewrites(partition_rank, c)
+    new = apply(rw, c)
+    assert rw.site == "M" and dict(new.partitions)["M"] == ("M1", "M0")
+    assert dict(new.shapes)["M0"] == 256  # the largest divisor of 1024 at most 1024 / 4
+    assert equal(c, new)
+    assert analyze_passes(new).max_passes == analyze_passes(c).max_passes
+
+
+def test_partition_leaves_ranks_of_the_results_and_filtered_ranks_alone():
+    # layernorm's result Y is indexed by E: splitting E would change its shape.
+    assert rewrites(partition_rank, load_cascade(ROOT / "cascades/layernorm.yaml")) == []
+    # the causal mask filters m: a chunk would need the filter rewritten.
+    causal = load_cascade(ROOT / "cascades/attention-causal-3pass.yaml")
+    assert rewrites(partition_rank, causal) == []
+
+
+def test_partition_ignores_single_pass_ranks():
+    c = load_cascade(ROOT / "cascades/attention-3pass-deferred-div.yaml")
+    assert [rw.site for rw in rewrites(partition_rank, c)] == ["M"]  # not E, F or P
+
+
+# ---- iterative reduction -------------------------------------------------------------
+
+
+def _split_attention():
+    c = load_cascade(ROOT / "cascades/attention-3pass-deferred-div.yaml")
+    return apply(rewrites(partition_rank, c)[0], c)
+
+
+def test_iterative_reduction_folds_chunks_from_the_identity():
+    c = _split_attention()
+    found = {rw.site: rw for rw in rewrites(iterative_reduction, c)}
+    assert set(found) == {"GM", "SD", "SNV"}
+    for rw in found.values():
+        assert equal(c, apply(rw, c))
+
+
+def test_iterative_reduction_needs_both_components_reduced():
+    decls = "X: [M1, M0, P];L: [M1, P]"
+    c = cascade("L[m1, p] = X[m1, m0, p] :: max(m0)", "M1: 4, M0: 4, P: 4", decls)
+    assert rewrites(iterative_reduction, c) == []
+
+
+# ---- running maximum with correction --------------------------------------------------
+
+
+def _iterative_max_attention():
+    c = _split_attention()
+    rw = next(r for r in rewrites(iterative_reduction, c) if r.site == "GM")
+    return apply(rw, c)
+
+
+def test_running_max_makes_attention_one_pass():
+    c = _iterative_max_attention()
+    (rw,) = rewrites(running_max, c)
+    new = apply(rw, c)
+    assert analyze_passes(c).max_passes == 2 and analyze_passes(new).max_passes == 1
+    assert equal(c, new) and equal(c, new, scale=30)
+    one_pass = load_cascade(ROOT / "cascades/attention-1pass.yaml")
+    assert equal(one_pass, new, scale=35)
+
+
+def test_running_max_refuses_terms_read_other_than_by_a_sum():
+    # SN is also summed squared: the correction exp(old - new) rescales a sum of terms
+    # exp(x - max), not of their squares, so TOP would mix terms scaled by different maxima.
+    base = _iterative_max_attention()
+    text = to_yaml(base).replace("    AV: [F, P]\n", "    AV: [F, P]\n    TOP: [P]\n")
+    text += '    - "TOP[p] = SN[m1, m0, p] * SN[m1, m0, p]"\n'
+    c = loads_cascade(text, "t.yaml")
+    assert rewrites(running_max, c) == []
+    # Applying it anyway (the rewrite of the cascade without TOP, TOP added after) changes TOP.
+    (rw,) = rewrites(running_max, base)
+    forced = rw.draft.text().replace("    AV: [F, P]\n", "    AV: [F, P]\n    TOP: [P]\n")
+    forced += '    - "TOP[p] = SN[m1, m0, p] * SN[m1, m0, p]"\n'
+    shapes = resolve_shapes(c)
+    inputs = random_inputs(c, shapes, seed=1)
+    want = evaluate(c, inputs, shapes)["TOP"]
+    got = evaluate(loads_cascade(forced, "f.yaml"), inputs, shapes)["TOP"]
+    assert not np.allclose(want, got)
+
+
+# ---- reassociation of a per-row shift -------------------------------------------------
+
+
+def test_reassociation_takes_the_shift_out_of_the_contraction():
+    decls = "X: [E, P];W: [E, F];MU: [P];D: [E, P];Z: [F, P]"
+    body = "MU[p] = X[e, p] / E;D[e, p] = X[e, p] - MU[p];Z[f, p] = D[e, p] * W[e, f]"
+    c = cascade(body, "E: 16, P: 4, F: 8", decls)
+    (rw,) = rewrites(reassociate_affine, c)
+    new = apply(rw, c)
+    assert equal(c, new)
+    assert analyze_passes(c).max_passes == 2 and analyze_passes(new).max_passes == 1
+
+
+def test_reassociation_refuses_a_shift_along_the_contracted_rank():
+    decls = "X: [E, P];W: [E, F];B: [E];D: [E, P];Z: [F, P]"
+    body = "D[e, p] = X[e, p] - B[e];Z[f, p] = D[e, p] * W[e, f]"
+    c = cascade(body, "E: 16, P: 4, F: 8", decls)
+    assert rewrites(reassociate_affine, c) == []
+    # Treating B[e] as constant along e (sum X W - B * sum W, with B's sum) is wrong.
+    wrong = cascade(
+        "XW[f, p] = X[e, p] * W[e, f];SW[f] = W[e, f];SB = B[e];Z[f, p] = XW[f, p] - SB * SW[f]",
+        "E: 16, P: 4, F: 8",
+        "X: [E, P];W: [E, F];B: [E];XW: [F, P];SW: [F];SB: [];Z: [F, P]",
+    )
+    assert not equal(c, wrong)
+
+
+# ---- the one-pass variance ------------------------------------------------------------
+
+
+def test_one_pass_variance_is_equal_on_centred_data_and_marked_unstable():
+    c = load_cascade(ROOT / "cascades/layernorm.yaml")
+    (rw,) = rewrites(one_pass_variance, c)
+    new = apply(rw, c)
+    assert equal(c, new)
+    assert analyze_passes(c).max_passes == 3 and analyze_passes(new).max_passes == 2
+    assert not one_pass_variance.STABLE
+    assert all(r.STABLE for r in RULES if r is not one_pass_variance)
+
+
+def test_one_pass_variance_loses_precision_when_the_mean_is_large():
+    c = load_cascade(ROOT / "cascades/layernorm.yaml")
+    new = apply(rewrites(one_pass_variance, c)[0], c)
+    shapes = resolve_shapes(c)
+    x = 1e6 + random_inputs(c, shapes, seed=3)["X"]  # mean 1e6, unit spread
+    want = evaluate(c, {"X": x}, shapes)["VAR"]
+    got = evaluate(new, {"X": x}, shapes)["VAR"]
+    assert np.max(np.abs(got - want) / np.abs(want)) > 1e-5
+
+
+def test_one_pass_variance_refuses_a_shift_along_the_rank():
+    decls = "X: [E, P];B: [E];D: [E, P];VAR: [P]"
+    body = "D[e, p] = X[e, p] - B[e];VAR[p] = D[e, p] * D[e, p] / E"
+    assert rewrites(one_pass_variance, cascade(body, "E: 16, P: 4", decls)) == []
+
+
+# ---- the language: a rank's extent as a number ----------------------------------------
+
+
+def test_an_extent_reads_as_a_number_and_follows_the_shapes():
+    c = cascade("MU[p] = X[e, p] / E", "E: 8, P: 3", "X: [E, P];MU: [P]")
+    x = np.ones((8, 3))
+    assert np.allclose(evaluate(c, {"X": x}, {"E": 8, "P": 3})["MU"], 1.0)
+    x2 = np.ones((4, 3))
+    assert np.allclose(evaluate(c, {"X": x2}, {"E": 4, "P": 3})["MU"], 1.0)
+
+
+def test_an_unknown_upper_case_name_is_still_an_unknown_tensor():
+    with pytest.raises(SpecError, match="unknown tensor 'Q'"):
+        cascade("MU[p] = X[e, p] / Q", "E: 8, P: 3", "X: [E, P];MU: [P]")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "cascades").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_cascade_writes_back_to_itself(path):
+    c = load_cascade(path)
+    again = loads_cascade(to_yaml(c), str(path))
+    assert again.einsums == c.einsums and again.tensors == c.tensors
+    assert again.shapes == c.shapes and again.reference == c.reference

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from simulator.configs import STANDARD, Specs, evaluate, prepare
 from simulator.plan.mapper import Gemm, map_gemm
@@ -146,6 +147,16 @@ def bench_extreme_inputs() -> tuple[float, str]:
     return slowest, which
 
 
+def bench_rewrite() -> float:
+    """`python -m simulator.cascade rewrite attention-3pass --target-passes 1` (wall)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            sys.executable, "-m", "simulator.cascade", "rewrite", "attention-3pass",
+            "--target-passes", "1", "-o", str(Path(tmp) / "a1.yaml"),
+        ]  # fmt: skip
+        return _best_of(1, lambda: subprocess.run(cmd, capture_output=True, check=True))
+
+
 def main() -> int:
     short, long = _cycle_point("binding", "1K"), _cycle_point("binding", "1M")
     mid = _cycle_point("binding", "64K")
@@ -169,6 +180,11 @@ def main() -> int:
         ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 60.0),
         ("python -m simulator.compare: 5 cascades at 128K (wall)", bench_compare(), 5.0),
         (f"slowest extreme input: simulator.run {which} (wall)", extreme, 2.0),
+        (
+            "simulator.cascade rewrite attention-3pass --target-passes 1 (wall)",
+            bench_rewrite(),
+            10.0,
+        ),
     ]
     width = max(len(name) for name, _, _ in rows)
     print(f"{'benchmark'.ljust(width)}  {'time (s)':>9}  {'target':>7}  {'ratio':>6}")

@@ -163,6 +163,31 @@ def statement(
     return text
 
 
+def restated(e: Einsum, fn: Callable[[Access], Expr | None]) -> str:
+    """An Einsum's text with its reads replaced by `fn` (see `map_reads`), the rest kept."""
+    return statement(
+        e.output,
+        map_reads(e.expr, fn),
+        label=e.name,
+        reduce_op=e.reduce_op,
+        reduced=e.reduced,
+        until=str(e.until) if e.until is not None else None,
+    )
+
+
+def final_step(finals: Mapping[str, tuple[str, int, str]]) -> Callable[[Access], Expr | None]:
+    """A read replacer: a read of a tensor of `finals` (tensor -> running tensor, step
+    position, bound) becomes the running tensor's final step (`S[o]` -> `RS[o, M1]`)."""
+
+    def to_final(acc: Access) -> Expr | None:
+        if acc.tensor not in finals:
+            return None
+        running, at, bound = finals[acc.tensor]
+        return Read(replace(acc, tensor=running, indices=with_step(acc.indices, at, at_sym(bound))))
+
+    return to_final
+
+
 def plain_vars(access: Access) -> tuple[str, ...] | None:
     """The variables of an access whose every position is a plain, unfiltered variable."""
     names = []

@@ -19,21 +19,21 @@ written at plain variables and it is its tensor's only producer.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
-from simulator.cascade.ir import Cascade, Einsum, Num, Op, Read
+from simulator.cascade.ir import Cascade, Einsum, Num, Op
 from simulator.cascade.rewrite.draft import (
     at_int,
     at_next,
     at_sym,
     at_var,
     edited,
+    final_step,
     fresh,
-    map_reads,
     names_in_use,
     plain_vars,
     read,
     readers,
+    restated,
     statement,
     step_position,
     with_step,
@@ -94,22 +94,9 @@ def _rewrite(c: Cascade, e: Einsum, parent: str, comps: tuple[str, ...]) -> Rewr
         texts.append(statement(e.output, read(running, final), label=e.name))
     replacements = {e.name: texts}
 
-    def final_read(acc):
-        if acc.tensor != s:
-            return None
-        return Read(replace(acc, tensor=running, indices=with_step(acc.indices, at, at_sym(bound))))
-
+    to_final = final_step({s: (running, at, bound)})
     for r in readers(c, s):
-        replacements[r.name] = [
-            statement(
-                r.output,
-                map_reads(r.expr, final_read),
-                label=r.name,
-                reduce_op=r.reduce_op,
-                reduced=r.reduced,
-                until=str(r.until) if r.until is not None else None,
-            )
-        ]
+        replacements[r.name] = [restated(r, to_final)]
     detail = (
         f"{e.name} = {e.reduce_op} over {parent} -> {local} per {bound} chunk, running "
         f"{running} (from {IDENTITY[e.reduce_op]:g}); readers take {running}[{bound}]"

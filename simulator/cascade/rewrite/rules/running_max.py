@@ -26,7 +26,6 @@ does not apply.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 from simulator.cascade.ir import Access, Cascade, Einsum, ISym, IVar, Num, Op, Read, index_vars
 from simulator.cascade.rewrite.draft import (
@@ -37,14 +36,15 @@ from simulator.cascade.rewrite.draft import (
     edited,
     expr_tensors,
     factors,
+    final_step,
     fresh,
     is_plain_map,
     is_plain_sum,
-    map_reads,
     names_in_use,
     plain_vars,
     read,
     readers,
+    restated,
     statement,
     step_position,
     with_step,
@@ -177,26 +177,11 @@ def _rewrite(c, sn, sums, scaled, pos, step, bound) -> Rewrite:
         declarations += [(n, step_ranks) for n in (local, scaled_prev, running)]
         finals[name] = (running, at)
 
-    def to_final(acc: Access):
-        if acc.tensor not in finals:
-            return None
-        running, at = finals[acc.tensor]
-        return Read(replace(acc, tensor=running, indices=with_step(acc.indices, at, at_sym(bound))))
-
+    to_final = final_step({t: (running, at, bound) for t, (running, at) in finals.items()})
     for s in sums:
         for r in readers(c, s.output.tensor):
-            if r.name in replacements:
-                continue
-            replacements[r.name] = [
-                statement(
-                    r.output,
-                    map_reads(r.expr, to_final),
-                    label=r.name,
-                    reduce_op=r.reduce_op,
-                    reduced=r.reduced,
-                    until=str(r.until) if r.until is not None else None,
-                )
-            ]
+            if r.name not in replacements:
+                replacements[r.name] = [restated(r, to_final)]
     detail = (
         f"{sn.name} follows {rm}[{step}+1] with correction {correction} = exp({rm}[{step}] - "
         f"{rm}[{step}+1]); " + ", ".join(f"{s.name} -> {finals[s.output.tensor][0]}" for s in sums)

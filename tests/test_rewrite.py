@@ -183,7 +183,6 @@ def test_accepted_rewrites_are_equivalent_and_never_worse(choices, unstable):
     c = loads_cascade(text, "random.yaml")
     result = rewrite(c, allow_unstable=unstable)
     assert result.passes_after.max_passes <= result.passes_before.max_passes
-    assert all(s.max_passes <= result.passes_before.max_passes for s in result.steps[-1:])
     assert result.rejected == ()  # no rule produced a wrong candidate
     # equivalence again, on inputs the search never saw (an absolute floor for outputs
     # that cancel to about zero, such as the mean of deviations from a mean)

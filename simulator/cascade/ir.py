@@ -207,15 +207,6 @@ def bind_sizes(expr: Expr, shapes: Mapping[str, int]) -> Expr:
     return expr
 
 
-def expr_sizes(expr: Expr) -> Iterator[str]:
-    """Names of the extents an expression uses as numbers."""
-    if isinstance(expr, Size):
-        yield expr.name
-    elif isinstance(expr, Op):
-        for arg in expr.args:
-            yield from expr_sizes(arg)
-
-
 def expr_reads(expr: Expr) -> Iterator[Access]:
     """Every tensor access of an expression, left to right."""
     if isinstance(expr, Read):

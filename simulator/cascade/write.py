@@ -11,7 +11,6 @@ import json
 from collections.abc import Sequence
 
 from simulator.cascade.ir import (
-    Access,
     Cascade,
     Einsum,
     Expr,
@@ -20,11 +19,9 @@ from simulator.cascade.ir import (
     Read,
     Reference,
     Size,
-    index_str,
 )
 
 _INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2)}
-_REDUCE_SPELLING = {"sum": "sum", "prod": "prod", "max": "max", "min": "min"}
 
 
 def expr_text(expr: Expr, parent: int = 0, right: bool = False) -> str:
@@ -57,20 +54,10 @@ def einsum_text(e: Einsum) -> str:
     label = f"{e.name}: " if e.name != default_name else ""
     text = f"{label}{e.output} = {expr_text(e.expr)}"
     if e.reduced and e.reduce_op != "sum":
-        op = _REDUCE_SPELLING.get(e.reduce_op, e.reduce_op)
-        text += f" :: {op}({', '.join(e.reduced)})"
+        text += f" :: {e.reduce_op}({', '.join(e.reduced)})"
     if e.until is not None:
         text += f" until {e.until}"
     return text
-
-
-def access_text(tensor: str, indices: Sequence[str]) -> str:
-    """`T[i, j]` (or `T` for a scalar) from index texts."""
-    return f"{tensor}[{', '.join(indices)}]" if indices else tensor
-
-
-def access_indices(access: Access) -> list[str]:
-    return [index_str(pos.expr) for pos in access.indices]
 
 
 def _yaml_scalar(text: str) -> str:

@@ -26,7 +26,7 @@ from simulator.cascade.ir import (
     Op,
     Read,
     Reference,
-    index_vars,
+    expr_reads,
 )
 from simulator.cascade.parse import loads_cascade
 from simulator.cascade.write import cascade_yaml, einsum_text, expr_text
@@ -199,22 +199,11 @@ def plain_vars(access: Access) -> tuple[str, ...] | None:
 
 
 def expr_vars(expr: Expr) -> set[str]:
-    out: set[str] = set()
-    for acc in _reads(expr):
-        out |= set(acc.vars())
-    return out
+    return {v for acc in expr_reads(expr) for v in acc.vars()}
 
 
 def expr_tensors(expr: Expr) -> set[str]:
-    return {acc.tensor for acc in _reads(expr)}
-
-
-def _reads(expr: Expr):
-    if isinstance(expr, Read):
-        yield expr.access
-    elif isinstance(expr, Op):
-        for a in expr.args:
-            yield from _reads(a)
+    return {acc.tensor for acc in expr_reads(expr)}
 
 
 def map_reads(expr: Expr, fn: Callable[[Access], Expr | None]) -> Expr:
@@ -312,15 +301,6 @@ def inline(producer: Einsum, access: Access) -> Expr | None:
     if inner & set(got):
         return None
     return rename_vars(producer.expr, names)
-
-
-def index_texts(access: Access) -> list[str]:
-    return [str(pos) for pos in access.indices]
-
-
-def uses_var(expr: Expr, names: Iterable[str]) -> bool:
-    names = set(names)
-    return any(set(index_vars(p.expr)) & names for a in _reads(expr) for p in a.indices)
 
 
 # Index positions of running tensors (`RM[m1+1, p]`, `RM[0, p]`, `RM[M1, p]`).

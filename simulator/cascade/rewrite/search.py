@@ -47,7 +47,6 @@ class Step:
     site: str
     detail: str
     max_passes: int
-    per_rank: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True)
@@ -228,13 +227,7 @@ def rewrite(
                         reason = f"{type(err).__name__}: {reason}"
                     rejected.append(Rejected(rule.NAME, rw.site, reason))
                     continue
-                step = Step(
-                    rule.NAME,
-                    rw.site,
-                    rw.detail,
-                    new_report.max_passes,
-                    tuple((g, n) for g, n, _ in new_report.per_rank),
-                )
+                step = Step(rule.NAME, rw.site, rw.detail, new_report.max_passes)
                 unstable = state.unstable + (() if rule.STABLE else (rule.NAME,))
                 new = _State(draft, candidate, new_report, state.steps + (step,), checks, unstable)
                 heapq.heappush(frontier, (new.score(), next(counter), new))

@@ -43,7 +43,7 @@ from simulator.cascade.rewrite.rules.base import Context, Rewrite
 NAME = "iterative-reduction"
 STABLE = True
 
-IDENTITY = {"sum": float("0"), "prod": 1.0, "max": float("-inf"), "min": float("inf")}
+IDENTITY = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
 COMBINE = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
 
 

@@ -90,7 +90,7 @@ def _scaled(e: Einsum, rm: str, pos: int, bound: str) -> tuple[Op, Access] | Non
     return sub, final
 
 
-def _sum_of_scaled(c: Cascade, s: Einsum, sn: Einsum, rm: str, step: str, keep: set[str]) -> bool:
+def _sum_of_scaled(s: Einsum, sn: Einsum, rm: str, step: str, keep: set[str]) -> bool:
     """Is `s` a plain sum over the step variable of a product with one factor SN?"""
     if not is_plain_sum(s) or step not in s.reduced or not keep <= set(s.output_vars):
         return False
@@ -116,7 +116,7 @@ def candidates(context: Context) -> Iterator[Rewrite]:
                 continue
             sums = readers(c, sn.output.tensor)
             keep = {p.expr.name for i, p in enumerate(scaled[1].indices) if i != pos}
-            if sums and all(_sum_of_scaled(c, s, sn, rm, step, keep) for s in sums):
+            if sums and all(_sum_of_scaled(s, sn, rm, step, keep) for s in sums):
                 yield _rewrite(c, sn, sums, scaled, pos, step, bound)
 
 

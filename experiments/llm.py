@@ -7,8 +7,8 @@ automatically (`auto:STRATEGY`, cycle engine) to the cascade it computes:
 * prefill is causal (`attention-causal-*`; Mistral's sliding window `attention-window-*`):
   FuseMax runs the 1-pass cascade, FLAT and unfused the 3-pass one;
 * decode shares each K/V head among its group of query heads: FuseMax runs
-  `attention-decode`, FLAT `attention-gqa-3pass`; the unfused strategy maps plain GEMMs
-  (one row rank), so it runs `attention-3pass` and reads K and V once per query head.
+  `attention-decode`, FLAT and unfused `attention-gqa-3pass` (unfused: the group's query
+  heads are rows of one GEMM).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def cascade_for(model: str, phase: str, strategy: str) -> str:
         return {
             "fusemax": "attention-decode",
             "flat": "attention-gqa-3pass",
-            "unfused": "attention-3pass",
+            "unfused": "attention-gqa-3pass",
         }[strategy]
     mask = "window" if make_workload(model, 1).window else "causal"
     return f"attention-{mask}-{'1pass' if strategy == 'fusemax' else '3pass'}"
@@ -184,8 +184,7 @@ def report(rows: Sequence[LlmRow], ctx: Context) -> str:
             "Beyond the paper: decoder attention of three LLMs, each configuration bound "
             "automatically (`--mapping auto:STRATEGY`, cycle engine) to the cascade it "
             "computes -- causal prefill (Mistral: sliding window of 4096), and decode of one "
-            f"token per request against a {DECODE_CONTEXT} cache with grouped K/V heads (the "
-            "unfused strategy has no grouped GEMM: it reads K and V per query head). A "
+            f"token per request against a {DECODE_CONTEXT} cache with grouped K/V heads. A "
             "filter skips the tiles it empties; diagonal tiles count whole.",
             "",
             md_table(header, table),

@@ -17,6 +17,7 @@ file once (the same cascade serves several mappings) and keeps nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,10 +133,20 @@ class Specs:
         check_tables(ert, art, arch.required_actions(), set(arch.priced_components()))
         return ert, art
 
-    def auto(self, config: str, workload: Workload) -> MappingSpec:
-        """The mapping the automatic binder writes for `config` (`auto:STRATEGY/OPTIONS`)
-        at this workload."""
-        strategy, pipelined, reuse = parse_auto(config)
+    def with_cascade(self, cascade: str | None) -> Specs:
+        """These specs with another cascade override (None: keep this one's); the files
+        read so far are shared."""
+        if cascade is None or cascade == self.cascade_override:
+            return self
+        return dataclasses.replace(self, cascade_override=cascade)
+
+    def config_spec(self, config: str, workload: Workload) -> MappingSpec:
+        """A configuration's mapping at a workload: the file, or the one bound for it."""
+        return self.auto(config, workload) if is_auto(config) else self.mapping(config)
+
+    def auto_sources(self, config: str) -> tuple[Path, Path]:
+        """The cascade and architecture files an automatic configuration binds."""
+        strategy, _pipelined, _reuse = parse_auto(config)
         cascade_path = (
             self._override("cascades", "--cascade", self.cascade_override)
             if self.cascade_override
@@ -146,6 +157,24 @@ class Specs:
             if self.arch_override
             else resolve_spec("arch", DEFAULT_ARCH[strategy])
         )
+        return cascade_path, arch_path
+
+    def check_config(self, config: str) -> None:
+        """The files a configuration reads exist and parse (before a sweep's work)."""
+        if is_auto(config):
+            cascade_path, arch_path = self.auto_sources(config)
+            self._load_cascade(cascade_path)
+            self._load_arch(arch_path)
+            return
+        spec = self.mapping(config)
+        self.architecture(spec)
+        self.cascade(spec)
+
+    def auto(self, config: str, workload: Workload) -> MappingSpec:
+        """The mapping the automatic binder writes for `config` (`auto:STRATEGY/OPTIONS`)
+        at this workload."""
+        strategy, pipelined, reuse = parse_auto(config)
+        cascade_path, arch_path = self.auto_sources(config)
         key = f"{config}|{cascade_path}|{arch_path}|{workload}"
         if key not in self._mappings:
             cascade = self._load_cascade(cascade_path)
@@ -317,7 +346,7 @@ def prepare(
     precision: str | int | None = None,
 ) -> tuple[Cascade, Mapping, Architecture]:
     """The cascade, resolved mapping and architecture of a configuration at a point."""
-    spec = specs.auto(config, workload) if is_auto(config) else specs.mapping(config)
+    spec = specs.config_spec(config, workload)
     cascade = specs.cascade(spec)
     arch = specs.architecture(spec).with_overrides(
         pe_dim, buffer_bytes, bandwidth, **(resize or {})

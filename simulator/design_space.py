@@ -31,7 +31,14 @@ from simulator.paths import resolve_sweep
 from simulator.result import Result
 from simulator.spec.expr import as_int, names_in
 from simulator.spec.expr import evaluate as evaluate_expr
-from simulator.spec.sweep import DEFAULTS, PARAMETERS, WORKLOAD_FIELDS, SweepSpec, load_sweep
+from simulator.spec.sweep import (
+    DEFAULTS,
+    OPTIONAL_COLUMNS,
+    PARAMETERS,
+    WORKLOAD_FIELDS,
+    SweepSpec,
+    load_sweep,
+)
 from simulator.spec.workload import Workload, make_workload
 from simulator.timing.options import UNLIMITED, TimingOptions
 
@@ -45,7 +52,10 @@ _COUNTS = (
     "register_words_2d",
     "register_words_1d",
     *WORKLOAD_FIELDS,
+    "context",
 )
+# Grid parameters that are not numbers an expression may use.
+_NAMES = ("accel", "model", "cascade", "phase")
 # Relative slack when comparing memory time with compute time (float sums of phases).
 _SLACK = 1e-9
 
@@ -90,7 +100,7 @@ LAYER_COLUMNS = (
 
 
 def columns(spec: SweepSpec) -> tuple[str, ...]:
-    extra = tuple(f for f in WORKLOAD_FIELDS if spec.values(f) is not None)
+    extra = tuple(f for f in OPTIONAL_COLUMNS if spec.values(f) is not None)
     results = LAYER_COLUMNS if spec.scope == "layer" else ATTENTION_COLUMNS
     return (*POINT_COLUMNS, *extra, *results, "error")
 
@@ -111,20 +121,29 @@ def points(spec: SweepSpec) -> list[Point]:
     return [Point(i, tuple(zip(names, combo, strict=True))) for i, combo in enumerate(combos)]
 
 
-def check(spec: SweepSpec, specs: Specs) -> None:
+def point_specs(specs: Specs, point: Point, cascades: Mapping[str, str]) -> Specs:
+    """The specs a point reads: its `cascade` (a grid value, `cascades` giving the file a
+    value names) replaces the sweep's."""
+    cascade = point.get("cascade")
+    return specs if cascade is None else specs.with_cascade(cascades.get(cascade, cascade))
+
+
+def check(spec: SweepSpec, specs: Specs, cascades: Mapping[str, str] | None = None) -> None:
     """Errors a whole sweep would hit, before any work: unknown configurations or models,
     missing or broken spec files (the overrides included), names the sweep's expressions
     use that no point defines."""
-    for accel in spec.values("accel") or (DEFAULTS["accel"],):
-        mapping = specs.mapping(ALIASES.get(accel, accel))
-        specs.architecture(mapping)
-        specs.cascade(mapping)
+    cascades = cascades or {}
+    for cascade in spec.values("cascade") or (None,):
+        each = specs.with_cascade(None if cascade is None else cascades.get(cascade, cascade))
+        for accel in spec.values("accel") or (DEFAULTS["accel"],):
+            each.check_config(ALIASES.get(accel, accel))
     for model in spec.values("model") or (DEFAULTS["model"],):
         make_workload(model, DEFAULTS["seq"])
+    if spec.values("context") is not None and "decode" not in (spec.values("phase") or ()):
+        raise SpecError("context is the cache of a decode step: sweep phase=decode too")
     if spec.scope == "layer":
         specs.linear(spec.linear)
-    first = points(spec)[0]
-    _config, _workload, _params, base, ctx = _context(spec, specs, first)
+    base, ctx = _first_context(spec, specs, cascades)
     known = set(ctx)
     for name, text, loc in spec.derive:
         _check_names(text, known, loc, f"derive {name}")
@@ -132,6 +151,24 @@ def check(spec: SweepSpec, specs: Specs) -> None:
     if spec.buffer is not None:
         known |= set(base.parameters())
         _check_names(spec.buffer.minimum_bytes, known, spec.buffer.loc, "minimum_bytes")
+
+
+def _first_context(spec: SweepSpec, specs: Specs, cascades: Mapping[str, str]):
+    """The architecture and expression names of the first point that binds: a cascade one
+    strategy cannot bind is a row's error, not the sweep's; the first point's error stands
+    when no point binds."""
+    first: SpecError | None = None
+    for point in points(spec):
+        try:
+            _config, _workload, _params, base, ctx = _context(
+                spec, point_specs(specs, point, cascades), point
+            )
+        except SpecError as err:
+            first = first or err
+            continue
+        return base, ctx
+    assert first is not None
+    raise first
 
 
 def _check_names(text: str, known: set[str], loc, what: str) -> None:
@@ -166,15 +203,15 @@ def _context(spec: SweepSpec, specs: Specs, point: Point):
     the names the sweep's derived values see (before any is derived)."""
     accel = str(point.get("accel"))
     config = ALIASES.get(accel, accel)
-    fields = {f: point.get(f) for f in WORKLOAD_FIELDS if point.get(f) is not None}
-    workload = make_workload(str(point.get("model")), point.get("seq"), fields)
+    workload = point_workload(point)
     params: dict[str, Any] = {
-        p: point.get(p) for p in PARAMETERS if p not in ("accel", "model") and point.get(p)
+        p: point.get(p) for p in PARAMETERS if p not in _NAMES and point.get(p)
     }
-    base = specs.architecture(specs.mapping(config))
+    mapping = specs.config_spec(config, workload)
+    base = specs.architecture(mapping)
     ctx: dict[str, float] = {}
     ctx.update({k: v for k, v in vars_of(workload).items()})
-    ctx.update(rank_shapes(specs.mapping(config), workload))
+    ctx.update(rank_shapes(mapping, workload))
     ctx["value_bytes"] = base.value_bytes
     ctx.update({k: v for k, v in params.items() if isinstance(v, int | float)})
     return config, workload, params, base, ctx
@@ -204,6 +241,18 @@ def design(spec: SweepSpec, specs: Specs, point: Point) -> tuple[Design, dict[st
         tuple((k, int(params[k])) for k in _RESIZE if k in params),
     )
     return d, ctx
+
+
+def point_workload(point: Point) -> Workload:
+    """The point's workload: model, sequence length, field overrides, phase and context."""
+    fields = {f: point.get(f) for f in WORKLOAD_FIELDS if point.get(f) is not None}
+    return make_workload(
+        str(point.get("model")),
+        point.get("seq"),
+        fields,
+        phase=point.get("phase") or "prefill",
+        context=point.get("context") if point.get("phase") == "decode" else None,
+    )
 
 
 def vars_of(workload: Workload) -> dict[str, float]:
@@ -252,7 +301,7 @@ def size_buffer(spec: SweepSpec, specs: Specs, d: Design, ctx: Mapping[str, floa
     minimum = as_int(math.ceil(raw), "minimum_bytes")
     if minimum <= 0:
         raise SpecError(f"minimum_bytes = {minimum} must be positive", rule.loc)
-    arch = specs.architecture(specs.mapping(d.config))
+    arch = specs.architecture(specs.config_spec(d.config, d.workload))
     row = arch.buffer.width_bits // 8
     last = ""
     for k in range(rule.max_steps + 1):
@@ -282,7 +331,7 @@ def evaluate_point(
         d, ctx = design(spec, specs, point)
         if spec.buffer is not None:
             d = d.with_buffer(size_buffer(spec, specs, d, ctx))
-        arch = specs.architecture(specs.mapping(d.config)).with_overrides(
+        arch = specs.architecture(specs.config_spec(d.config, d.workload)).with_overrides(
             d.pe_dim, d.buffer_bytes, d.bandwidth, **dict(d.resize)
         )
         row.update(_design_columns(d, arch))
@@ -317,7 +366,7 @@ def given_row(spec: SweepSpec, point: Point) -> dict[str, Any]:
     }
     with contextlib.suppress(SpecError):
         row["model"] = make_workload(str(point.get("model")), point.get("seq")).label
-    for f in WORKLOAD_FIELDS:
+    for f in OPTIONAL_COLUMNS:
         if spec.values(f) is not None:
             row[f] = point.get(f)
     return row
@@ -396,10 +445,15 @@ def evaluate_points(
     cascade_override: str | None = None,
     arch_override: str | None = None,
     timing: TimingOptions = UNLIMITED,
+    cascades: Mapping[str, str] | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
-    """A chunk of points in one worker (process or Dask), reading each spec file once."""
+    """A chunk of points in one worker (process or Dask), reading each spec file once
+    (`cascades`: the file each value of a swept `cascade` names)."""
     specs = Specs(cascade_override=cascade_override, arch_override=arch_override)
-    return [(p.index, evaluate_point(spec, specs, p, timing)) for p in chunk]
+    return [
+        (p.index, evaluate_point(spec, point_specs(specs, p, cascades or {}), p, timing))
+        for p in chunk
+    ]
 
 
 def pareto_point(

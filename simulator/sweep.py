@@ -285,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     if spec.linear and is_file(Path(spec.linear)):
         spec = dataclasses.replace(spec, linear=str(Path(spec.linear).resolve()))
     specs = Specs(cascade_override=cascade, arch_override=arch)
-    check(spec, specs)  # unknown configurations, models, specs, names: before any work
+    cascades = _cascade_files(spec)
+    check(spec, specs, cascades)  # unknown configurations, models, specs, names: first
     if args.resume and not args.out:
         raise SpecError("--resume continues a sweep written with --out: give its --out")
     out = Path(args.out) if args.out else None
@@ -293,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         check_writable(out)
     timing = TimingOptions(max_sim_s=args.max_sim_s)
     todo = points(spec)
-    extra = (cascade, arch, timing)
+    extra = (cascade, arch, timing, cascades)
     writer, done = None, journal.Progress({}, frozenset())
     if out is not None:
         log = journal.journal_path(out)
@@ -362,6 +363,17 @@ def _say_resuming(out: Path, done: journal.Progress, total: int) -> None:
     )
 
 
+def _cascade_files(spec: SweepSpec) -> dict[str, str]:
+    """A swept `cascade`'s values that are files here, as absolute paths (workers may run
+    in other folders); the others are shipped cascades' names."""
+    out = {}
+    for value in spec.values("cascade") or ():
+        path = _absolute(value)
+        if path != value and path is not None:
+            out[value] = path
+    return out
+
+
 def _parameters_digest(spec: SweepSpec, extra: tuple) -> str:
     """The sweep's identity: its grid, derived values, buffer rule and settings (not the
     file positions they came from), the overrides and the timing limit."""
@@ -373,8 +385,10 @@ def _parameters_digest(spec: SweepSpec, extra: tuple) -> str:
     )
     derive = tuple((name, text) for name, text, _loc in spec.derive)
     settings = (spec.name, spec.grid, derive, rule, spec.scope, spec.engine, spec.accounting)
-    cascade, arch, timing = extra
-    return journal.digest([repr((settings, spec.linear, cascade, arch, timing.max_sim_s))])
+    cascade, arch, timing, cascades = extra
+    return journal.digest(
+        [repr((settings, spec.linear, cascade, arch, timing.max_sim_s, sorted(cascades.items())))]
+    )
 
 
 def _specs_digest(args: argparse.Namespace, cascade, arch, spec: SweepSpec) -> str:
@@ -382,6 +396,7 @@ def _specs_digest(args: argparse.Namespace, cascade, arch, spec: SweepSpec) -> s
     file and a linear-layer file."""
     files = [data_dir(kind) for kind in KINDS]
     files += [Path(f) for f in (cascade, arch, spec.linear) if f and is_file(Path(f))]
+    files += [Path(f) for f in _cascade_files(spec).values()]
     if args.spec:
         files.append(resolve_sweep(args.spec))
     return journal.files_digest(files)

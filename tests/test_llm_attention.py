@@ -11,6 +11,8 @@ import pytest
 
 from simulator.compare import main as compare_main
 from simulator.configs import Specs, evaluate
+from simulator.errors import SpecError
+from simulator.run import main as run_main
 from simulator.spec.workload import make_workload
 
 TILE = 256  # FuseMax's 2D array: P0 = M0 = 256
@@ -151,3 +153,53 @@ def test_compare_cli_errors_are_one_line(capsys):
     assert compare_main(["--cascades", "attention-1pass", "--strategies", "magic"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and "magic" in err
+
+
+def test_unfused_gemms_share_a_kv_tile_among_the_group():
+    """The unfused strategy maps grouped-query attention's QK and AV as GEMMs whose rows are
+    the G query heads x P queries: K and V are read a factor G less often than by multi-head
+    attention with the same query heads (same GEMM work), and one KV head's tiles serve
+    its whole group."""
+    w = make_workload("llama3-8b", "4K")
+    mha = _run("attention-3pass", w, config="auto:unfused")
+    gqa = _run("attention-gqa-3pass", w, config="auto:unfused")
+    assert w.group == 4
+
+    def reads(r, t):
+        return next(x.read_bytes for x in r.tensors if x.tensor == t)
+
+    for t in ("K", "V"):
+        assert reads(gqa, t) * w.group == pytest.approx(reads(mha, t), rel=1e-12)
+    qk = {r: next(c for c in r.einsums if c.einsum == "QK") for r in (mha, gqa)}
+    assert qk[gqa].points * gqa.instances == qk[mha].points * mha.instances
+
+
+@pytest.mark.parametrize("engine", ["analytic", "cycle"])
+def test_unfused_grouped_decode_reads_each_kv_head_once(engine):
+    """Decode on the unfused strategy with grouped K/V: at least (K + V bytes of the KV
+    heads) / bandwidth, and above it by what its design adds -- the G x M scores and
+    probabilities written and read back (4 G M values against 2 x 128 M of K and V, 6.25%)
+    and a softmax phase between the GEMMs: within 10%, a quarter of multi-head's time."""
+    w = make_workload("llama3-8b", "1", {"batch": 64}, phase="decode", context="32K")
+    bound = w.batch * w.kv * w.keys * (w.embed + w.value_embed) * 2 / (400 * 2**30)
+    gqa = _run("attention-gqa-3pass", w, engine, "auto:unfused")
+    mha = _run("attention-3pass", w, engine, "auto:unfused")
+    intermediates = 4 * w.group / (w.embed + w.value_embed)
+    assert bound * (1 + intermediates) <= gqa.latency_s * (1 + 1e-9)
+    assert gqa.latency_s <= 1.10 * bound, gqa.latency_s / bound
+    assert gqa.latency_s < 0.3 * mha.latency_s
+    assert gqa.util_2d < 0.05
+
+
+def test_unfused_refuses_what_it_cannot_bind(capsys):
+    """A recurrence over chunks (1-pass cascades) and grouped heads without K/V reuse are not
+    the unfused strategy's: one line each, exit 2."""
+    w = make_workload("llama3-8b", "4K")
+    with pytest.raises(SpecError, match="recurrence over chunks"):
+        _run("attention-1pass", w, config="auto:unfused")
+    with pytest.raises(SpecError, match="without reuse"):
+        _run("attention-gqa-3pass", w, config="auto:unfused/no-reuse")
+    args = ["--cascade", "attention-decode", "--mapping", "auto:unfused", "--model", "llama3-8b"]
+    assert run_main([*args, "--phase", "decode", "--context", "32K"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "attention-decode" in err and "unfused" in err

@@ -218,6 +218,14 @@ sweep:
         (["--grid", "accel=binding,fusemax"], "listed twice"),
         (["--grid", "seq=4K", "--arch", "nosuch.yaml"], "--arch nosuch.yaml: no such file"),
         (["--grid", "seq=4K", "--cascade", "nosuch"], "--cascade nosuch: no such file"),
+        (["--grid", "cascade=attention-1pass,nosuch"], "--cascade nosuch: no such file"),
+        (["--grid", "accel=auto:warp"], "unknown binding strategy 'warp'"),
+        (["--grid", "phase=later"], "'later' is not one of prefill, decode"),
+        (["--grid", "context=32K"], "context is the cache of a decode step"),
+        (
+            ["--grid", "accel=auto:flat", "cascade=attention-1pass", "model=llama3-8b"],
+            "cannot bind 'attention-1pass' with the FLAT strategy",
+        ),
     ],
 )
 def test_bad_sweeps_fail_in_one_line(tmp_path, capsys, args, message):
@@ -313,3 +321,78 @@ def test_relative_override_paths_reach_the_workers(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["--grid", "seq=1K", *SMALL, "--arch", "mine.yaml", "--out", "o.csv"]) == 0
     assert seen == [(None, str(arch.resolve()))]
+
+
+def test_automatic_bindings_and_cascades_are_swept(tmp_path):
+    """`accel=auto:STRATEGY` binds every point for its workload and `cascade` swaps the
+    cascade per point: each row is what `simulator.run` gives for that point; a cascade a
+    strategy cannot bind keeps its row with the reason."""
+    got = _sweep(
+        tmp_path,
+        "--grid",
+        "accel=auto:fusemax,auto:flat",
+        "cascade=attention-causal-1pass,attention-causal-3pass",
+        "model=llama3-8b",
+        "seq=4K",
+        *SMALL,
+    )
+    assert [(r["accel"], r["cascade"]) for r in got] == [
+        ("auto:fusemax", "attention-causal-1pass"),
+        ("auto:fusemax", "attention-causal-3pass"),
+        ("auto:flat", "attention-causal-1pass"),
+        ("auto:flat", "attention-causal-3pass"),
+    ]
+    w = make_workload("llama3-8b", "4K")
+    for row in (got[0], got[3]):
+        assert not row["error"]
+        r = evaluate(Specs(cascade_override=row["cascade"]), row["accel"], w)
+        assert float(row["latency_s"]) == r.latency_s
+        assert float(row["traffic_bytes"]) == r.traffic_bytes
+    for row in (got[1], got[2]):  # FuseMax binds 1-pass cascades, FLAT 3-pass ones
+        assert "cannot bind" in row["error"] and row["latency_s"] == ""
+
+
+def test_decode_and_grouped_heads_are_sweep_parameters(tmp_path):
+    got = _sweep(
+        tmp_path,
+        "--grid",
+        "accel=auto",
+        "cascade=attention-decode",
+        "model=llama3-8b",
+        "seq=1",
+        "phase=decode",
+        "context=8K,32K",
+        "kv_heads=8,32",
+        *SMALL,
+    )
+    assert [(r["context"], r["kv_heads"], r["phase"]) for r in got] == [
+        ("8192", "8", "decode"),
+        ("8192", "32", "decode"),
+        ("32768", "8", "decode"),
+        ("32768", "32", "decode"),
+    ]
+    latency = {(int(r["context"]), int(r["kv_heads"])): float(r["latency_s"]) for r in got}
+    for context in (8192, 32768):  # memory-bound: the cache's size sets the time
+        assert latency[(context, 32)] == pytest.approx(4 * latency[(context, 8)], rel=0.01)
+    assert latency[(32768, 8)] == pytest.approx(4 * latency[(8192, 8)], rel=0.01)
+    w = make_workload("llama3-8b", "1", {"kv_heads": 8}, phase="decode", context="32K")
+    r = evaluate(Specs(cascade_override="attention-decode"), "auto:fusemax", w)
+    assert float(got[2]["latency_s"]) == r.latency_s
+
+
+def test_a_swept_cascade_file_reaches_the_workers(tmp_path, monkeypatch):
+    """A cascade file named relative to the caller's folder is found by every worker, and
+    the row keeps the name it was given."""
+    source = Path(__file__).resolve().parent.parent / "cascades" / "attention-causal-1pass.yaml"
+    (tmp_path / "mine.yaml").write_text(source.read_text())
+    monkeypatch.chdir(tmp_path)
+    grid = [
+        "accel=auto",
+        "model=llama3-8b",
+        "seq=4K,16K",
+        "cascade=mine.yaml,attention-causal-1pass",
+    ]
+    got = _sweep(tmp_path, "--grid", *grid, "--jobs", "2", *SMALL)
+    assert [r["cascade"] for r in got] == ["mine.yaml", "attention-causal-1pass"] * 2
+    for a, b in ((got[0], got[1]), (got[2], got[3])):
+        assert not a["error"] and a["latency_s"] == b["latency_s"]

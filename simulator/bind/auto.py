@@ -120,7 +120,7 @@ def bind(
             cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, reuse=reuse
         )
     return unfused_mapping(
-        cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, facts
+        cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, facts, reuse
     )
 
 

@@ -1,9 +1,12 @@
 """The unfused strategy: every GEMM its own phase, the Einsums between GEMMs one phase each,
-everything handed over through DRAM (the paper's unfused baseline).
+everything handed over through DRAM (the paper's unfused baseline). Softmax fibres are
+whole rows, so a cascade with a recurrence over chunks (1-pass) is the FuseMax strategy's.
 
 * **GEMM phases** -- an Einsum shaped `OUT = L * R` summed over one rank runs alone on the
   2D array, mapped by the GEMM mapper under the binder's facts (`unfused.gemm`: the FuseMax
-  artifact's constraints, in workload roles -- queries over X, keys over Y);
+  artifact's constraints, in workload roles -- queries over X, keys over Y); several ranks
+  in a role are one GEMM dimension (grouped-query attention: the group's `G x P` rows
+  share every K/V tile), which is why `no-reuse` does not apply to a grouped cascade;
 * **fibre phases** -- a run of other Einsums (the softmax) walks one row at a time on the
   1D array: the rank they reduce (the fibre, `M`) spreads over the 1D PEs in chunks; every
   other rank is a temporal loop. A fibre read from DRAM, or made in one pass and read in a
@@ -20,26 +23,22 @@ from typing import Any
 from simulator.bind.facts import BinderFacts
 from simulator.bind.fusemax import arrays_of, supports
 from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
-from simulator.cascade.ir import Access, Cascade, index_vars, rank_of
-from simulator.cascade.ops import ops_per_point
+from simulator.cascade.gemm import ROLES, gemm_shape
+from simulator.cascade.ir import Access, Cascade, index_vars
 from simulator.cascade.passes import pass_index
 from simulator.errors import SpecError
 from simulator.spec.arch import Architecture, Array
 
-DIM_OF = ("rows", "cols", "reduction")
+DIM_OF = ROLES
 
 
 def gemm_dims(cascade: Cascade, einsum: str) -> dict[str, str] | None:
-    """rank -> GEMM dim (rows, cols, reduction) of `OUT[m, n] = L[k, m] * R[k, n]`, or None."""
-    e = cascade.einsum(einsum)
-    if not is_gemm(e) or dict(ops_per_point(cascade, e)) != {"mac": 1}:
+    """rank -> GEMM dim (rows, cols, reduction) of `OUT[m, n] = L[k, m] * R[k, n]`, or None
+    (several ranks may share a dim: G x P rows of grouped-query attention)."""
+    if not is_gemm(cascade.einsum(einsum)):
         return None
-    left, right = (a for a in e.reads())
-    lv, rv, ov = (indexed_vars(a) for a in (left, right, e.output))
-    rows, cols, red = (ov & lv) - rv, (ov & rv) - lv, (lv & rv) - ov
-    if not (len(rows) == len(cols) == len(red) == 1) or lv | rv != ov | red or lv & rv & ov:
-        return None
-    return {rank_of(next(iter(v))): d for v, d in zip((rows, cols, red), DIM_OF, strict=True)}
+    shape = gemm_shape(cascade, einsum)
+    return None if shape is None else shape.role_of()
 
 
 def indexed_vars(access: Access) -> set[str]:
@@ -89,8 +88,21 @@ def unfused_mapping(
     cascade_ref: str,
     arch_ref: str,
     facts: BinderFacts,
+    reuse: bool = True,
 ) -> dict[str, Any]:
     two, one = arrays_of(arch)
+    if not reuse and "group" in shapes.values():
+        raise SpecError(
+            f"cannot bind '{cascade.name}' with the unfused strategy without reuse: its GEMMs "
+            "run a group's query heads as rows of one GEMM, whose K/V tiles serve them all "
+            "(no-reuse applies to the fusemax and flat strategies)"
+        )
+    if roles.iterative is not None:
+        raise SpecError(
+            f"cannot bind '{cascade.name}' with the unfused strategy: its softmax phase "
+            "normalises whole fibres; this cascade runs a recurrence over chunks (one pass: "
+            "the FuseMax strategy binds it)"
+        )
     passes = pass_index(cascade)
     binding: dict[str, str] = {}
     phases: list[dict[str, Any]] = []

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cascade.ir import Cascade, IVar, Op, Read, rank_of
-from simulator.cascade.ops import ops_per_point
+from simulator.cascade.gemm import flat_name, gemm_shape
+from simulator.cascade.ir import Cascade
 from simulator.errors import SpecError
 from simulator.plan.accesses import AccessReport, DataSpace, LevelMapping, Loop, Problem, analyze
 from simulator.spec.arch import Architecture, Array
@@ -81,40 +81,27 @@ def gemm_of(
     extents: Mapping[str, int],
     instances: tuple[tuple[str, int], ...] = (),
 ) -> Gemm:
-    """Recognise `OUT[m, n] = L[k, m] * R[k, n]` (any index order); anything else is an
-    error: the mapper maps GEMMs only. A filter on an operand (a causal mask) is computed
-    whole: the mapper maps the dense GEMM, as a GEMM library computes QK and then masks it."""
+    """Recognise `OUT[m, n] = L[k, m] * R[k, n]` (any index order; several ranks in a role
+    flatten into one dim, :mod:`simulator.cascade.gemm`); anything else is an error: the
+    mapper maps GEMMs only. A filter on an operand (a causal mask) is computed whole: the
+    mapper maps the dense GEMM, as a GEMM library computes QK and then masks it."""
     e = cascade.einsum(einsum)
-    shape_error = SpecError(
-        f"the GEMM mapper maps Einsums shaped OUT[m, n] = L[k, m] * R[k, n]; "
-        f"'{e.name}: {e.text}' is not one",
-        e.loc,
-    )
-    if e.kind != "compute" or not isinstance(e.expr, Op) or e.expr.name != "mul":
-        raise shape_error
-    if not all(isinstance(a, Read) for a in e.expr.args) or dict(ops_per_point(cascade, e)) != {
-        "mac": 1
-    }:
-        raise shape_error
-    left, right = (a.access for a in e.expr.args)  # type: ignore[union-attr]
-    accesses = (left, right, e.output)
-    for acc in accesses:
-        if not all(isinstance(p.expr, IVar) for p in acc.indices):
-            raise shape_error
-    # the variables each access indexes with (a filter's only select points)
-    lv, rv, ov = ({p.expr.name for p in acc.indices} for acc in accesses)  # type: ignore[union-attr]
-    rows, cols, red = (ov & lv) - rv, (ov & rv) - lv, (lv & rv) - ov
-    if not (len(rows) == len(cols) == len(red) == 1) or lv | rv != ov | red or lv & rv & ov:
-        raise shape_error
-    names = tuple(rank_of(next(iter(v))) for v in (rows, cols, red))
-    missing = [n for n in names if n not in extents]
+    shape = gemm_shape(cascade, einsum)
+    if shape is None:
+        raise SpecError(
+            f"the GEMM mapper maps Einsums shaped OUT[m, n] = L[k, m] * R[k, n]; "
+            f"'{e.name}: {e.text}' is not one",
+            e.loc,
+        )
+    roles = (shape.rows, shape.cols, shape.reduction)
+    missing = [r for ranks in roles for r in ranks if r not in extents]
     if missing:
         raise SpecError(f"no extent for rank(s) {', '.join(missing)} of '{e.name}'", e.loc)
     return Gemm(
         e.name,
-        names,  # type: ignore[arg-type]
-        tuple(int(extents[n]) for n in names),  # type: ignore[arg-type]
-        (left.tensor, right.tensor, e.output.tensor),
+        tuple(flat_name(ranks) for ranks in roles),  # type: ignore[arg-type]
+        tuple(math.prod(int(extents[r]) for r in ranks) for ranks in roles),  # type: ignore[arg-type]
+        (shape.left, shape.right, shape.output),
         instances,
     )
 

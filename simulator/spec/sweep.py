@@ -36,6 +36,7 @@ from simulator.errors import Loc, SpecError
 from simulator.spec import yamlio
 from simulator.spec.expr import is_arithmetic
 from simulator.spec.mapping import ALIASES
+from simulator.spec.workload import PHASES
 from simulator.spec.yamlio import LocDict, LocList
 from simulator.units import parse_bandwidth, parse_bytes, parse_count
 
@@ -53,16 +54,31 @@ def _model(text: str | int | float, what: str = "model") -> str:
 
 
 def _accel(text: str | int | float, what: str = "accel") -> str:
-    """A configuration under its own name (fusemax = binding), so duplicates show."""
+    """A configuration under its own name (fusemax = binding, auto = auto:fusemax), so
+    duplicates show."""
     value = _name(text, what)
+    if value == "auto":
+        return "auto:fusemax"
     return ALIASES.get(value, value)
+
+
+def _phase(text: str | int | float, what: str = "phase") -> str:
+    value = _name(text, what).lower()
+    if value not in PHASES:
+        raise SpecError(f"{what}: '{value}' is not one of {', '.join(PHASES)}")
+    return value
 
 
 # Sweepable parameters: name -> (parser, what it is). Design parameters left out of a sweep
 # keep the architecture file's values; accel, model and seq have defaults (DEFAULTS).
 PARAMETERS: dict[str, tuple[Callable[[Any, str], Any], str]] = {
-    "accel": (_accel, "configuration (a mapping: unfused, flat, cascade, arch, binding)"),
-    "model": (_model, "workload model (bert, trxl, t5, xlm, custom)"),
+    "accel": (
+        _accel,
+        "configuration: a mapping (unfused, flat, cascade, arch, binding, a file) or "
+        "auto[:fusemax|flat|unfused][/sequential][/no-reuse], bound per point",
+    ),
+    "cascade": (_name, "cascade file or shipped cascade, replacing each mapping's own"),
+    "model": (_model, "workload model (cascades/workloads: bert, llama3-8b, ...; custom)"),
     "seq": (parse_count, "sequence length (1K, 64K, 1M)"),
     "pe_dim": (parse_count, "PE array dimension: 2D arrays N x N, 1D arrays N"),
     "pe_dim_1d": (parse_count, "width of the 1D array alone"),
@@ -75,9 +91,16 @@ PARAMETERS: dict[str, tuple[Callable[[Any, str], Any], str]] = {
     "embed": (parse_count, "per-head embedding E (= F)"),
     "ffn": (parse_count, "FFN width S"),
     "dmodel": (parse_count, "model width D"),
+    "kv_heads": (parse_count, "K/V heads (grouped-query attention)"),
+    "window": (parse_count, "sliding-window width in tokens"),
+    "phase": (_phase, "prefill or decode (one token per request)"),
+    "context": (parse_count, "phase decode: cached tokens"),
 }
 DEFAULTS: dict[str, Any] = {"accel": "binding", "model": "bert", "seq": 2**20}
-WORKLOAD_FIELDS = ("batch", "heads", "embed", "ffn", "dmodel")
+# Workload fields a point overrides (make_workload's `overrides`).
+WORKLOAD_FIELDS = ("batch", "heads", "embed", "ffn", "dmodel", "kv_heads", "window")
+# Parameters that are columns of the CSV only when the sweep varies them.
+OPTIONAL_COLUMNS = ("cascade", *WORKLOAD_FIELDS, "phase", "context")
 SCOPES = ("attention", "layer")
 ENGINES = ("cycle", "analytic")
 ACCOUNTINGS = ("corrected", "published")

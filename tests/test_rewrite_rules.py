@@ -16,6 +16,7 @@ from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite.draft import without_dead
 from simulator.cascade.rewrite.rules import (
     RULES,
+    chunked_variance,
     defer_normalization,
     iterative_reduction,
     one_pass_variance,
@@ -237,6 +238,43 @@ def test_one_pass_variance_refuses_a_shift_along_the_rank():
     decls = "X: [E, P];B: [E];D: [E, P];VAR: [P]"
     body = "D[e, p] = X[e, p] - B[e];VAR[p] = D[e, p] * D[e, p] / E"
     assert rewrites(one_pass_variance, cascade(body, "E: 16, P: 4", decls)) == []
+
+
+# ---- the chunked (Chan) variance -------------------------------------------------------
+
+VARIANCE_DECLS = "X: [E, P];MU: [P];D: [E, P];VAR: [P]"
+
+
+def _variance(mean_of: str = "E"):
+    """A variance about MU = sum_e X / `mean_of`, split into chunks of E (the rule's input)."""
+    body = f"MU[p] = X[e, p] / {mean_of};D[e, p] = X[e, p] - MU[p];VAR[p] = D[e, p] * D[e, p] / E"
+    c = cascade(body, "E: 64, P: 4", VARIANCE_DECLS)
+    (split,) = rewrites(partition_rank, c)
+    return c, apply(split, c)
+
+
+def test_chunked_variance_merges_chunks_and_stays_exact_at_a_large_mean():
+    c, split = _variance()
+    assert rewrites(chunked_variance, c) == []  # chunks first: partition-rank
+    (rw,) = rewrites(chunked_variance, split)
+    new = apply(rw, split)
+    assert rw.site == "VAR" and chunked_variance.STABLE
+    assert equal(c, new) and equal(c, new, scale=30.0)
+    assert analyze_passes(c).max_passes == 2 and analyze_passes(new).max_passes == 1
+    shapes = resolve_shapes(c)
+    x = 1e6 + random_inputs(c, shapes, seed=3)["X"]  # mean 1e6, unit spread
+    want = evaluate(c, {"X": x}, shapes)["VAR"]
+    got = evaluate(new, {"X": x}, resolve_shapes(new))["VAR"]
+    assert np.max(np.abs(got - want) / np.abs(want)) < 1e-9  # the one-pass form: > 1e-5
+
+
+def test_chunked_variance_needs_the_mean_of_the_same_values():
+    """About any other centre the merge is wrong: it always measures from the mean."""
+    c, split = _variance(mean_of="P")  # MU = sum_e X / P: not the mean over E
+    assert rewrites(chunked_variance, split) == []
+    _right, right_split = _variance()
+    chan = apply(rewrites(chunked_variance, right_split)[0], right_split)
+    assert not equal(c, chan)
 
 
 # ---- the language: a rank's extent as a number ----------------------------------------

@@ -173,9 +173,17 @@ class _State:
     checks: tuple[ScaleCheck, ...]
     unstable: tuple[str, ...]
 
-    def score(self) -> tuple[int, int, int, int]:
+    def score(self) -> tuple[int, int, int, int, int]:
+        """Fewer passes first; at equal passes a chain without unstable rules, then a
+        shorter chain, then fewer Einsums."""
         total = sum(n for _, n, _ in self.report.per_rank)
-        return (self.report.max_passes, total, len(self.steps), len(self.cascade.einsums))
+        return (
+            self.report.max_passes,
+            total,
+            len(self.unstable),
+            len(self.steps),
+            len(self.cascade.einsums),
+        )
 
 
 def _rules(allow_unstable: bool) -> tuple[ModuleType, ...]:
@@ -235,7 +243,8 @@ def rewrite(
                     best is start or new.score() < best.score()
                 ):
                     best = new
-                if best.report.max_passes <= target_passes:
+                # an unstable result keeps the search going for a stable one as good
+                if best.report.max_passes <= target_passes and not best.unstable:
                     reached = True
     if best is start:
         checks = checker.check(cascade)

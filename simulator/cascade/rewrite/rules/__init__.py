@@ -5,6 +5,7 @@ candidate.
 """
 
 from simulator.cascade.rewrite.rules import (
+    chunked_variance,
     defer_normalization,
     iterative_reduction,
     one_pass_variance,
@@ -19,6 +20,7 @@ RULES = (
     iterative_reduction,
     running_max,
     reassociate_affine,
+    chunked_variance,
     one_pass_variance,
 )
 

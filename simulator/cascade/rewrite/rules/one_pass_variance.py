@@ -40,7 +40,7 @@ NAME = "one-pass-variance"
 STABLE = False
 
 
-def _square(expr: Expr, contracted: set[str]) -> tuple[Expr, Expr | None, str] | None:
+def square_of(expr: Expr, contracted: set[str]) -> tuple[Expr, Expr | None, str] | None:
     """(the squared factor, the outer scale, 'div' | 'mul') for `D * D [/ s]`."""
     scale, how = None, "mul"
     if isinstance(expr, Op) and expr.name == "div" and not expr_vars(expr.args[1]) & contracted:
@@ -63,7 +63,7 @@ def candidates(context: Context) -> Iterator[Rewrite]:
         if not is_plain_sum(v):
             continue
         contracted = set(v.reduced)
-        found = _square(v.expr, contracted)
+        found = square_of(v.expr, contracted)
         if found is None:
             continue
         squared, scale, how = found

@@ -257,11 +257,26 @@ def _absolute(path: str | None) -> str | None:
     return str(Path(path).resolve())
 
 
+# What a parameter left out of the grid takes, when it is not a value of DEFAULTS.
+_LEFT_OUT = {
+    "cascade": "the configuration's own",
+    "phase": "prefill",
+    "context": "seq",
+    "kv_heads": "the model's",
+    "window": "the model's",
+    "batch": "the model's",
+    "heads": "the model's",
+    "embed": "the model's",
+    "ffn": "the model's",
+    "dmodel": "the model's",
+}
+
+
 def _parameters() -> Iterator[str]:
     width = max(len(p) for p in PARAMETERS)
     for name, (_parser, what) in PARAMETERS.items():
-        default = DEFAULTS.get(name)
-        tail = f" (default: {default})" if default is not None else " (default: the design's)"
+        default = DEFAULTS.get(name, _LEFT_OUT.get(name, "the design's"))
+        tail = f" (default: {default})"
         yield f"{name.ljust(width)}  {what}{tail}"
 
 

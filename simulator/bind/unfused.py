@@ -29,8 +29,6 @@ from simulator.cascade.passes import pass_index
 from simulator.errors import SpecError
 from simulator.spec.arch import Architecture, Array
 
-DIM_OF = ROLES
-
 
 def gemm_dims(cascade: Cascade, einsum: str) -> dict[str, str] | None:
     """rank -> GEMM dim (rows, cols, reduction) of `OUT[m, n] = L[k, m] * R[k, n]`, or None
@@ -57,7 +55,7 @@ def _gemm_settings(raw: Any, dims: dict[str, str], facts: BinderFacts) -> dict[s
     in this GEMM's dims (rows, cols, reduction); a role the GEMM lacks is left out."""
     by_role = {facts.role_of(rank): d for rank, d in dims.items()}
     named = {by_role.get("queries"), by_role.get("keys")} - {None}
-    rest = [d for d in DIM_OF if d not in named]
+    rest = [d for d in ROLES if d not in named]
 
     def dim(role: str) -> str | None:
         if role == "other":

@@ -35,11 +35,8 @@ from simulator.cascade.rewrite.draft import (
     at_sym,
     at_var,
     edited,
-    expr_vars,
     factors,
     fresh,
-    inline,
-    is_plain_map,
     is_plain_sum,
     names_in_use,
     plain_vars,
@@ -50,7 +47,7 @@ from simulator.cascade.rewrite.draft import (
     with_step,
 )
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
-from simulator.cascade.rewrite.rules.one_pass_variance import square_of
+from simulator.cascade.rewrite.rules.one_pass_variance import squared_deviation
 from simulator.cascade.write import expr_text
 
 NAME = "chunked-variance"
@@ -65,22 +62,10 @@ def candidates(context: Context) -> Iterator[Rewrite]:
         split = _partition(c, v.reduced)
         if split is None:
             continue
-        contracted = set(v.reduced)
-        found = square_of(v.expr, contracted)
+        found = squared_deviation(c, v)
         if found is None:
             continue
-        squared, scale, how = found
-        body: Expr | None = squared
-        if isinstance(squared, Read):
-            producers = c.producers(squared.access.tensor)
-            if len(producers) != 1 or not is_plain_map(producers[0]):
-                continue
-            body = inline(producers[0], squared.access)
-        if not (isinstance(body, Op) and body.name == "sub"):
-            continue
-        a, b = body.args
-        if expr_vars(b) & contracted or not contracted <= expr_vars(a):
-            continue
+        a, b, scale, how = found
         if not _is_mean(c, b, a, v.reduced, split):
             continue
         yield _rewrite(c, v, a, scale, how, split)

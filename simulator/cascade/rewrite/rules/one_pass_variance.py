@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from simulator.cascade.ir import Expr, Num, Op, Read, Size, rank_of
+from simulator.cascade.ir import Cascade, Einsum, Expr, Num, Op, Read, Size, rank_of
 from simulator.cascade.rewrite.draft import (
     edited,
     expr_vars,
@@ -57,30 +57,34 @@ def square_of(expr: Expr, contracted: set[str]) -> tuple[Expr, Expr | None, str]
     return bound[0], scale, how
 
 
+def squared_deviation(c: Cascade, v: Einsum) -> tuple[Expr, Expr, Expr | None, str] | None:
+    """(A, b, the outer scale, 'div' | 'mul') when V sums `(A - b)^2 [/ s]` with b free of
+    the contracted variables and A ranging over all of them; D = A - b may be written in V
+    or produced by a plain map. Shared by the variance rules."""
+    contracted = set(v.reduced)
+    found = square_of(v.expr, contracted)
+    if found is None:
+        return None
+    squared, scale, how = found
+    body: Expr | None = squared
+    if isinstance(squared, Read):
+        producers = c.producers(squared.access.tensor)
+        if len(producers) != 1 or not is_plain_map(producers[0]):
+            return None
+        body = inline(producers[0], squared.access)
+    if not (isinstance(body, Op) and body.name == "sub"):
+        return None
+    a, b = body.args
+    if expr_vars(b) & contracted or not contracted <= expr_vars(a):
+        return None  # n counts every contracted point; A must range over all of them
+    return a, b, scale, how
+
+
 def candidates(context: Context) -> Iterator[Rewrite]:
     c = context.cascade
     for v in c.einsums:
-        if not is_plain_sum(v):
-            continue
-        contracted = set(v.reduced)
-        found = square_of(v.expr, contracted)
-        if found is None:
-            continue
-        squared, scale, how = found
-        body: Expr | None = squared
-        if isinstance(squared, Read):
-            producers = c.producers(squared.access.tensor)
-            if len(producers) != 1 or not is_plain_map(producers[0]):
-                continue
-            body = inline(producers[0], squared.access)
-        if not (isinstance(body, Op) and body.name == "sub"):
-            continue
-        a, b = body.args
-        if expr_vars(b) & contracted or not expr_vars(a) & contracted:
-            continue
-        if not contracted <= expr_vars(a):
-            continue  # n counts every contracted point; A must range over all of them
-        yield _rewrite(context, v, a, b, scale, how)
+        if is_plain_sum(v) and (found := squared_deviation(c, v)) is not None:
+            yield _rewrite(context, v, *found)
 
 
 def _rewrite(context, v, a, b, scale, how) -> Rewrite:

@@ -11,7 +11,10 @@ schedule on the same arrays, buffer and bandwidth must spend:
   finish all the work so split (two arrays: exact, by the ratio of the Einsums' times on
   each; more: the binding's own split);
 * **DRAM bound** (values, one (batch, head) instance, times the instances) -- every input
-  read once and every output written once, plus the re-reads no buffer of M values avoids:
+  value some kept point reads, read once (a filter that no point of a value passes -- the
+  keys before a decode step's window -- leaves it unread), and every output written once,
+  plus the re-reads no on-chip storage of M values avoids (M: the global buffer and every
+  PE's registers together, all the fast memory a schedule may reuse data in):
   - a GEMM-shaped Einsum on inputs, `a x b` by `b x c`: `2abc / sqrt(M) + ac` (Hong and
     Kung's bound) in place of the compulsory `ab + bc + ac` when larger;
   - an attention-shaped pair -- a contraction of inputs (Q, K over `d`) whose key rank a
@@ -39,6 +42,8 @@ from simulator.cascade.ir import Cascade, Einsum, Op, Read, index_vars, rank_of
 from simulator.cascade.ops import ops_per_point
 from simulator.cascade.passes import analyze_passes
 from simulator.plan.costs import EinsumCost, cycles_per_point
+from simulator.plan.masks import active_fraction, constraints
+from simulator.plan.nest import leaf_components
 from simulator.plan.point import PointPlan
 
 
@@ -163,9 +168,13 @@ def dram_bound_values(
     extents: dict[str, int],
     buffer_values: float,
     kept: dict[str, float] | None = None,
+    inputs_read: dict[str, float] | None = None,
 ) -> list[tuple[str, float]]:
-    """The DRAM bound of one instance as named parts (values); see module docstring."""
+    """The DRAM bound of one instance as named parts (values); see module docstring.
+    `kept`: the share of an Einsum's points its filters keep; `inputs_read`: the share of
+    an input's values some kept point reads (:func:`input_shares`; default all)."""
     kept = kept or {}
+    inputs_read = inputs_read or {}
     groups = {r: cascade.rank_group(r) for t in cascade.tensors for r in t.ranks}
     full = {g: _extent(cascade.group_components(g), cascade, extents) for g in set(groups.values())}
 
@@ -175,7 +184,7 @@ def dram_bound_values(
 
     parts: list[tuple[str, float]] = []
     for t in cascade.inputs:
-        parts.append((f"read {t}", float(size(t))))
+        parts.append((f"read {t}", float(size(t)) * inputs_read.get(t, 1.0)))
     for t in cascade.outputs:
         parts.append((f"write {t}", float(size(t))))
     m = max(1.0, float(buffer_values))
@@ -258,13 +267,52 @@ def compute_bound_cycles(point: PointPlan) -> tuple[float, str]:
     return (load_a, a) if load_a > load_b else (load_b, b)
 
 
+def input_shares(point: PointPlan) -> dict[str, float]:
+    """The share of each filtered input's values that some kept point reads: over the
+    Einsums reading it (directly or through a copy such as `BK = K[e, m1*M0 + m0]`), the
+    largest share of the read positions a filter keeps. The largest, not the union, so never
+    more than the values truly read: a lower bound stays one."""
+    cascade = point.cascade
+    aliases = _aliases(cascade)
+    inputs = set(cascade.inputs)
+    shares: dict[str, float] = {}
+    for e in cascade.einsums:
+        if e.output.tensor in aliases:
+            continue  # a copy (BK of K): its readers read the input
+        cons = constraints(e, point.partitions, point.extents)
+        for acc in e.reads():
+            source = aliases.get(acc.tensor, acc.tensor)
+            if source not in inputs:
+                continue
+            share = 1.0
+            if cons:
+                loops = tuple(
+                    dict.fromkeys(
+                        c
+                        for v in _indexed(acc)
+                        for c in leaf_components(rank_of(v), point.partitions)
+                    )
+                )
+                share = active_fraction(cons, loops, point.extents)
+            shares[source] = max(shares.get(source, 0.0), share)
+    return {t: s for t, s in shares.items() if s < 1.0}
+
+
+def onchip_values(arch) -> float:
+    """All the fast memory a schedule may keep data in: the global buffer and the
+    registers of every PE of every array (values)."""
+    return arch.buffer_values + sum(a.pes * a.register_words for a in arch.arrays)
+
+
 def point_bounds(point: PointPlan) -> Bounds:
     """The bounds of a planned point (all instances)."""
     arch = point.arch
     cycles, busiest = compute_bound_cycles(point)
     compute_s = cycles * point.instances / arch.frequency_hz
     kept = {c.einsum: _kept(c) for c in point.costs if c.useful_points is not None}
-    parts = dram_bound_values(point.cascade, point.extents, arch.buffer_values, kept)
+    parts = dram_bound_values(
+        point.cascade, point.extents, onchip_values(arch), kept, input_shares(point)
+    )
     values = sum(v for _w, v in parts) * point.instances
     traffic = values * arch.value_bytes
     memory_s = traffic / arch.dram.bandwidth_bytes_per_s

@@ -23,7 +23,7 @@ from simulator.cascade.evaluate import compare, compare_reference, evaluate, ran
 from simulator.cascade.ops import cascade_ops, count_points
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
-from simulator.cascade.references import attention
+from simulator.cascade.references import attention, attention_mask
 from simulator.cascade.shapes import resolve_shapes
 from simulator.errors import SpecError
 
@@ -55,12 +55,13 @@ def _attention_loop(q, k, v, mask="none", window=None):
     out = np.zeros((v.shape[0], q3.shape[1], q3.shape[2]))
     for g in range(q3.shape[1]):
         for p in range(q3.shape[2]):
+            t = p + k.shape[1] - q3.shape[2]  # the query's position: the last P of M
             keys = [
                 m
                 for m in range(k.shape[1])
                 if mask == "none"
-                or (mask == "causal" and m <= p)
-                or (mask == "window" and p - window < m <= p)
+                or (mask == "causal" and m <= t)
+                or (mask == "window" and t - window < m <= t)
             ]
             logits = np.array([q3[:, g, p] @ k[:, m] for m in keys])
             weights = np.exp(logits - logits.max())
@@ -82,10 +83,18 @@ def test_reference_equals_a_per_query_loop(mask, window, heads):
 
 
 def test_reference_of_a_query_without_keys_is_nan():
-    # A window past the last key leaves query p = 5 with no key: no softmax exists.
+    # Six queries are the last six positions of three keys: queries 0-2 sit before the first
+    # key (positions -3..-1) and see none, so no softmax exists for them.
     q, k, v = np.ones((2, 6)), np.ones((2, 3)), np.ones((2, 3))
-    out = attention(q, k, v, "window", 2)
-    assert np.isfinite(out[:, :4]).all() and np.isnan(out[:, 4:]).all()
+    for mask in ("causal", "window"):
+        out = attention(q, k, v, mask, 2)
+        assert np.isnan(out[:, :3]).all() and np.isfinite(out[:, 3:]).all()
+
+
+def test_a_decoded_query_sits_after_the_cache():
+    # One query against 8 cached keys: causal keeps all 8, a window of 3 the last 3.
+    assert attention_mask("causal", 8, 1).ravel().tolist() == [True] * 8
+    assert attention_mask("window", 8, 1, 3).ravel().tolist() == [False] * 5 + [True] * 3
 
 
 # --------------------------------------------------------------------------------------
@@ -99,12 +108,12 @@ CASES = [
     ("attention-decode", {"M": 96, "M0": 32, "E": 8, "F": 12, "G": 4}, None, None),
     ("attention-decode", {"M": 96, "M0": 32, "E": 8, "F": 12, "G": 1}, None, None),
     ("attention-causal-3pass", {"M": 64, "P": 64, "E": 8, "F": 12}, "causal", None),
-    ("attention-causal-3pass", {"M": 48, "P": 64, "E": 8, "F": 12}, "causal", None),
+    ("attention-causal-3pass", {"M": 64, "P": 48, "E": 8, "F": 12}, "causal", None),
     ("attention-causal-1pass", {"M": 64, "M0": 16, "P": 64, "E": 8, "F": 12}, "causal", None),
     # P not a multiple of M0; the last chunks fully masked for every query
     ("attention-causal-1pass", {"M": 64, "M0": 16, "P": 37, "E": 8, "F": 12}, "causal", None),
     ("attention-causal-1pass", {"M": 64, "M0": 16, "P": 20, "E": 8, "F": 12}, "causal", None),
-    ("attention-causal-1pass", {"M": 48, "M0": 16, "P": 64, "E": 8, "F": 12}, "causal", None),
+    ("attention-causal-1pass", {"M": 48, "M0": 16, "P": 1, "E": 8, "F": 12}, "causal", None),
     ("attention-causal-1pass", {"M": 64, "M0": 1, "P": 30, "E": 8, "F": 12}, "causal", None),
     ("attention-causal-1pass", {"M": 64, "M0": 64, "P": 30, "E": 8, "F": 12}, "causal", None),
     ("attention-window-3pass", {"M": 64, "P": 64, "E": 8, "F": 12, "W": 5}, "window", 5),
@@ -244,8 +253,8 @@ def _variant(tmp_path, name: str, *edits: tuple[str, str]) -> str:
 
 
 CHUNK_FILTERS = {
-    "RD": ("SLD[m1 : m1*M0 <= p, p] + SPD", "SLD[m1, p] + SPD"),
-    "RNV": ("SLNV[f, m1 : m1*M0 <= p, p] + SPNV", "SLNV[f, m1, p] + SPNV"),
+    "RD": ("SLD[m1 : m1*M0 <= p + M - P, p] + SPD", "SLD[m1, p] + SPD"),
+    "RNV": ("SLNV[f, m1 : m1*M0 <= p + M - P, p] + SPNV", "SLNV[f, m1, p] + SPNV"),
 }
 
 
@@ -256,7 +265,8 @@ def test_dropping_a_running_update_filter_breaks_causal_attention(tmp_path, run_
     path = _variant(tmp_path, "attention-causal-1pass", CHUNK_FILTERS[einsum])
     shape = {"M": 64, "M0": 16, "P": 40, "E": 8, "F": 8}
     result = compare_reference(load_cascade(path), shape, seed=1)
-    assert not result.equivalent and result.outputs[0].max_rel_error > 1e-2
+    wrong = result.outputs[0]  # wrong numbers, or a denominator reset to 0 (not finite)
+    assert not result.equivalent and (wrong.max_rel_error > 1e-2 or wrong.nonfinite_a > 0)
     cascade = load_cascade(path)
     shapes = resolve_shapes(cascade, shape)
     inputs = random_inputs(cascade, shapes, seed=1)
@@ -268,7 +278,7 @@ def test_dropping_a_running_update_filter_breaks_causal_attention(tmp_path, run_
 
 
 WINDOW = {"M": 64, "M0": 16, "P": 64, "E": 8, "F": 8, "W": 10}
-PER_KEY = "p : p < m1*M0 + m0 + W]"
+PER_KEY = "p : p + M - P < m1*M0 + m0 + W]"
 
 
 def test_dropping_the_window_from_the_exponentials_breaks_window_attention(tmp_path):
@@ -277,12 +287,12 @@ def test_dropping_the_window_from_the_exponentials_breaks_window_attention(tmp_p
         tmp_path,
         "attention-window-1pass",
         (
-            f"SLN[m1, m0, p] = exp(BQK[m1, m0 : m1*M0 + m0 <= p, {PER_KEY}",
-            "SLN[m1, m0, p] = exp(BQK[m1, m0 : m1*M0 + m0 <= p, p]",
+            f"SLN[m1, m0, p] = exp(BQK[m1, m0 : m1*M0 + m0 <= p + M - P, {PER_KEY}",
+            "SLN[m1, m0, p] = exp(BQK[m1, m0 : m1*M0 + m0 <= p + M - P, p]",
         ),
         (
-            f"SLD[m1, p] = SLN[m1, m0 : m1*M0 + m0 <= p, {PER_KEY}",
-            "SLD[m1, p] = SLN[m1, m0 : m1*M0 + m0 <= p, p]",
+            f"SLD[m1, p] = SLN[m1, m0 : m1*M0 + m0 <= p + M - P, {PER_KEY}",
+            "SLD[m1, p] = SLN[m1, m0 : m1*M0 + m0 <= p + M - P, p]",
         ),
     )
     result = compare_reference(load_cascade(path), WINDOW, seed=1)
@@ -293,8 +303,10 @@ def test_a_running_update_reading_masked_chunks_is_caught_by_poisoning(tmp_path)
     # Without the window, RD steps on the chunks before the window too; there RD, SLD and
     # SPD are all 0, so the numbers happen to agree -- but RD reads masked points, which the
     # NaN fill shows. The shipped cascade reads none.
-    chunk = "SLD[m1 : m1*M0 <= p, p : p < m1*M0 + M0 - 1 + W]"
-    path = _variant(tmp_path, "attention-window-1pass", (chunk, "SLD[m1 : m1*M0 <= p, p]"))
+    chunk = "SLD[m1 : m1*M0 <= p + M - P, p : p + M - P < m1*M0 + M0 - 1 + W]"
+    path = _variant(
+        tmp_path, "attention-window-1pass", (chunk, "SLD[m1 : m1*M0 <= p + M - P, p]")
+    )
     broken = load_cascade(path)
     assert compare_reference(broken, WINDOW, seed=1).equivalent
     for cascade, finite in ((broken, False), (_load("attention-window-1pass"), True)):
@@ -404,7 +416,8 @@ def test_masked_logits_are_the_sums_identity(name, shape, tensor):
 
 
 def _kept_pairs(mask: str, m: int, p: int, window: int | None) -> np.ndarray:
-    keys, queries = np.arange(m)[:, None], np.arange(p)[None, :]
+    # query p sits at position p + m - p_count: the queries are the last P of the M keys
+    keys, queries = np.arange(m)[:, None], np.arange(p)[None, :] + (m - p)
     keep = keys <= queries
     if mask == "window":
         keep = keep & (queries - window < keys)

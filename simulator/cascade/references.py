@@ -13,8 +13,10 @@ sharing the mistake.
 `attention` is stable softmax attention for one key/value head: `Q[E, P]` (or `Q[E, G, P]`
 for G query heads sharing the head: grouped-query attention, MQA when G is every head),
 `K[E, M]`, `V[F, M]` -> `AV[F, P]` (or `AV[F, G, P]`), optionally masked: `causal` keeps the
-keys `m <= p`, `window` the keys `p - W < m <= p` (Mistral's sliding window; W a size
-parameter of the cascade, `window: NAME` when it has another name). The tensors are bound
+keys at or before the query's position `t = p + M - P` (the queries are the last P of the M
+positions: `t = p` in prefill, the end of the cache in decode), `window` the keys
+`t - W < m <= t` (Mistral's sliding window; W a size parameter of the cascade,
+`window: NAME` when it has another name). The tensors are bound
 by name (Q, K, V, AV); their ranks may have any names, used consistently (no rank name is
 special). The options are checked when the file is read (:func:`check_reference`); an
 unknown algorithm, option or value is an error at its file:line:col.
@@ -40,9 +42,11 @@ _ATTENTION_FORM = "Q [E, P] or [E, G, P], K [E, M], V [F, M] -> AV [F, P] or [F,
 
 
 def attention_mask(mask: str, m: int, p: int, window: int | None = None) -> np.ndarray:
-    """Which (key m, query p) pairs attend: an [M, P] boolean array."""
+    """Which (key m, query p) pairs attend: an [M, P] boolean array. The P queries are the
+    last P of the M positions (bottom-right alignment): query p sits at position p + M - P,
+    so in prefill (P = M) at p, and a decoded token (P = 1) after the whole cache."""
     keys = np.arange(m)[:, None]
-    queries = np.arange(p)[None, :]
+    queries = np.arange(p)[None, :] + (m - p)  # each query's position among the keys
     if mask == "causal":
         return np.broadcast_to(keys <= queries, (m, p))
     if mask == "window":

@@ -61,7 +61,13 @@ def phase_program(
     port_cycles: float = 0.0,
 ) -> Program:
     """The waterfall program of a pipelined phase (`port_cycles`: the global buffer's port
-    time for the whole phase, see :func:`simulator.timing.interface.buffer_port_cycles`)."""
+    time for the whole phase, see :func:`simulator.timing.interface.buffer_port_cycles`).
+
+    A filter that skips whole epochs (:func:`epoch_share`) leaves the phase's DRAM traffic
+    and port accesses to the epochs that run: each of those carries its share of them, so
+    the run scaled to the active epochs moves all of the phase's traffic."""
+    share = epoch_share(plan) if plan.activity else 1.0
+    share = share or 1.0  # nothing runs: no traffic either
     return build_program(
         plan.phase,
         mapping,
@@ -71,9 +77,18 @@ def phase_program(
         partitions,
         plan.nests,
         instances,
-        plan.traffic_values * instances,
-        port_cycles,
+        plan.traffic_values * instances / share,
+        port_cycles / share,
     )
+
+
+def epoch_share(plan: PhasePlan) -> float:
+    """The share of a pipelined phase's epochs that run under its filters: the largest share
+    of tiles any Einsum that runs every epoch computes (an epoch runs if one of its
+    operations has a kept point)."""
+    loops = set(plan.phase.loops)
+    every_epoch = [e for e in plan.nests if set(plan.nests[e].tile_loops) >= loops]
+    return max((plan.active(e) for e in every_epoch), default=1.0)
 
 
 def simulate_phase(
@@ -159,9 +174,7 @@ def _skipping(plan: PhasePlan, r: WaterfallResult) -> PhaseSim:
     computes (an epoch runs if one of its operations has a kept point). Transitions around
     masked regions (the waterfall draining into a triangle of partial rows and filling
     again) are not simulated: exact in the steady state, optimistic at its edges."""
-    loops = set(plan.phase.loops)
-    every_epoch = [e for e in plan.nests if set(plan.nests[e].tile_loops) >= loops]
-    share = max((plan.active(e) for e in every_epoch), default=1.0)
+    share = epoch_share(plan)
     epochs = round(r.epochs * share)
 
     def part(n: int) -> int:

@@ -4,9 +4,18 @@ A configuration is a shipped mapping's name (`binding`), a mapping file, or `aut
 mapping the automatic binder (:mod:`simulator.bind`) writes for the point:
 `auto[:STRATEGY[/OPTION...]]` with STRATEGY fusemax (default), flat or unfused and options
 `sequential` (no pipelining across tiles) and `no-reuse` (no K/V reuse across a group's
-query heads). Its cascade is `--cascade` (default: 1-pass attention for fusemax, 3-pass
-for the baselines) and its architecture `--arch` (default: FuseMax's for fusemax, FLAT's
-for the baselines).
+query heads). Its cascade is `--cascade`, by default the one that runs the model's own
+attention (its K/V heads and mask; the binder's facts name it: one pass for fusemax, the
+3-pass softmax for the baselines) and its architecture `--arch` (default: FuseMax's for
+fusemax, FLAT's for the baselines).
+
+A model's attention is never quietly replaced: a mapping file whose cascade computes
+another attention than the model's (multi-head for a grouped-query model, no mask for a
+causal one) hands the point to its `otherwise:` configuration (the paper's files name the
+strategy that binds them: `auto:flat` for FLAT), with a note, or is refused in one line.
+So does a file with a dataflow table that has no row for the point or was chosen for
+another architecture (FLAT's published per-point choices hold for its 32 MB, 256 x 256
+design).
 
 Pipeline: above the orchestrator. Names and paths -> specs -> a resolved mapping ->
 :func:`simulator.evaluate.evaluate_mapping`.
@@ -24,8 +33,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from simulator.bind.auto import DEFAULT_ARCH, STRATEGIES, bind, mapping_yaml
+from simulator.bind.facts import load_facts
 from simulator.cascade.ir import Cascade
 from simulator.cascade.parse import load_cascade
+from simulator.cascade.references import attention_kind
 from simulator.errors import SimulationLimit, SpecError
 from simulator.evaluate import evaluate_mapping
 from simulator.paths import data_dir, is_file, resolve_spec
@@ -39,6 +50,7 @@ from simulator.spec.mapping import (
     CascadeNames,
     Mapping,
     MappingSpec,
+    has_row,
     load_mapping,
     loads_mapping,
     mapping_shapes,
@@ -56,13 +68,35 @@ from simulator.timing.options import UNLIMITED, TimingOptions
 
 T = TypeVar("T")
 
-# The cascade each strategy binds when `--cascade` gives none.
-AUTO_CASCADE = {
-    "fusemax": "attention-1pass",
-    "flat": "attention-3pass",
-    "unfused": "attention-3pass",
-}
 AUTO_OPTIONS = ("sequential", "no-reuse")
+
+
+def model_cascade(strategy: str, workload: Workload) -> str:
+    """The cascade that runs the workload's own attention under a strategy (the binder's
+    facts: by K/V heads and mask)."""
+    return load_facts().attention_cascade(strategy, workload.grouped, workload.mask)
+
+
+def runs_model_attention(cascade: Cascade, workload: Workload) -> bool:
+    """Does an attention cascade compute the workload's attention? Its mask must be the
+    model's, and a multi-head cascade cannot run grouped K/V heads (it would read K and V
+    once per query head); a grouped one runs multi-head with groups of 1. A cascade that
+    claims no attention (no `reference:`) is the user's business: True."""
+    kind = attention_kind(cascade)
+    if kind is None:
+        return True
+    grouped, mask = kind
+    return mask == workload.mask and (grouped or not workload.grouped)
+
+
+def describe_attention(cascade: Cascade) -> str:
+    kind = attention_kind(cascade)
+    if kind is None:
+        return "not attention"
+    grouped, mask = kind
+    words = ["grouped-query" if grouped else "multi-head"]
+    words.append({"none": "no mask", "causal": "causal", "window": "sliding window"}[mask])
+    return ", ".join(words)
 
 
 def is_auto(config: str) -> bool:
@@ -140,18 +174,77 @@ class Specs:
             return self
         return dataclasses.replace(self, cascade_override=cascade)
 
-    def config_spec(self, config: str, workload: Workload) -> MappingSpec:
-        """A configuration's mapping at a workload: the file, or the one bound for it."""
-        return self.auto(config, workload) if is_auto(config) else self.mapping(config)
+    def config_spec(
+        self, config: str, workload: Workload, arch_changed: bool = False
+    ) -> MappingSpec:
+        """A configuration's mapping at a workload: the file, or the one bound for it --
+        also where the file does not cover the point (see the module docstring):
+        `arch_changed` says the architecture is not the file's own (another buffer, array or
+        value format)."""
+        if is_auto(config):
+            return self.auto(config, workload)
+        spec = self.mapping(config)
+        why = self._uncovered(spec, workload, arch_changed)
+        if why is None:
+            return spec
+        instead = spec.otherwise
+        if instead is None:
+            raise SpecError(f"mapping '{spec.name}' {why}: name another configuration", None)
+        if not is_auto(instead):
+            raise SpecError(
+                f"mapping '{spec.name}': otherwise must name an automatic configuration "
+                f"(auto:STRATEGY), got '{instead}'",
+                spec.data.loc_of("otherwise"),
+            )
+        bound = self.auto(instead, workload)
+        note = f"{spec.label}: {why}; bound by the {parse_auto(instead)[0]} strategy ({instead})"
+        return dataclasses.replace(bound, notes=(*bound.notes, note))
 
-    def auto_sources(self, config: str) -> tuple[Path, Path]:
-        """The cascade and architecture files an automatic configuration binds."""
+    def runs_model_attention(self, config: str, workload: Workload) -> bool:
+        """Does the configuration's own file compute the workload's attention (automatic
+        configurations always do)?"""
+        if is_auto(config) or self.cascade_override is not None:
+            return True
+        return runs_model_attention(self.cascade(self.mapping(config)), workload)
+
+    def _uncovered(self, spec: MappingSpec, workload: Workload, arch_changed: bool) -> str | None:
+        """Why a mapping file does not cover a point (None: it does)."""
+        if self.cascade_override is None:
+            cascade = self.cascade(spec)
+            if not runs_model_attention(cascade, workload):
+                return (
+                    f"runs {cascade.name} ({describe_attention(cascade)}), not "
+                    f"{workload.label}'s attention ({workload.attention()})"
+                )
+        if spec.table and spec.otherwise is not None:
+            fields = workload_fields(workload)
+            if not has_row(spec, fields):
+                described = ", ".join(
+                    f"{col}={fields.get(str(f), f)}"
+                    for col, f in spec.data["dataflow"]["match"].items()
+                )
+                return f"no published dataflow for {described}"
+            if arch_changed:
+                return (
+                    "its published dataflow holds for its own architecture, not this buffer, "
+                    "array or value format"
+                )
+        return None
+
+    def auto_sources(self, config: str, workload: Workload | None = None) -> tuple[Path, Path]:
+        """The cascade and architecture files an automatic configuration binds (with no
+        workload: the cascade of the paper's multi-head, unmasked attention)."""
         strategy, _pipelined, _reuse = parse_auto(config)
-        cascade_path = (
-            self._override("cascades", "--cascade", self.cascade_override)
-            if self.cascade_override
-            else resolve_spec("cascades", AUTO_CASCADE[strategy])
-        )
+        if self.cascade_override:
+            cascade_path = self._override("cascades", "--cascade", self.cascade_override)
+        else:
+            facts = load_facts()
+            name = (
+                model_cascade(strategy, workload)
+                if workload is not None
+                else facts.attention_cascade(strategy, False, "none")
+            )
+            cascade_path = resolve_spec("cascades", name)
         arch_path = (
             self._override("arch", "--arch", self.arch_override)
             if self.arch_override
@@ -174,7 +267,7 @@ class Specs:
         """The mapping the automatic binder writes for `config` (`auto:STRATEGY/OPTIONS`)
         at this workload."""
         strategy, pipelined, reuse = parse_auto(config)
-        cascade_path, arch_path = self.auto_sources(config)
+        cascade_path, arch_path = self.auto_sources(config, workload)
         key = f"{config}|{cascade_path}|{arch_path}|{workload}"
         if key not in self._mappings:
             cascade = self._load_cascade(cascade_path)
@@ -236,6 +329,10 @@ class Specs:
         else:
             path = self._relative(spec, "arch", spec.architecture)
         return self._load_arch(path)
+
+    def own_architecture(self, spec: MappingSpec) -> Architecture:
+        """The architecture a mapping file names (not `--arch`'s)."""
+        return self._load_arch(self._relative(spec, "arch", spec.architecture))
 
     def _load_arch(self, path: Path) -> Architecture:
         key = str(path)
@@ -346,15 +443,25 @@ def prepare(
     precision: str | int | None = None,
 ) -> tuple[Cascade, Mapping, Architecture]:
     """The cascade, resolved mapping and architecture of a configuration at a point."""
+
+    def sized(spec: MappingSpec) -> Architecture:
+        arch = specs.architecture(spec).with_overrides(
+            pe_dim, buffer_bytes, bandwidth, **(resize or {})
+        )
+        if isinstance(precision, int):
+            return arch.with_precision(bits=precision)
+        if precision is not None:
+            return arch.with_precision(precision)
+        return arch
+
     spec = specs.config_spec(config, workload)
+    arch = sized(spec)
+    if not is_auto(config) and arch != specs.own_architecture(spec):
+        # another buffer, array or value format than the file's own: a dataflow table
+        # chosen for that architecture no longer holds
+        spec = specs.config_spec(config, workload, arch_changed=True)
+        arch = sized(spec)
     cascade = specs.cascade(spec)
-    arch = specs.architecture(spec).with_overrides(
-        pe_dim, buffer_bytes, bandwidth, **(resize or {})
-    )
-    if isinstance(precision, int):
-        arch = arch.with_precision(bits=precision)
-    elif precision is not None:
-        arch = arch.with_precision(precision)
     compute = [e.name for e in cascade.einsums if e.kind == "compute"]
     context = dict(arch.parameters())
     context.update(rank_shapes(spec, workload))

@@ -46,3 +46,10 @@ class SpecError(Exception):
 
 class SimulationLimit(SpecError):
     """A cycle simulation refused past the caller's wall-clock limit (`--max-sim-s`)."""
+
+
+class BoundBreach(Exception):
+    """A result below its own lower bound (latency under the latency bound, or traffic
+    under the traffic bound): a bug in the model, never a result. The command-line entry
+    points print it as one line and exit with code 3, writing nothing. Not a SpecError:
+    nothing catches it as a point's failure (a sweep stops instead of keeping a row)."""

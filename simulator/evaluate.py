@@ -17,7 +17,7 @@ import dataclasses
 from simulator.bounds import point_bounds
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
-from simulator.errors import SpecError
+from simulator.errors import BoundBreach, SpecError
 from simulator.plan.costs import EinsumCost
 from simulator.plan.point import PointPlan, plan_point
 from simulator.pricing.point import price_point
@@ -118,7 +118,7 @@ def build_result(
     if tables is not None:
         price = price_point(point, total_cycles, tables, accounting)
         priced = {f.name: getattr(price, f.name) for f in dataclasses.fields(price)}
-    return Result(
+    result = Result(
         accelerator=mapping.name,
         label=mapping.label,
         model=workload.label,
@@ -147,8 +147,37 @@ def build_result(
         traffic_bound_bytes=bounds.traffic_bytes,
         compute_bound_s=bounds.compute_s,
         bound_binds=bounds.binding,
+        cascade=point.cascade.name,
         **priced,
     )
+    check_bounds(result, workload)
+    return result
+
+
+# Relative slack of the guard: rounding of sums over phases and epochs, nothing more.
+BOUND_SLACK = 1e-9
+
+
+def check_bounds(result: Result, workload: Workload) -> None:
+    """The guard every result passes before anyone sees it: latency at or above its latency
+    bound, DRAM traffic at or above its traffic bound (relative 1e-9). A breach is a bug of
+    the model, raised as :class:`BoundBreach` (never printed as a result)."""
+    breaches = []
+    if result.latency_s < result.latency_bound_s * (1 - BOUND_SLACK):
+        breaches.append(
+            f"latency {result.latency_s:.6g} s below its bound {result.latency_bound_s:.6g} s"
+        )
+    if result.traffic_bytes < result.traffic_bound_bytes * (1 - BOUND_SLACK):
+        breaches.append(
+            f"DRAM traffic {result.traffic_bytes:.6g} B below its bound "
+            f"{result.traffic_bound_bytes:.6g} B"
+        )
+    if breaches:
+        raise BoundBreach(
+            f"{result.label} ({result.accelerator}, {result.cascade}, {result.engine} engine) "
+            f"on {workload.describe()}: {'; '.join(breaches)} -- a bug of the tool, not a "
+            "result; please report it with this command line"
+        )
 
 
 def array_roles(arch: Architecture) -> tuple[str | None, str | None]:

@@ -74,6 +74,7 @@ class Result:
     traffic_bound_bytes: float = 0.0
     compute_bound_s: float = 0.0
     bound_binds: str = ""
+    cascade: str = ""  # the name of the cascade that ran
 
     @property
     def intensity(self) -> float:

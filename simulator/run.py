@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from simulator.cli import guarded
 from simulator.configs import (
     ALIASES,
+    STANDARD,
     Specs,
     auto_name,
     evaluate,
@@ -89,10 +90,20 @@ def build_parser() -> argparse.ArgumentParser:
         ("embed", "per-head embedding E (= F)"),
         ("ffn", "FFN width S"),
         ("dmodel", "model width D"),
-        ("kv-heads", "K/V heads (grouped-query attention; default: heads)"),
-        ("window", "sliding-window width in tokens (default: the model's, else none)"),
+        ("kv-heads", "K/V heads (grouped-query attention; default: the model's)"),
     ):
         p.add_argument(f"--{name}", type=_positive_int(f"--{name}"), help=help_text)
+    p.add_argument(
+        "--window",
+        type=_window,
+        help="sliding-window width in tokens, causal (default: the model's; 0: no window)",
+    )
+    p.add_argument(
+        "--causal",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a causal mask (default: the model's: the LLMs are causal, the paper's encoders not)",
+    )
     p.add_argument(
         "--phase",
         choices=["prefill", "decode"],
@@ -168,6 +179,13 @@ def _positive_int(option: str):
         return parse_count(text, what=option)
 
     return parse
+
+
+def _window(text: str) -> int:
+    """--window: a width in tokens, or 0 for none."""
+    if text.strip() == "0":
+        return 0
+    return parse_count(text, what="--window")
 
 
 def _bytes(text: str) -> int:
@@ -277,6 +295,7 @@ def record(row: Row) -> dict:
     return {
         "accelerator": r.accelerator,
         "label": r.label,
+        "cascade": r.cascade,
         "model": r.model,
         "seq_len": r.seq_len,
         "latency_s": r.latency_s,
@@ -357,8 +376,17 @@ def render_breakdown(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def ran(rows: list[Row]) -> str:
+    """The cascades that ran and the configurations that ran each: `attention-1pass
+    (+Cascade, +Binding), attention-3pass (Unfused, FLAT)`."""
+    by: dict[str, list[str]] = {}
+    for row in rows:
+        by.setdefault(row.result.cascade, []).append(row.result.label)
+    return ", ".join(f"{c} ({', '.join(labels)})" for c, labels in by.items())
+
+
 def render_table(rows: list[Row], notes: list[str], workload) -> str:
-    lines = [f"{workload.describe()}: attention"]
+    lines = [f"{workload.describe()}: {ran(rows)}"]
     body = []
     for row in rows:
         r = row.result
@@ -481,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         "dmodel": args.dmodel,
         "kv_heads": args.kv_heads,
         "window": args.window,
+        "causal": args.causal,
     }
     model = args.model or ("custom" if args.heads and args.embed and not args.model else "bert")
     workload = make_workload(model, args.seq, overrides, phase=args.phase, context=args.context)
@@ -504,8 +533,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise SpecError(
                     f"--accel: unknown configuration '{c}' (known: {', '.join(known)}, fusemax)"
                 )
-    elif workload.phase == "decode":
-        # The paper's configurations are prefill mappings: decode binds automatically.
+    elif workload.phase == "decode" or not all(
+        specs.runs_model_attention(c, workload) for c in shipped_configs() if c in STANDARD
+    ):
+        # The paper's configurations are prefill mappings of multi-head attention without a
+        # mask: decode, and a model with another attention, bind automatically (the model's
+        # own cascade for each strategy).
         configs = ["auto:unfused", "auto:flat", "auto:fusemax"]
     else:
         configs = shipped_configs()

@@ -37,7 +37,7 @@ from simulator.atomic import check_writable, write_text
 from simulator.cli import guarded
 from simulator.configs import Specs
 from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
-from simulator.errors import SpecError
+from simulator.errors import BoundBreach, SpecError
 from simulator.paths import KINDS, data_dir, is_file, resolve_sweep
 from simulator.spec.sweep import (
     ACCOUNTINGS,
@@ -217,6 +217,8 @@ def run_dask(
             chunk = chunk_of.pop(future.key)
             try:
                 rows = future.result()
+            except BoundBreach:  # a bug of the model: the sweep stops, no row keeps it
+                raise
             except Exception as err:  # anything a remote task or a dying worker raises
                 if len(chunk) > 1:
                     queue.extendleft([p] for p in reversed(chunk))

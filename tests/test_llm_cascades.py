@@ -36,6 +36,10 @@ NEW = [
     "attention-causal-1pass",
     "attention-window-3pass",
     "attention-window-1pass",
+    "attention-gqa-causal-3pass",
+    "attention-gqa-causal-1pass",
+    "attention-gqa-window-3pass",
+    "attention-gqa-window-1pass",
     "attention-decode",
 ]
 
@@ -116,6 +120,40 @@ CASES = [
     ("attention-causal-1pass", {"M": 48, "M0": 16, "P": 1, "E": 8, "F": 12}, "causal", None),
     ("attention-causal-1pass", {"M": 64, "M0": 1, "P": 30, "E": 8, "F": 12}, "causal", None),
     ("attention-causal-1pass", {"M": 64, "M0": 64, "P": 30, "E": 8, "F": 12}, "causal", None),
+    # grouped and masked; fewer queries than keys (the queries are the last positions)
+    ("attention-gqa-causal-3pass", {"M": 64, "P": 64, "E": 8, "F": 12, "G": 3}, "causal", None),
+    ("attention-gqa-causal-3pass", {"M": 64, "P": 37, "E": 8, "F": 12, "G": 4}, "causal", None),
+    (
+        "attention-gqa-causal-1pass",
+        {"M": 64, "M0": 16, "P": 37, "E": 8, "F": 12, "G": 4},
+        "causal",
+        None,
+    ),
+    (
+        "attention-gqa-window-3pass",
+        {"M": 64, "P": 37, "E": 8, "F": 12, "G": 4, "W": 20},
+        "window",
+        20,
+    ),
+    (
+        "attention-gqa-window-1pass",
+        {"M": 64, "M0": 16, "P": 64, "E": 8, "F": 12, "G": 3, "W": 9},
+        "window",
+        9,
+    ),
+    # decode: one query after the cache
+    (
+        "attention-gqa-causal-1pass",
+        {"M": 48, "M0": 16, "P": 1, "E": 8, "F": 12, "G": 4},
+        "causal",
+        None,
+    ),
+    (
+        "attention-gqa-window-1pass",
+        {"M": 48, "M0": 16, "P": 1, "E": 8, "F": 12, "G": 4, "W": 7},
+        "window",
+        7,
+    ),
     ("attention-window-3pass", {"M": 64, "P": 64, "E": 8, "F": 12, "W": 5}, "window", 5),
     ("attention-window-3pass", {"M": 64, "P": 50, "E": 8, "F": 12, "W": 40}, "window", 40),
     # window smaller than a chunk, larger than one, of one key, wider than all keys
@@ -304,9 +342,7 @@ def test_a_running_update_reading_masked_chunks_is_caught_by_poisoning(tmp_path)
     # SPD are all 0, so the numbers happen to agree -- but RD reads masked points, which the
     # NaN fill shows. The shipped cascade reads none.
     chunk = "SLD[m1 : m1*M0 <= p + M - P, p : p + M - P < m1*M0 + M0 - 1 + W]"
-    path = _variant(
-        tmp_path, "attention-window-1pass", (chunk, "SLD[m1 : m1*M0 <= p + M - P, p]")
-    )
+    path = _variant(tmp_path, "attention-window-1pass", (chunk, "SLD[m1 : m1*M0 <= p + M - P, p]"))
     broken = load_cascade(path)
     assert compare_reference(broken, WINDOW, seed=1).equivalent
     for cascade, finite in ((broken, False), (_load("attention-window-1pass"), True)):

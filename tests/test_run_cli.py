@@ -106,8 +106,12 @@ def test_smaller_buffer_means_more_kv_rereads(run_cli):
 
 
 def test_unpublished_flat_point_says_where_its_dataflow_comes_from(run_cli):
+    # No published row at 2M: FLAT's dataflow comes from the FLAT strategy's rule, said so,
+    # and no published row is borrowed.
     code, out, err = run_cli(main, ["--seq", "2M", "--accel", "flat"])
-    assert code == 0 and "nearest published row" in out
+    assert code == 0, err
+    assert "no published dataflow for models=BERT, seq_len=2097152" in out
+    assert "bound by the flat strategy (auto:flat)" in out and "nearest" not in out
 
 
 def test_new_architecture_and_mapping_need_no_code(tmp_path, run_cli):

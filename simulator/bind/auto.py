@@ -119,6 +119,12 @@ def bind(
         return flat_mapping(
             cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, reuse=reuse
         )
+    # The unfused strategy's library calls get operands sliced to what is attended.
+    fields = workload.fields()
+    for role, quantity in facts.unfused_sizes:
+        for rank in [r for r, q in shapes.items() if q == role]:
+            shapes[rank] = quantity
+            extents[rank] = int(fields[quantity])  # type: ignore[call-overload]
     return unfused_mapping(
         cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, facts, reuse
     )

@@ -15,6 +15,10 @@ from simulator.spec import yamlio
 from simulator.spec.yamlio import LocDict
 
 ROLES = ("keys", "queries", "embed", "value_embed", "group", "window")
+# Quantities a strategy may size a role by instead (`unfused.sizes`).
+SIZES = ("attended_keys",)
+HEADS = ("multi-head", "grouped")  # a model's K/V heads: one per query head, or shared
+MASKS = ("none", "causal", "window")
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,21 @@ class BinderFacts:
     default_instances: tuple[tuple[str, str], ...]
     unfused_gemm: Any  # the `mapper:` settings of the unfused strategy's GEMM phases (roles)
     path: str
+    # (strategy, heads, mask) -> the cascade that runs a model's attention (a shipped name)
+    cascades: tuple[tuple[tuple[str, str, str], str], ...] = ()
+    # role -> the workload quantity sizing it in the unfused strategy's library calls
+    unfused_sizes: tuple[tuple[str, str], ...] = ()
+
+    def attention_cascade(self, strategy: str, grouped: bool, mask: str) -> str:
+        """The cascade `strategy` binds for attention with this K/V sharing and mask."""
+        key = (strategy, HEADS[int(grouped)], mask)
+        found = dict(self.cascades).get(key)
+        if found is None:
+            raise SpecError(
+                f"the binder's facts name no cascade for {strategy} with {HEADS[int(grouped)]}"
+                f" attention and mask '{mask}' (binder.cascades in {self.path})"
+            )
+        return found
 
     def role_of(self, rank: str) -> str | None:
         return dict(self.shapes).get(rank)
@@ -44,9 +63,9 @@ def load_facts(path: str | Path | None = None) -> BinderFacts:
         raise SpecError("the binder's facts file needs a top-level 'binder:' mapping", top)
     body = data["binder"]
     for key in body:
-        if key not in ("shapes", "instances", "unfused"):
+        if key not in ("shapes", "instances", "unfused", "cascades"):
             raise SpecError(
-                f"unknown key '{key}' in binder (allowed: shapes, instances, unfused)",
+                f"unknown key '{key}' in binder (allowed: shapes, instances, unfused, cascades)",
                 body.key_locs[key],
             )
     shapes = body.get("shapes")
@@ -73,4 +92,47 @@ def load_facts(path: str | Path | None = None) -> BinderFacts:
         tuple((str(k), str(v)) for k, v in inst["default"].items()),
         unfused["gemm"],
         str(path),
+        _cascades(body.get("cascades"), body.loc),
+        _sizes(unfused.get("sizes"), unfused.loc),
     )
+
+
+def _sizes(raw: Any, loc: Loc) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, LocDict) or not all(
+        k in ROLES and v in (*ROLES, *SIZES) for k, v in raw.items()
+    ):
+        raise SpecError(
+            f"binder.unfused.sizes must map roles ({', '.join(ROLES)}) to workload "
+            f"quantities ({', '.join((*ROLES, *SIZES))})",
+            getattr(raw, "loc", loc),
+        )
+    return tuple((str(k), str(v)) for k, v in raw.items())
+
+
+def _cascades(raw: Any, loc: Loc) -> tuple[tuple[tuple[str, str, str], str], ...]:
+    """binder.cascades: strategy -> heads (multi-head, grouped) -> mask -> cascade name."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, LocDict):
+        raise SpecError("binder.cascades must map strategies to their cascades", loc)
+    out = []
+    for strategy, by_heads in raw.items():
+        if not isinstance(by_heads, LocDict) or not set(by_heads) <= set(HEADS):
+            raise SpecError(
+                f"binder.cascades.{strategy} must map {' and '.join(HEADS)} to masks",
+                raw.loc_of(strategy),
+            )
+        for heads, by_mask in by_heads.items():
+            if not isinstance(by_mask, LocDict) or not set(by_mask) <= set(MASKS):
+                raise SpecError(
+                    f"binder.cascades.{strategy}.{heads} must map masks ({', '.join(MASKS)}) "
+                    "to cascade names",
+                    by_heads.loc_of(heads),
+                )
+            for mask, name in by_mask.items():
+                if not isinstance(name, str):
+                    raise SpecError("a cascade name is text", by_mask.loc_of(mask))
+                out.append(((str(strategy), str(heads), str(mask)), str(name)))
+    return tuple(out)

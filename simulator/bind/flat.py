@@ -109,7 +109,7 @@ def flat_mapping(
         else:
             einsums[n] = {"inner": list(reduced_ranks(e))}
     for n in fibre_einsums:
-        einsums[n] = {"loops": [*outer, r2, r1, r0]}
+        einsums[n] = {"loops": [*outer, r2, r1, r0, f1]}
     tensors: dict[str, dict[str, Any]] = {}
     local: dict[str, dict[str, Any]] = {}
     # Operands of the rows (Q, the output) stay on chip for their block of rows, spilling

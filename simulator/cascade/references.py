@@ -82,6 +82,16 @@ def attention(
     return out if grouped else out[:, 0, :]
 
 
+def attention_kind(cascade: Cascade) -> tuple[bool, str] | None:
+    """(grouped, mask) of a cascade whose reference is attention: grouped when Q has a
+    query-head rank (`Q[E, G, P]`), the mask of its reference; None for other cascades."""
+    ref = cascade.reference
+    if ref is None or ref.algorithm != "attention":
+        return None
+    q = _ranks(cascade, "Q")
+    return (q is not None and len(q) == 3, str(ref.option("mask", "none")))
+
+
 def check_reference(cascade: Cascade) -> None:
     """The cascade has what its reference binds (tensors and ranks, the window's W); else a
     SpecError at the `reference:` entry."""

@@ -133,7 +133,11 @@ def plan_phase(
                 continue
             shared.add(key)
             if masks[name]:  # only the tiles with kept points fetch (or write) theirs
-                fetched = active_fraction(masks[name], tuple(lv for lv, _ in signature), extents)
+                # the loops that refetch (the signature), and those inside the kept tile
+                # that split its values: only the kept parts of a tile are fetched
+                parts = [lv for lv in nest.tile_loops if lv in comps]
+                loops = tuple(dict.fromkeys([*(lv for lv, _ in signature), *parts]))
+                fetched = active_fraction(masks[name], loops, extents)
                 if is_write:
                     tally.write += size * factor * fetched
                     tally.read += size * (factor - 1) * fetched

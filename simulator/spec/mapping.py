@@ -52,6 +52,7 @@ TOP_KEYS = (
     "published",
     "padded",
     "instances",
+    "otherwise",
 )
 INSTANCE_KEYS = ("batch", "heads")
 # The five configurations of the paper's evaluation (mapping files), in its order, and the
@@ -182,6 +183,15 @@ class MappingSpec:
     data: LocDict
     table: tuple[dict[str, str], ...]
     table_path: str
+    notes: tuple[str, ...] = ()  # said with its results (why this mapping runs the point)
+
+    @property
+    def otherwise(self) -> str | None:
+        """The automatic configuration (`auto:STRATEGY`) that binds a point this file does
+        not cover: another attention than its cascade's, or (with a dataflow table) a point
+        or an architecture its table has no row for."""
+        value = self.data.get("otherwise")
+        return None if value is None else str(value)
 
     @property
     def label(self) -> str:
@@ -335,13 +345,12 @@ def _check_keys(mapping: Any, allowed: tuple[str, ...], what: str) -> None:
 # Fixing a mapping to one point
 
 
-def find_row(
-    spec: MappingSpec, workload_fields: dict[str, Any]
-) -> tuple[dict[str, str], str | None]:
-    """The dataflow table row for a workload (`match` maps table columns to its fields).
+def has_row(spec: MappingSpec, workload_fields: dict[str, Any]) -> bool:
+    """Does the mapping's dataflow table have a row for this workload (exactly)?"""
+    return _exact_row(spec, workload_fields) is not None
 
-    Without an exact match, `nearest:` (numeric columns -> workload fields) picks the row
-    closest in log scale; the returned note says which row was borrowed."""
+
+def _exact_row(spec: MappingSpec, workload_fields: dict[str, Any]) -> dict[str, str] | None:
     df = spec.data["dataflow"]
     match, where = df["match"], df.get("where") or {}
     if not isinstance(match, LocDict) or not isinstance(where, dict):
@@ -369,7 +378,22 @@ def find_row(
             else:
                 ok &= str(have).lower() == str(want).lower()
         if ok:
-            return row, None
+            return row
+    return None
+
+
+def find_row(
+    spec: MappingSpec, workload_fields: dict[str, Any]
+) -> tuple[dict[str, str], str | None]:
+    """The dataflow table row for a workload (`match` maps table columns to its fields).
+
+    Without an exact match, `nearest:` (numeric columns -> workload fields) picks the row
+    closest in log scale; the returned note says which row was borrowed."""
+    exact = _exact_row(spec, workload_fields)
+    if exact is not None:
+        return exact, None
+    df = spec.data["dataflow"]
+    match, where = df["match"], df.get("where") or {}
     described = ", ".join(f"{f}={workload_fields[f]}" for f in match.values())
     nearest = df.get("nearest")
     if isinstance(nearest, LocDict) and nearest:
@@ -603,6 +627,7 @@ def resolve(
     """Fix a mapping to one point: pick its table row, apply selects, check names (against
     the cascade's ranks and tensors when `cascade_names` is given)."""
     row, note = find_row(spec, workload_fields) if spec.table else (None, None)
+    notes = (*spec.notes, *((note,) if note else ()))
     body = _apply_selects(spec.data, row, spec.name)
     ctx = dict(context)
     if row is not None:
@@ -887,6 +912,6 @@ def resolve(
         phases=tuple(phases),
         dataflow=tuple(row.items()) if row else (),
         factor_locs=factor_locs,
-        notes=(note,) if note else (),
+        notes=notes,
         binding_locs=tuple(binding_locs.items()),
     )

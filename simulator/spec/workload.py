@@ -26,7 +26,10 @@ FIELDS = ("batch", "heads", "embed", "value_embed", "dmodel", "ffn")
 # Optional model fields (LLMs): K/V heads (grouped-query attention; default: heads) and the
 # sliding-window width (0: full attention).
 OPTIONAL = ("kv_heads", "window")
+# Optional yes/no model fields: a causal (decoder) mask; a sliding window is causal too.
+FLAGS = ("causal",)
 PHASES = ("prefill", "decode")
+MASKS = ("none", "causal", "window")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,27 @@ class Workload:
     window: int = 0  # sliding-window width in keys (0: full attention)
     phase: str = "prefill"  # or decode: one new query per request
     context: int = 0  # decode: cached keys (0: seq_len)
+    causal: bool = False  # a causal mask: each query sees the keys up to its own position
+
+    @property
+    def mask(self) -> str:
+        """The model's attention mask: `window` (the last W keys up to the query), `causal`
+        or `none`."""
+        return "window" if self.window else "causal" if self.causal else "none"
+
+    @property
+    def grouped(self) -> bool:
+        """Fewer K/V heads than query heads (grouped-query or multi-query attention)."""
+        return self.kv < self.heads
+
+    def attention(self) -> str:
+        """The model's attention in words: `multi-head`, `grouped-query, causal`, ..."""
+        words = ["grouped-query" if self.grouped else "multi-head"]
+        if self.mask == "window":
+            words.append(f"sliding window of {format_count(self.window)}")
+        elif self.mask == "causal":
+            words.append("causal")
+        return ", ".join(words)
 
     @property
     def instances(self) -> int:
@@ -75,6 +99,14 @@ class Workload:
         return self.seq_len
 
     @property
+    def attended_keys(self) -> int:
+        """Keys some query attends: under a sliding window of W the last W + P - 1 (the
+        queries are the last P positions; a decode step's last W), else every key."""
+        if self.window:
+            return min(self.keys, self.window + self.queries - 1)
+        return self.keys
+
+    @property
     def seq_label(self) -> str:
         return format_count(self.seq_len)
 
@@ -84,6 +116,7 @@ class Workload:
             f"{self.label} (B={self.batch}, {heads}, E={self.embed}, "
             f"F={self.value_embed}, D={self.dmodel}, S={self.ffn}"
             + (f", W={self.window}" if self.window else "")
+            + (", causal" if self.causal and not self.window else "")
             + ")"
         )
         if self.phase == "decode":
@@ -109,6 +142,7 @@ class Workload:
             "window": self.window or self.keys,
             "queries": self.queries,
             "keys": self.keys,
+            "attended_keys": self.attended_keys,
             "context": self.keys,
         }
 
@@ -154,12 +188,21 @@ def _load_models_file(path: Path) -> dict[str, Workload]:
         if not isinstance(entry, LocDict):
             raise SpecError(f"workload '{key}' must be a mapping of its fields", loc)
         for field in entry:
-            if field not in (*FIELDS, *OPTIONAL, "label", "description", "source"):
+            if field not in (*FIELDS, *OPTIONAL, *FLAGS, "label", "description", "source"):
                 raise SpecError(
                     f"unknown field '{field}' of workload '{key}' (allowed: "
-                    f"{', '.join((*FIELDS, *OPTIONAL))}, label, description, source)",
+                    f"{', '.join((*FIELDS, *OPTIONAL, *FLAGS))}, label, description, source)",
                     entry.key_locs[field],
                 )
+        flags = {}
+        for field in FLAGS:
+            if field in entry:
+                if not isinstance(entry[field], bool):
+                    raise SpecError(
+                        f"'{field}' of workload '{key}' must be true or false",
+                        entry.loc_of(field),
+                    )
+                flags[field] = entry[field]
         values = {}
         for field in (*FIELDS, *OPTIONAL):
             if field in ("value_embed", *OPTIONAL) and field not in entry:
@@ -177,8 +220,18 @@ def _load_models_file(path: Path) -> dict[str, Workload]:
             raise SpecError(
                 f"kv_heads of workload '{key}' must divide its heads", entry.loc_of("kv_heads")
             )
+        if values.get("window") and flags.get("causal") is False:
+            raise SpecError(
+                f"workload '{key}': a sliding window is causal (the last W keys up to each "
+                "query); drop 'causal: false'",
+                entry.loc_of("causal"),
+            )
         out[str(key).lower()] = Workload(
-            str(key).lower(), str(entry.get("label", key)), seq_len=0, **values
+            str(key).lower(),
+            str(entry.get("label", key)),
+            seq_len=0,
+            causal=bool(flags.get("causal", False) or values.get("window")),
+            **values,
         )
     return out
 
@@ -195,14 +248,15 @@ def default_sequence_lengths(path: str | Path | None = None) -> list[int]:
 def make_workload(
     model: str | None,
     seq: str | int,
-    overrides: dict[str, int | None] | None = None,
+    overrides: dict[str, int | bool | None] | None = None,
     models: dict[str, Workload] | None = None,
     phase: str = "prefill",
     context: str | int | None = None,
 ) -> Workload:
     """A workload from a model name (or `custom`), a sequence length and field overrides
-    (`kv_heads`, `window` too); `phase="decode"` decodes one token per request against
-    `context` cached tokens (default: the sequence length)."""
+    (`kv_heads`, `window` -- 0: none --, `causal` too); `phase="decode"` decodes one token
+    per request against `context` cached tokens (default: the sequence length). The label
+    names the overrides that change the model."""
     models = models if models is not None else load_models()
     seq_len = parse_count(seq, what="--seq")
     if phase not in PHASES:
@@ -212,9 +266,13 @@ def make_workload(
         raise SpecError("--context is the cache of a decode step: add --phase decode")
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     for key, value in given.items():
+        if key in FLAGS:
+            if not isinstance(value, bool):
+                raise SpecError(f"workload field '{key}' is yes or no, got {value!r}")
+            continue
         if key not in (*FIELDS, *OPTIONAL):
             raise SpecError(f"unknown workload field '{key}'")
-        if value <= 0:
+        if isinstance(value, bool) or value < 0 or (value == 0 and key != "window"):
             raise SpecError(f"--{key.replace('_', '-')} must be positive, got {value}")
     name = (model or "custom").lower()
     if name == "custom":
@@ -233,16 +291,34 @@ def make_workload(
             seq_len=seq_len,
             kv_heads=given.get("kv_heads", 0),
             window=given.get("window", 0),
+            causal=bool(given.get("causal", False) or given.get("window", 0)),
         )
+        if given.get("window") and given.get("causal") is False:
+            raise SpecError(_WINDOW_IS_CAUSAL)
     else:
         if name not in models:
             raise SpecError(f"unknown model '{model}' (known: {', '.join(sorted(models))}, custom)")
         base = dataclasses.replace(models[name], seq_len=seq_len)
-        if given:
-            if "embed" in given and "value_embed" not in given:
-                given["value_embed"] = given["embed"]
-            label = base.label + "(" + ",".join(f"{k}={v}" for k, v in sorted(given.items())) + ")"
-            base = dataclasses.replace(base, label=label, **given)
+        if "embed" in given and "value_embed" not in given:
+            given["value_embed"] = given["embed"]
+        changed = {k: v for k, v in given.items() if getattr(base, k) != v}
+        if changed.get("window") and given.get("causal") is False:
+            raise SpecError(_WINDOW_IS_CAUSAL)
+        if base.window and given.get("causal") is False and "window" not in given:
+            raise SpecError(
+                f"{base.label} attends through a sliding window of {base.window}, which is "
+                "causal: add --window 0 for full attention without a mask"
+            )
+        if changed.get("window"):
+            changed["causal"] = True  # a sliding window is causal
+        if changed:
+            label = (
+                base.label
+                + "("
+                + ",".join(f"{k}={_text(v)}" for k, v in sorted(changed.items()))
+                + ")"
+            )
+            base = dataclasses.replace(base, label=label, **changed)
     if base.heads % base.kv:
         raise SpecError(f"--kv-heads {base.kv} must divide the {base.heads} heads")
     if base.kv_heads == base.heads:
@@ -250,3 +326,13 @@ def make_workload(
     if phase == "decode":
         base = dataclasses.replace(base, phase=phase, context=cached)
     return base
+
+
+_WINDOW_IS_CAUSAL = (
+    "a sliding window is causal (the last W keys up to each query): drop --no-causal, or "
+    "give --window 0 for no window"
+)
+
+
+def _text(value: int | bool) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade
+from simulator.errors import Loc, SpecError
 from simulator.plan.costs import EinsumCost, plan_costs
 from simulator.plan.extents import choose_extents, example_shape_notes, factor_context
 from simulator.plan.facts import CascadeFacts, cascade_facts
@@ -63,6 +64,7 @@ def plan_point(
     cascade: Cascade, mapping: Mapping, arch: Architecture, workload: Workload
 ) -> PointPlan:
     """Plan one configuration (cascade + resolved mapping + architecture) at a workload."""
+    check_registers(cascade, mapping, arch)
     facts = cascade_facts(cascade)
     extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
     views = [
@@ -79,3 +81,26 @@ def plan_point(
     return PointPlan(
         cascade, mapping, arch, workload, facts, extents, partitions, tuple(phases), notes
     )
+
+
+def check_registers(cascade: Cascade, mapping: Mapping, arch: Architecture) -> None:
+    """Every PE computing an Einsum holds its operands and its result: one register word each
+    (distinct tensors read, plus the output). The same rule for every design and value
+    format: registers keep their bits at another precision (fewer words of wider values), so
+    a design whose registers cannot hold an Einsum's values at this width cannot run it."""
+    for e in cascade.einsums:
+        if e.kind != "compute":
+            continue
+        array = arch.array(mapping.array_of(e.name))
+        operands = list(dict.fromkeys(a.tensor for a in e.reads()))
+        need = len(operands) + 1
+        if need <= array.register_words:
+            continue
+        width = f"{arch.precision} " if arch.precision else ""
+        raise SpecError(
+            f"mapping '{mapping.name}': Einsum '{e.name}' holds {need} values in each PE of "
+            f"{array.name} (operands {', '.join(operands)} and its result), whose registers "
+            f"hold {array.register_words} {width}value(s) of {arch.datawidth_bits} bits "
+            "(registers keep their bits at another precision)",
+            Loc(mapping.path),
+        )

@@ -80,6 +80,10 @@ class Array:
     broadcast_latency: int | None = None
     operand_latches: int = 2  # registers that hold the operands streaming through a PE
     precisions: tuple[Precision, ...] = ()  # value formats its PEs take (compute attribute)
+    # Units built from multipliers (a MAC, an exponential's polynomial, a divider's
+    # iterations): at another precision their cycles scale as the MAC's; adders and
+    # comparators keep theirs (compute attribute `multiplier_units`; default: the MAC's unit).
+    multiplier_units: tuple[str, ...] = ()
 
     def precision(self, name: str) -> Precision | None:
         return next((p for p in self.precisions if p.name == name), None)
@@ -265,9 +269,9 @@ class Architecture:
             base = a.precision(self.precision) if self.precision else None
             scale = p.mac_cycles / (base.mac_cycles if base else 1.0)
             mac = a.op("mac")
-            unit = mac.unit if mac else "mac"
+            units = a.multiplier_units or ((mac.unit if mac else "mac"),)
             ops = tuple(
-                dataclasses.replace(op, cycles=op.cycles * scale) if op.unit == unit else op
+                dataclasses.replace(op, cycles=op.cycles * scale) if op.unit in units else op
                 for op in a.operations
             )
             words = a.register_words * self.datawidth_bits // bits
@@ -630,6 +634,16 @@ def _operations(node: _Node) -> tuple[OpCost, ...]:
     return tuple(ops)
 
 
+def _names(node: _Node, key: str) -> tuple[str, ...]:
+    """A compute attribute that lists names (`multiplier_units: [mac, exponential]`)."""
+    raw = node.attrs.get(key)
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(v, str) for v in raw):
+        raise SpecError(f"'{key}' of '{node.name}' must list unit names", node.loc)
+    return tuple(str(v) for v in raw)
+
+
 def _precisions(node: _Node) -> tuple[Precision, ...]:
     """`precisions: {fp16: {bits: 16, mac_cycles: 1}, ...}` of a compute component."""
     raw = node.attrs.get("precisions")
@@ -762,6 +776,7 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
                 regs[0].name if regs else "",
                 **timing,
                 precisions=_precisions(comp),
+                multiplier_units=_names(comp, "multiplier_units"),
             )
         )
     if not arrays:

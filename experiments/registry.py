@@ -5,7 +5,16 @@ changes.
 
 from __future__ import annotations
 
-from experiments import attention, bounds, cascades, endtoend, llm, pareto, waterfall
+from experiments import (
+    attention,
+    bounds,
+    cascades,
+    endtoend,
+    flat_rule,
+    llm,
+    pareto,
+    waterfall,
+)
 from experiments.experiment import Experiment
 
 
@@ -18,6 +27,7 @@ def registry() -> tuple[Experiment, ...]:
         waterfall.EXPERIMENT,
         cascades.EXPERIMENT,
         bounds.EXPERIMENT,
+        flat_rule.EXPERIMENT,
         llm.EXPERIMENT,
     )
 

@@ -142,6 +142,27 @@ def test_flat_follows_the_buffer():
     assert rows[0].accelerator == "auto-flat" and rows[1].accelerator == "flat"
 
 
+def test_flats_rule_reproduces_the_published_choices_except_at_64k():
+    """The FLAT strategy's rule against FLAT's published per-point dataflow (the paper's
+    24 points): where the score fibres live and the GEMMs' stationarity agree except at
+    64K (FLAT keeps the fibres on chip with a 0.8% spill, the rule sends them through DRAM);
+    the latency is the same wherever the 1D array bounds FLAT (up to 16K) and within 13%
+    everywhere."""
+    from experiments.flat_rule import CHOICES, compute
+
+    specs = Specs()
+    for model in ("bert", "trxl", "t5", "xlm"):
+        for seq in (1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20):
+            row = compute(specs, (model, seq))
+            agrees = dict(zip(CHOICES, row.agrees, strict=True))
+            for choice in ("QK_loc", "A_loc", "QK_stationarity"):
+                assert agrees[choice] == (seq != 1 << 16), (model, seq, choice)
+            ratio = row.rule_latency_s / row.published_latency_s
+            assert abs(ratio - 1) < 0.13, (model, seq)
+            if seq <= 1 << 14:
+                assert ratio == pytest.approx(1.0, rel=1e-9), (model, seq)
+
+
 def test_flat_outside_the_paper_borrows_no_row(run_cli):
     code, out, err = run_cli(run_main, ["--model", "llama3-8b", "--seq", "128K", "--accel", "flat"])
     assert code == 0 and "nearest" not in out and "published row" not in out

@@ -12,7 +12,13 @@ over rows `P`), as FuseMax's Mapping 1 binds 1-pass attention:
   run either is an error naming it;
 * **loops** -- `P2, M1, [other row ranks], P1`: each chunk of keys is fetched once per block
   of P1 x P0 rows and reused by them (and by every query head of a group); with
-  `reuse=False` the other row ranks run outermost instead (no reuse across them);
+  `reuse=False` the other row ranks run outermost instead (no reuse across them). P1
+  divides P / P0 (no padded block): at power-of-two lengths the blocks are powers of two, so
+  a group whose rows do not all fit (Llama-3-8B at 16K: 126 tiles of rows fit, a head has
+  64, the group 256) re-reads K and V per head -- 1/0.75 of the traffic bound, which blocks
+  of 22-31 tiles with a padded last one would reach. Not taken: those points are
+  compute-bound by far (the DRAM time is under 5% of the latency) and a padded block's
+  empty rows cost whole tiles of compute;
 * **tensors** -- inputs in DRAM, kept where they are reused (Q for its row block, K and V for
   their chunk); outputs streamed; the recurrence's state in the buffer for the row block;
   a whole 2D tile handed between the arrays goes through the buffer, double-buffered; every

@@ -22,7 +22,8 @@ from pathlib import Path
 from simulator.atomic import check_writable, write_text
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
-from simulator.errors import SpecError
+from simulator.bounds import point_bounds
+from simulator.errors import BoundBreach, SpecError
 from simulator.plan.point import plan_point
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload, make_workload
@@ -67,8 +68,17 @@ def trace_point(
     """Simulate one (batch, head) instance of `config`'s pipelined phase, tracing the first
     `epochs` epochs (the workload should have batch = heads = 1)."""
     cascade, mapping, arch = prepare(specs, config, workload, pe_dim=pe_dim)
-    program = pipelined_point(plan_point(cascade, mapping, arch, workload)).program
+    point = plan_point(cascade, mapping, arch, workload)
+    program = pipelined_point(point).program
     r = Waterfall(program, trace_epochs=epochs).run()
+    if len(point.phases) == 1:  # the traced phase is the whole point: within its bound
+        bound = point_bounds(point).latency_s * arch.frequency_hz / point.instances
+        if r.cycles < bound * (1 - 1e-9):
+            raise BoundBreach(
+                f"{mapping.label} ({mapping.name}) on {workload.describe()}: the traced "
+                f"instance takes {r.cycles} cycles, below its bound of {bound:.6g} -- a bug "
+                "of the tool, not a result; please report it with this command line"
+            )
     arrays = [a.name for a in arch.arrays if any(s.array == a.name for s in program.ops)]
     events = sorted(r.trace, key=lambda e: (e.start, e.array))
     return Trace(r, arrays, events, mapping, program)

@@ -266,6 +266,27 @@ def test_a_breach_stops_a_sweep_and_writes_nothing(monkeypatch, run_cli, tmp_pat
     assert code == 3 and "internal error" in err and not out.exists()
 
 
+@pytest.mark.parametrize(
+    "tool, argv",
+    [
+        ("compare", ["--cascades", "attention-1pass", "--seq", "1K", "--engine", "analytic"]),
+        ("roofline", ["--model", "bert", "--seqs", "1K", "--engine", "analytic"]),
+        ("trace", ["--accel", "binding", "--seq", "1K", "--epochs", "2"]),
+    ],
+)
+def test_every_tool_refuses_a_breach(monkeypatch, run_cli, tmp_path, tool, argv):
+    import importlib
+
+    module = importlib.import_module(f"simulator.{tool}")
+    monkeypatch.setattr(evaluate_module, "point_bounds", _impossible_bounds)
+    if hasattr(module, "point_bounds"):
+        monkeypatch.setattr(module, "point_bounds", _impossible_bounds)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(module.main, argv)
+    assert code == 3 and err.startswith("internal error: ") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
 MODELS = ["bert", "xlm", "llama3-8b", "mistral-7b"]
 CONFIGS = ["unfused", "flat", "cascade", "arch", "binding", "auto:fusemax", "auto:flat"]
 CONFIGS += ["auto:unfused", "auto:fusemax/sequential"]

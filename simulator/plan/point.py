@@ -92,6 +92,8 @@ def check_registers(cascade: Cascade, mapping: Mapping, arch: Architecture) -> N
         if e.kind != "compute":
             continue
         array = arch.array(mapping.array_of(e.name))
+        if not array.register_component:
+            continue  # no register file described: the design leaves them out of the model
         operands = list(dict.fromkeys(a.tensor for a in e.reads()))
         need = len(operands) + 1
         if need <= array.register_words:

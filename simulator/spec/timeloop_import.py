@@ -554,6 +554,7 @@ def import_architecture(
                 operand_latches=match.operand_latches,
                 compute_component=match.compute_component or array.compute_component,
                 precisions=match.precisions,
+                multiplier_units=match.multiplier_units,
             )
         arrays.append(array)
     arrays_by_name = {a.name: a for a in arrays}

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.atomic import check_writable, write_text
+from simulator.bounds import point_bounds
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
-from simulator.bounds import point_bounds
 from simulator.errors import BoundBreach, SpecError
 from simulator.plan.point import plan_point
 from simulator.spec.mapping import Mapping

@@ -62,6 +62,9 @@ class Result:
     energy_per_component: tuple[tuple[str, float], ...] = ()
     area_um2: float | None = None
     area_per_component: tuple[tuple[str, float], ...] = ()
+    # component -> (dynamic energy as Timeloop counts it, the corrected accounting's reads
+    # of drained values, its leakage), pJ
+    energy_parts: tuple[tuple[str, float, float, float], ...] = ()
     # Cycle engine only: idle cycles of each array by reason, and how much was simulated.
     stalls: tuple[tuple[str, str, int], ...] = ()  # (array, reason, cycles)
     epochs: int = 0

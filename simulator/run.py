@@ -315,6 +315,10 @@ def record(row: Row) -> dict:
         "energy_vs_flat": row.energy_vs_flat,
         "energy_accounting": r.energy_accounting,
         "energy_per_component_pj": dict(r.energy_per_component),
+        "energy_parts_pj": {
+            c: {"dynamic": dyn, "drain_reads": drain, "leakage": leak}
+            for c, dyn, drain, leak in r.energy_parts
+        },
         "area_um2": r.area_um2,
         "cycles": r.cycles,
         "engine": r.engine,
@@ -367,12 +371,38 @@ def render_breakdown(rows: list[Row]) -> str:
             continue
         lines.append("")
         lines.append(f"{r.label}: energy by component ({r.energy_accounting} accounting)")
-        body = [
-            (name, f"{pj:.4g}", f"{100 * pj / r.energy_pj:.1f}%")
-            for name, pj in sorted(r.energy_per_component, key=lambda x: -x[1])
-        ]
-        body.append(("total", f"{r.energy_pj:.4g}", "100.0%"))
-        lines.append(table(["component", "energy (pJ)", "share"], body, [False, True, True]))
+        # Timeloop's dynamic energy, then the terms the corrected accounting adds to it:
+        # reads of values drained to a parent level, and leakage.
+        parts = {c: (dyn, drain, leak) for c, dyn, drain, leak in r.energy_parts}
+        body = []
+        for name, pj in sorted(r.energy_per_component, key=lambda x: -x[1]):
+            dyn, drain, leak = parts.get(name, (pj, 0.0, 0.0))
+            body.append(
+                (
+                    name,
+                    f"{dyn:.4g}",
+                    f"{drain:.4g}",
+                    f"{leak:.4g}",
+                    f"{pj:.4g}",
+                    f"{100 * pj / r.energy_pj:.1f}%",
+                )
+            )
+        sums = [sum(v[i] for v in parts.values()) for i in range(3)]
+        body.append(("total", *(f"{s:.4g}" for s in sums), f"{r.energy_pj:.4g}", "100.0%"))
+        lines.append(
+            table(
+                [
+                    "component",
+                    "dynamic (pJ)",
+                    "drain reads (pJ)",
+                    "leakage (pJ)",
+                    "energy (pJ)",
+                    "share",
+                ],
+                body,
+                [False, True, True, True, True, True],
+            )
+        )
     return "\n".join(lines)
 
 

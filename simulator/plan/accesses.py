@@ -22,6 +22,13 @@ The rules (perfectly factorised, dense, no sliding windows):
 * an output's first write of each distinct tile needs no read; every later update reads the
   partial result (temporal reduction); revisited tiles are filled back from the parent and
   every visit drains to it.
+
+Timeloop counts an output's reads at a level as its updates less its first writes and
+charges nothing for draining a tile to its parent (v3.0.3 and master alike, checked against
+real runs: `tests/test_timeloop_real.py`). Physically the drained values are read out of the
+level once more; `drain_reads=True` counts those reads too (the corrected energy accounting
+and the timing of the buffer's ports do; the published accounting, the Timeloop backend and
+the exports do not).
 """
 
 from __future__ import annotations
@@ -96,8 +103,11 @@ class AccessReport:
         return Counts()
 
 
-def analyze(problem: Problem, mapping: tuple[LevelMapping, ...]) -> AccessReport:
-    """Timeloop-style access counts of `problem` under `mapping` (outermost level first)."""
+def analyze(
+    problem: Problem, mapping: tuple[LevelMapping, ...], drain_reads: bool = False
+) -> AccessReport:
+    """Timeloop-style access counts of `problem` under `mapping` (outermost level first);
+    `drain_reads`: also count the read of every value drained to the parent level."""
     _validate(problem, mapping)
     n = len(mapping)
     computes = math.prod(e for _, e in problem.instance)
@@ -152,7 +162,7 @@ def analyze(problem: Problem, mapping: tuple[LevelMapping, ...]) -> AccessReport
                 updates = child_traffic // fan
                 first = tile * distinct * inst
                 refills = tile * (visits - distinct) * inst if has_parent else 0
-                drains = tile * visits * inst if has_parent else 0
+                drains = tile * visits * inst if has_parent and drain_reads else 0
                 reads = max(0, updates - first) + drains
                 results.append(
                     (mapping[i].level, ds.name, Counts(reads, refills, updates, tile, inst))

@@ -228,7 +228,7 @@ def _complete(
 def _require_fit(plans: list[PhasePlan], arch: Architecture, mapping: Mapping) -> None:
     for plan in plans:
         if not plan.fits:
-            need = plan.buffer_values * arch.value_bytes
+            need = max(plan.buffer_values, plan.resident_values) * arch.value_bytes
             raise SpecError(
                 f"mapping '{mapping.name}' does not fit: phase '{plan.phase.name}' "
                 f"keeps {need:.0f} bytes of tiles in a "

@@ -590,7 +590,7 @@ def _finish(gemm, arr, arch, factors, spatial, o0, o1, keep, cycles, evaluated, 
             "registers", tuple(Loop(ranks[d], factors[d][2]) for d in range(3)), (), every
         ),
     )
-    report = analyze(problem, levels)
+    report = analyze(problem, levels, drain_reads=True)
     traffic_values = sum(
         c.reads + c.fills + c.updates for lv, _ds, c in report.counts if lv == "DRAM"
     )

@@ -9,8 +9,11 @@ Planning step 2 (after the extents): for every phase of the mapping,
   beyond the first fill of a DRAM-homed tensor, and every buffer write and read of a
   buffer-homed one (a consumer on the producer's array in the same pass takes the value
   directly, without the buffer).
-* **capacity** -- the tiles kept on chip (times their copies) must fit the global buffer;
-  tensors with `spill: auto` give up the fraction that does not fit.
+* **capacity** -- every tile resident in the buffer together must fit it: the tiles kept on
+  chip (times their copies), a tensor with a fixed `spill: s` holding `1 - s` of its tile
+  (the spilled part lives in DRAM), and a tensor placed `over` another taking that tile's
+  slot (computed in place: FLAT's SN over QK, A over SN); tensors with `spill: auto` give
+  up the fraction that does not fit.
 
 A phase with `mapper:` is a GEMM planned by the GEMM mapper (:mod:`simulator.plan.mapper`):
 its traffic is the chosen mapping's DRAM access counts.
@@ -54,6 +57,7 @@ class PhasePlan:
     # Filtered Einsums: the fraction of their tiles computed (a tile with no kept point is
     # skipped; see simulator.plan.masks). Unfiltered Einsums are not listed (all tiles).
     activity: tuple[tuple[str, float], ...] = ()
+    resident_values: float = 0.0  # the tiles resident together (the capacity check's count)
 
     def active(self, einsum: str) -> float:
         return dict(self.activity).get(einsum, 1.0)
@@ -94,6 +98,7 @@ def plan_phase(
     tallies: dict[str, _TensorTally] = {}
     shared: set[tuple] = set()
     buffer_tiles: dict[str, float] = {}
+    spilled_tiles: dict[str, float] = {}  # fixed spill: the resident part of the tile
     auto_tiles: dict[str, float] = {}
     # Accesses of each tensor: (einsum, is_write)
     accesses: dict[str, list[tuple[str, bool]]] = {}
@@ -110,20 +115,16 @@ def plan_phase(
         size = tensor_size(comps, extents)
         tally = tallies.setdefault(tensor, _TensorTally())
         keep = place.keep if place.keep is not None else "top"
+        if place.home == "buffer" or keep != "stream":
+            tile = max(tile_values(nests[n], comps, iterative, keep, extents) for n, _ in uses)
+            if place.spill == "auto":
+                auto_tiles[tensor] = tile * place.copies
+            elif place.spill is None:
+                buffer_tiles[tensor] = tile * place.copies
+            else:
+                spilled_tiles[tensor] = tile * place.copies * (1 - float(place.spill))
         if place.home == "buffer":
-            tile = max(tile_values(nests[n], comps, iterative, keep, extents) for n, _ in uses)
-            if place.spill == "auto":
-                auto_tiles[tensor] = tile * place.copies
-            elif place.spill is None:
-                buffer_tiles[tensor] = tile * place.copies
             continue
-        # DRAM-homed
-        if keep != "stream":
-            tile = max(tile_values(nests[n], comps, iterative, keep, extents) for n, _ in uses)
-            if place.spill == "auto":
-                auto_tiles[tensor] = tile * place.copies
-            elif place.spill is None:
-                buffer_tiles[tensor] = tile * place.copies
         for name, is_write in uses:
             nest = nests[name]
             factor = transfer_factor(nest, comps, keep, extents)
@@ -150,7 +151,8 @@ def plan_phase(
                 tally.read += size * factor
     capacity = arch.buffer_values
     fixed = sum(buffer_tiles.values())
-    fits = fixed <= capacity
+    resident = _resident({**buffer_tiles, **spilled_tiles}, phase, facts)
+    fits = resident <= capacity
     auto_fraction = 0.0
     if auto_tiles:
         room = max(0.0, capacity - fixed)
@@ -191,6 +193,7 @@ def plan_phase(
         used,
         fits,
         activity=tuple(sorted(activity.items())),
+        resident_values=resident,
     )
 
 
@@ -219,6 +222,29 @@ def _mapped_phase(
         r, w, sp = tallies.get(tensor, (0.0, 0.0, 0.0))
         tallies[tensor] = (r + c.reads / copies, w + (c.fills + c.updates) / copies, sp)
     return PhasePlan(phase, {}, tallies, used, True, m)
+
+
+def _resident(tiles: dict[str, float], phase: Phase, facts: CascadeFacts) -> float:
+    """The values of `tiles` resident in the buffer together: a tensor placed `over` another
+    (computed in place over its tile, as FLAT's softmax writes SN over QK and A over SN) takes
+    that tile's slot, so the two count once (the larger)."""
+    slot = {t: t for t in tiles}
+
+    def root(t: str) -> str:
+        while slot[t] != t:
+            t = slot[t]
+        return t
+
+    for tensor in tiles:
+        over = placement_of(phase, facts, tensor).over
+        target = canonical(facts, over) if over else None
+        if target in tiles and root(target) != root(tensor):
+            slot[root(tensor)] = root(target)
+    sizes: dict[str, float] = {}
+    for t, v in tiles.items():
+        r = root(t)
+        sizes[r] = max(sizes.get(r, 0.0), v)
+    return sum(sizes.values())
 
 
 def _buffer_accesses(

@@ -13,8 +13,10 @@ Two accountings:
 
 * `corrected` (default): every PE's registers are priced, every operation is priced, and
   leakage (pJ per cycle per instance) is added over the run;
-* `published`: the FuseMax artifact's accounting, to reproduce its numbers -- register
-  accesses priced for one PE instance only, no leakage, and the components a mapping lists
+* `published`: the FuseMax artifact's accounting, to reproduce its numbers -- Timeloop's
+  access counts (no read for a value drained to its parent level; the corrected accounting
+  counts one), register accesses priced for one PE instance only, no leakage, and the
+  components a mapping lists
   under `published: {unpriced: [...]}` left unpriced (the artifact never priced +Cascade's
   exp units, filed under a misspelled component name).
 """
@@ -33,12 +35,20 @@ from simulator.spec.tables import EnergyTable
 ACCOUNTINGS = ("corrected", "published")
 
 
+# Action names of the terms the corrected accounting adds to Timeloop's dynamic energy: the
+# reads of values drained to a parent level (priced as reads) and leakage.
+DRAIN = "read:drain"
+LEAK = "leak"
+
+
 @dataclass(frozen=True)
 class EnergyReport:
     accounting: str
     total_pj: float
     per_component: tuple[tuple[str, float], ...]  # component -> pJ
     actions: tuple[tuple[str, str, float], ...]  # (component, action, count)
+    # component -> (dynamic as Timeloop counts it, drain reads, leakage), pJ
+    parts: tuple[tuple[str, float, float, float], ...] = ()
 
     def of(self, component: str) -> float:
         return dict(self.per_component).get(component, 0.0)
@@ -62,30 +72,39 @@ def action_counts(
     for view in views:
         array = arch.array(view.array)
         report = analyze(view.problem, view.mapping)
-        for level, ds, c in report.counts:
+        # Drained values are read out of their level once more: the corrected accounting
+        # counts those reads (as DRAIN actions), Timeloop -- and so the published
+        # accounting, whose numbers came from it -- does not.
+        drained = (
+            analyze(view.problem, view.mapping, drain_reads=True)
+            if accounting == "corrected"
+            else report
+        )
+        for (level, ds, c), (_l, _d, cd) in zip(report.counts, drained.counts, strict=True):
             # A filtered Einsum's skipped tiles make no accesses (simulator.plan.masks).
             k = view.scale(level, ds)
-            reads, fills, updates = (
-                (c.reads, c.fills, c.updates)
-                if k == 1.0
-                else (c.reads * k, c.fills * k, c.updates * k)
+            reads, fills, updates, drains = (
+                c.reads * k,
+                c.fills * k,
+                c.updates * k,
+                (cd.reads - c.reads) * k,
             )
             # Timeloop's pricing: reads as `read`, fills as `write`, updates (a partial sum
             # written back) as `update`.
             if level == "DRAM":
-                counts[(dram.name, "read")] += reads / dram_width
-                counts[(dram.name, "write")] += fills / dram_width
-                counts[(dram.name, "update")] += updates / dram_width
+                component, per = dram.name, 1.0 / dram_width
             elif level == "buffer":
-                counts[(buffer.name, "read")] += reads / row
-                counts[(buffer.name, "write")] += fills / row
-                counts[(buffer.name, "update")] += updates / row
+                component, per = buffer.name, 1.0 / row
             elif array.register_component:  # an array without registers prices none
-                scale = 1.0 if accounting == "corrected" else 1.0 / max(1, c.instances)
-                reg = array.register_component
-                counts[(reg, "read")] += reads * scale
-                counts[(reg, "write")] += fills * scale
-                counts[(reg, "update")] += updates * scale
+                component = array.register_component
+                per = 1.0 if accounting == "corrected" else 1.0 / max(1, c.instances)
+            else:
+                continue
+            counts[(component, "read")] += reads * per
+            counts[(component, "write")] += fills * per
+            counts[(component, "update")] += updates * per
+            if drains:
+                counts[(component, DRAIN)] += drains * per
         e = cascade.einsum(view.einsum)
         per_point = ops_per_point(cascade, e)
         total_points = points[view.einsum] * instances
@@ -98,7 +117,7 @@ def action_counts(
     counts[(dram.name, "read")] += spill_values * instances / dram_width
     if accounting == "corrected":
         for component, n in arch.priced_components().items():
-            counts[(component, "leak")] += cycles * n
+            counts[(component, LEAK)] += cycles * n
     return dict(counts)
 
 
@@ -109,14 +128,18 @@ def price(
     unpriced: frozenset[str] = frozenset(),
 ) -> EnergyReport:
     per: dict[str, float] = defaultdict(float)
+    parts: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for (component, action), n in counts.items():
         if accounting == "published" and component in unpriced:
             continue
-        per[component] += n * table.energy(component, action)
+        pj = n * table.energy(component, "read" if action == DRAIN else action)
+        per[component] += pj
+        parts[component][{DRAIN: 1, LEAK: 2}.get(action, 0)] += pj
     total = sum(per.values())
     return EnergyReport(
         accounting,
         total,
         tuple(sorted(per.items())),
         tuple((c, a, n) for (c, a), n in sorted(counts.items())),
+        tuple((c, *v) for c, v in sorted(parts.items())),  # type: ignore[misc]
     )

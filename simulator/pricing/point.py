@@ -23,6 +23,8 @@ class PointPrice:
     energy_per_component: tuple[tuple[str, float], ...]  # component -> pJ
     area_um2: float
     area_per_component: tuple[tuple[str, float], ...]  # component -> um^2
+    # component -> (dynamic as Timeloop counts it, drain reads, leakage), pJ
+    energy_parts: tuple[tuple[str, float, float, float], ...] = ()
 
 
 def price_point(
@@ -53,4 +55,5 @@ def price_point(
         report.per_component,
         area.total_um2,
         tuple((name, um2) for name, _n, um2 in area.per_component),
+        report.parts,
     )

@@ -60,7 +60,7 @@ INSTANCE_KEYS = ("batch", "heads")
 STANDARD = ("unfused", "flat", "cascade", "arch", "binding")
 ALIASES = {"fusemax": "binding"}
 
-PLACEMENT_KEYS = ("home", "keep", "copies", "spill")
+PLACEMENT_KEYS = ("home", "keep", "copies", "spill", "over")
 HOMES = ("DRAM", "buffer", "register")
 PHASE_KEYS = ("name", "loops", "einsums", "tensors", "schedule", "pipeline", "mapper")
 PIPELINE_KEYS = ("tiles_in_flight",)
@@ -76,6 +76,8 @@ class Placement:
     copies: int = 1
     spill: float | str | None = None  # fraction, "auto", or None
     loc: Loc | None = None
+    # Computed in place over another buffer tile (FLAT's SN over QK): the two take one slot.
+    over: str | None = None
 
 
 @dataclass(frozen=True)
@@ -507,7 +509,14 @@ def _placement(tensor: str, raw: Any, loc: Loc, context: dict[str, float]) -> Pl
                 )
     if home == "register" and (keep is not None or spill is not None):
         raise SpecError(f"'{tensor}' lives in registers: 'keep' and 'spill' do not apply", raw.loc)
-    return Placement(tensor, home, keep, copies, spill, raw.loc)
+    over = raw.get("over")
+    if over is not None and (not isinstance(over, str) or home != "buffer"):
+        raise SpecError(
+            f"'over' of '{tensor}' names the buffer tensor it is computed in place over "
+            "(home: buffer)",
+            raw.loc_of("over"),
+        )
+    return Placement(tensor, home, keep, copies, spill, raw.loc, over)
 
 
 def _schedule(raw: Any, loc: Loc) -> Schedule:

@@ -59,7 +59,7 @@ def buffer_port_cycles(views: tuple[EinsumView, ...] | list[EinsumView], buffer:
         return 0.0
     reads = writes = 0.0
     for view in views:
-        for level, ds, c in analyze(view.problem, view.mapping).counts:
+        for level, ds, c in analyze(view.problem, view.mapping, drain_reads=True).counts:
             if level == "buffer":
                 k = view.scale(level, ds)
                 reads += c.reads * k if k != 1.0 else c.reads

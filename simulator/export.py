@@ -6,7 +6,9 @@ same in the processed form the `timeloop-model` binary reads (`timeloop-model.ya
     python -m simulator.export timeloop --mapping my-mapping.yaml --seq 64K -o out/mine
 
 One directory per Einsum (`DIR/QK/`, `DIR/LM/`, ...); see simulator/timeloop/export.py
-for what each file holds.
+for what each file holds. `--timeloop-version 3.0.3` writes the problem keys as Timeloop
+releases up to v3.0.3 read them (`data-spaces`, `read-write`); the default is the spelling
+of Timeloop since February 2024 (`data_spaces`, `read_write`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
 from simulator.errors import SpecError
 from simulator.spec.workload import make_workload
-from simulator.timeloop.export import ExportedEinsum, dump, export_configuration
+from simulator.timeloop.export import (
+    ExportedEinsum,
+    Spelling,
+    dump,
+    export_configuration,
+    spelling_for_version,
+)
 from simulator.units import parse_count
 
 
@@ -41,18 +49,36 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seq", default="4K", help="sequence length (1K, 64k, 1M ...)")
     for name in ("batch", "heads", "embed", "ffn", "dmodel"):
         t.add_argument(f"--{name}", type=lambda s, o=f"--{name}": parse_count(s, what=o))
+    t.add_argument(
+        "--timeloop-version",
+        metavar="VERSION",
+        help="the Timeloop release the files are for (3.0.3 or earlier: 'data-spaces', "
+        "'read-write'; 4, the default: 'data_spaces', 'read_write')",
+    )
     t.add_argument("-o", "--out", required=True, help="output directory")
     return p
 
 
+def target_spelling(version: str | None) -> Spelling:
+    """The problem-key spelling for `--timeloop-version`, a bad one an error naming it."""
+    try:
+        return spelling_for_version(version)
+    except SpecError as err:
+        raise SpecError(f"--timeloop-version: {err.message}") from None
+
+
 def exported(args: argparse.Namespace) -> list[ExportedEinsum]:
+    """Every Einsum of the configuration the arguments name, exported in memory."""
+    spelling = target_spelling(args.timeloop_version)  # checked before any work
     overrides = {k: getattr(args, k) for k in ("batch", "heads", "embed", "ffn", "dmodel")}
     workload = make_workload(args.model, args.seq, overrides)
     specs = Specs(cascade_override=args.cascade, arch_override=args.arch)
     config = args.mapping or ALIASES.get(args.accel, args.accel)
     cascade, mapping, arch = prepare(specs, config, workload)
     tables = specs.tables(arch, "corrected")
-    return export_configuration(cascade, mapping, arch, workload, tables, mapping.name)
+    return export_configuration(
+        cascade, mapping, arch, workload, tables, mapping.name, spelling=spelling
+    )
 
 
 def write(einsums: list[ExportedEinsum], out: Path) -> None:

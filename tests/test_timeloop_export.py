@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from simulator.configs import Specs, evaluate, prepare
+from simulator.errors import SpecError
 from simulator.export import main as export_main
 from simulator.plan.accesses import analyze
 from simulator.pricing.energy import action_counts, price
@@ -22,6 +23,7 @@ from simulator.timeloop.export import (
     configuration_views,
     processed_storage_levels,
     read_einsum,
+    spelling_for_version,
 )
 from simulator.timeloop.problems import load_mapping, load_problem
 
@@ -115,8 +117,12 @@ def test_exported_inputs_are_valid_timeloop_v04(exported, einsum):
     levels = [n["name"] for n in storages]
     assert [n["class"] for n in storages][0] == "DRAM" and len(levels) == 3
     spatial = [n for n in nodes if n["!"] == "Container" and "spatial" in n]
-    assert len(spatial) == 1
-    mesh = spatial[0]["spatial"]
+    meshes = {n["name"]: n["spatial"] for n in spatial}
+    if len(spatial) == 2:  # a 2D array: X then Y, nested as the artifact's PE_col / PE
+        assert [set(m) for m in meshes.values()] == [{"meshX"}, {"meshY"}]
+        assert spatial[0]["name"] == spatial[1]["name"] + "_col"
+    else:
+        assert len(spatial) == 1 and meshes[spatial[0]["name"]].get("meshY", 1) == 1
     assert nodes[-1]["!"] == "Component" and nodes[-1]["class"] == "intmac"
 
     entries = _load(d / "mapping.yaml")["mapping"]
@@ -129,7 +135,7 @@ def test_exported_inputs_are_valid_timeloop_v04(exported, einsum):
         assert set(keep[0]["keep"]).isdisjoint(keep[0]["bypass"])
         assert set(keep[0]["keep"]) | set(keep[0]["bypass"]) == set(names)
     for e in entries:
-        assert e["target"] in levels or e["target"] == spatial[0]["name"]
+        assert e["target"] in levels or e["target"] in meshes
         assert e["type"] in ("temporal", "spatial", "dataspace")
         if e["type"] == "dataspace":
             continue
@@ -138,11 +144,12 @@ def test_exported_inputs_are_valid_timeloop_v04(exported, einsum):
         for x, f in factors.items():
             product[x] *= f
         if e["type"] == "spatial":
-            assert e["target"] == spatial[0]["name"]
+            mesh = meshes[e["target"]]
             order, split = e["permutation"], e["split"]
             x_axis = math.prod(factors[x] for x in order[:split])
             y_axis = math.prod(factors[x] for x in order[split:])
-            assert x_axis <= mesh["meshX"] and y_axis <= mesh.get("meshY", 1)
+            assert x_axis <= mesh.get("meshX", 1) and y_axis <= mesh.get("meshY", 1)
+    assert sorted(e["target"] for e in entries if e["type"] == "spatial") == sorted(meshes)
     assert product == instance  # the factors of every dimension multiply to its extent
 
     # Capacity: each level's kept tiles fit (tile = factors at and below the level).
@@ -223,8 +230,24 @@ def test_processed_form_has_the_shape_timeloop_model_reads(exported, einsum):
             # N instances sit on the meshX x meshY grid they name
             assert attrs["meshX"] * attrs["meshY"] == int(m.group(2)), e
     assert local[-1]["class"] in COMPUTE_CLASSES and local[0]["class"] == "DRAM"
+    # one dummy level per spatial container of architecture.yaml, outermost first; a 2D
+    # array's two (X, then Y) sit on the grid the recorded front end's PE_col / PE do
     dummies = [e for e in local if e["class"] == "dummy_storage"]
-    assert len(dummies) == 1 and dummies[0]["name"].startswith("inter_")
+    containers = [
+        n["name"]
+        for n in _load(exported / einsum / "architecture.yaml")["architecture"]["nodes"]
+        if n["!"] == "Container" and "spatial" in n
+    ]
+    assert [re.sub(r"\[.*", "", e["name"]) for e in dummies] == [
+        f"inter_{c}_spatial" for c in containers
+    ]
+    rec_dummies = [e for e in rec_tree["local"] if e["class"] == "dummy_storage"]
+    if len(dummies) == 2:
+
+        def grid(entries):
+            return [(e["name"].split("[")[1], e["attributes"]["meshX"]) for e in entries]
+
+        assert grid(dummies) == grid(rec_dummies) == [("1..1]", 1), ("1..256]", 256)]
     assert {e["class"] for e in rec_tree["local"]} >= {"dummy_storage", "DRAM"}
 
     mapping = ours["mapping"]
@@ -248,6 +271,13 @@ def test_processed_form_has_the_shape_timeloop_model_reads(exported, einsum):
     order = [re.sub(r"\[.*", "", e["name"]) for e in local[:-1]]
     seen = [e["target"] for e in mapping if e["type"] == "temporal"]
     assert seen == order
+    # each dummy level's entries laid out as the recorded front end lays out its own:
+    # spatial, temporal, bypass, one after the other
+    for layout in (rec["mapping"], mapping):
+        for dummy in {e["target"] for e in layout if e["target"].startswith("inter_")}:
+            at = [i for i, e in enumerate(layout) if e["target"] == dummy]
+            assert at == list(range(at[0], at[0] + 3)), dummy
+            assert [layout[i]["type"] for i in at] == ["spatial", "temporal", "bypass"]
 
 
 def test_processed_form_gives_the_same_access_counts(exported, tmp_path):
@@ -395,3 +425,77 @@ def test_an_imported_architecture_exports_and_comes_back(tmp_path):
     back = read_einsum(tmp_path / "QK")
     assert back.architecture.dram.bandwidth_bytes_per_s == pytest.approx(400 * 2**30)
     assert back.architecture.array("PE2D").pes == 256 * 256
+
+
+@pytest.mark.parametrize(
+    "version, keys",
+    [
+        (None, ("data_spaces", "read_write")),
+        ("4", ("data_spaces", "read_write")),
+        ("4.1.2", ("data_spaces", "read_write")),
+        ("3.0.3", ("data-spaces", "read-write")),
+        ("v3.0.3", ("data-spaces", "read-write")),
+        ("3", ("data-spaces", "read-write")),
+        ("2.0", ("data-spaces", "read-write")),
+    ],
+)
+def test_spelling_for_version(version, keys):
+    """Timeloop's problem keys lost their hyphens in February 2024, after v3.0.3 (its last
+    tagged release); what a `timeloop-model` reads depends on which it is."""
+    spelling = spelling_for_version(version)
+    assert (spelling.data_spaces, spelling.read_write) == keys
+
+
+@pytest.mark.parametrize("version", ["3.1", "3.0.4", "0.4", "three", "", "3.0.3.1", "4.x"])
+def test_spelling_of_no_timeloop_release_is_an_error(version):
+    with pytest.raises(SpecError):
+        spelling_for_version(version)
+
+
+def _keys(data) -> set[str]:
+    if isinstance(data, dict):
+        return set(data) | set().union(*(_keys(v) for v in data.values()))
+    if isinstance(data, list):
+        return set().union(*(_keys(v) for v in data))
+    return set()
+
+
+def test_export_writes_the_targeted_timeloops_spelling(tmp_path):
+    """`--timeloop-version 3.0.3` writes the problem keys as v3.0.3 reads them and nothing
+    else differs; the files read back (the import takes both spellings) to the same counts."""
+    dirs = {}
+    for version in (None, "3.0.3"):
+        d = tmp_path / str(version)
+        extra = ["--timeloop-version", version] if version else []
+        argv = ["timeloop", "--accel", "unfused", "--seq", "1K", "-o", str(d), *extra]
+        assert export_main(argv) == 0
+        dirs[version] = d
+    einsums = sorted(p.name for p in dirs[None].iterdir())
+    assert einsums and einsums == sorted(p.name for p in dirs["3.0.3"].iterdir())
+    renamed = {"data_spaces": "data-spaces", "read_write": "read-write"}
+    for einsum in einsums:
+        for name in ("problem.yaml", PROCESSED):
+            new = (dirs[None] / einsum / name).read_text()
+            old = (dirs["3.0.3"] / einsum / name).read_text()
+            assert {"data-spaces", "read-write"} <= _keys(yaml.safe_load(old))
+            assert not {"data_spaces", "read_write"} & _keys(yaml.safe_load(old))
+            for key, spelled in renamed.items():
+                new = new.replace(f"{key}:", f"{spelled}:")
+            assert old == new
+        back_old = read_einsum(dirs["3.0.3"] / einsum).view
+        back_new = read_einsum(dirs[None] / einsum).view
+        assert back_old.problem == back_new.problem
+        assert any(ds.read_write for ds in back_old.problem.dataspaces)
+        assert analyze(back_old.problem, back_old.mapping) == analyze(
+            back_new.problem, back_new.mapping
+        )
+
+
+@pytest.mark.parametrize("version", ["3.1", "0.4", "latest"])
+def test_bad_timeloop_version_is_one_line(tmp_path, run_cli, version):
+    out_dir = tmp_path / "x"
+    argv = ["timeloop", "--seq", "1K", "--timeloop-version", version, "-o", str(out_dir)]
+    code, out, err = run_cli(export_main, argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--timeloop-version" in err and version in err
+    assert not out_dir.exists()

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from simulator.configs import Specs, evaluate
-from simulator.errors import SpecError
-from simulator.plan.accesses import analyze
+from simulator.errors import Loc, SpecError
+from simulator.plan.accesses import DataSpace, analyze
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.tables import check_tables, load_area_table, load_energy_table
 from simulator.spec.timeloop_import import (
@@ -19,6 +19,7 @@ from simulator.spec.timeloop_import import (
     storage_levels,
 )
 from simulator.spec.workload import make_workload
+from simulator.timeloop.export import read_processed
 from simulator.timeloop.problems import load_mapping, load_problem, mapping_from_map_text
 
 from .conftest import DATA, ROOT
@@ -407,3 +408,69 @@ def test_malformed_mapping_entries_are_named(tmp_path, entry, needle):
     with pytest.raises(SpecError, match=needle) as info:
         load_mapping(path, ["DRAM", "L3", "reg_file"])
     assert info.value.loc.line == 2
+
+
+PROBLEM = """problem:
+  version: '0.4'
+  shape:
+    name: T
+    dimensions: [M, K]
+    {data_spaces}:
+    - name: A
+      projection: [[[M]], [[K]]]
+    - name: Z
+      projection: [[[M]]]
+      {read_write}: true
+  instance: {{M: 4, K: 8}}
+"""
+
+
+@pytest.mark.parametrize(
+    "data_spaces, read_write",
+    [("data_spaces", "read_write"), ("data-spaces", "read-write")],
+    ids=["since-2024", "up-to-v3.0.3"],
+)
+def test_problem_keys_read_in_either_spelling(tmp_path, data_spaces, read_write):
+    """Timeloop releases up to v3.0.3 spell the problem keys `data-spaces`/`read-write`,
+    later ones `data_spaces`/`read_write`; both import, and the output stays the output
+    (read as an input, every count of it would silently change)."""
+    path = tmp_path / "problem.yaml"
+    path.write_text(PROBLEM.format(data_spaces=data_spaces, read_write=read_write))
+    problem = load_problem(path)
+    assert problem.dataspaces == (
+        DataSpace("A", ("M", "K")),
+        DataSpace("Z", ("M",), read_write=True),
+    )
+
+
+@pytest.mark.parametrize(
+    "old, new, line",
+    [("data-spaces", "data_spaces", 6), ("read-write", "read_write", 11)],
+)
+def test_a_key_in_both_spellings_is_an_error(tmp_path, old, new, line):
+    text = PROBLEM.format(data_spaces="data_spaces", read_write="read_write")
+    indent = " " * (6 if old == "read-write" else 4)
+    lines = text.splitlines(keepends=True)
+    lines.insert(line - 1, f"{indent}{old}: {'[]' if old == 'data-spaces' else 'true'}\n")
+    path = tmp_path / "problem.yaml"
+    path.write_text("".join(lines))
+    with pytest.raises(SpecError, match=f"both '{old}' and '{new}'") as info:
+        load_problem(path)
+    assert info.value.loc == Loc(str(path), line, len(indent) + 1)
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_a_real_input_in_the_old_spelling_imports_alike(tmp_path):
+    """The input a real v3.0.3 run read, its problem keys in v3.0.3's spelling, imports to
+    the same problem and the same counts."""
+    real = DATA / "timeloop-real/timeloop-v3.0.3/binding-bert-4K/QK/timeloop-model.yaml"
+    text = real.read_text()
+    assert text.count("data_spaces:") == 1 and text.count("read_write: true") == 1
+    old = tmp_path / "timeloop-model.yaml"
+    old.write_text(
+        text.replace("data_spaces:", "data-spaces:").replace("read_write:", "read-write:")
+    )
+    new, back = read_processed(real), read_processed(old)
+    assert back.problem == new.problem
+    assert [ds.name for ds in back.problem.dataspaces if ds.read_write] == ["BQK"]
+    assert analyze(back.problem, back.mapping) == analyze(new.problem, new.mapping)

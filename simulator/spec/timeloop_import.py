@@ -24,7 +24,8 @@ attribute expressions over `variables:` (also from separate variables files) and
 simple Jinja forms the artifact uses (`{{ name }}`, `{{ name|default(8) }}`,
 `{% if name|default(True) %} ... {% else %} ... {% endif %}`). Anything else (another tag,
 Jinja loops or includes, v0.3 `subtree`/`local` trees, window projections) is a SpecError
-naming the construct.
+naming the construct. Problems load in either spelling of Timeloop's keys (`data-spaces`,
+`read-write` up to release v3.0.3; `data_spaces`, `read_write` since February 2024).
 """
 
 from __future__ import annotations
@@ -171,7 +172,9 @@ def render_jinja(text: str, values: Mapping[str, Any], source: str) -> str:
 
 
 def load_yaml(path: str | Path, values: Mapping[str, Any] | None = None) -> Any:
-    """A Timeloop/Accelergy YAML file, Jinja forms expanded, loaded safely."""
+    """A Timeloop/Accelergy YAML file, Jinja forms expanded, loaded safely; a `problem:`
+    in the spelling of Timeloop releases up to v3.0.3 reads as today's
+    (:func:`current_spelling`), so every reader of problems takes both."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -179,7 +182,54 @@ def load_yaml(path: str | Path, values: Mapping[str, Any] | None = None) -> Any:
         raise SpecError("no such file", Loc(source)) from None
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"cannot read: {err}", Loc(source)) from None
-    return yamlio.loads(render_jinja(text, values or {}, source), source)
+    return current_spelling(yamlio.loads(render_jinja(text, values or {}, source), source))
+
+
+# --------------------------------------------------------------------------------------
+# Problem keys in either spelling
+
+# The problem keys Timeloop renamed: (spelling of releases up to v3.0.3, spelling since
+# February 2024). Both read as the second, so a problem written for either release loads; a
+# reader that missed the old `read-write` would silently take the output for an input.
+DATA_SPACES_KEYS = ("data-spaces", "data_spaces")
+READ_WRITE_KEYS = ("read-write", "read_write")
+
+
+def _renamed(node: LocDict, old: str, new: str) -> LocDict:
+    """`node` with key `old` called `new`, in its place and with its source positions; both
+    present is an error (two spellings of one key, one of them ignored by any Timeloop)."""
+    if old not in node:
+        return node
+    if new in node:
+        raise SpecError(
+            f"both '{old}' and '{new}' given: they are one key in two Timeloop spellings "
+            "(releases up to v3.0.3 read the first, later ones the second); keep one",
+            node.key_locs.get(old, node.loc),
+        )
+    out = LocDict((new if k == old else k, v) for k, v in node.items())
+    out.loc, out.tag = node.loc, node.tag
+    out.key_locs = {(new if k == old else k): loc for k, loc in node.key_locs.items()}
+    out.value_locs = {(new if k == old else k): loc for k, loc in node.value_locs.items()}
+    return out
+
+
+def current_spelling(data: Any) -> Any:
+    """A loaded Timeloop document with its `problem:` keys in today's spelling
+    (`data_spaces`, `read_write`); anything without a problem comes back unchanged."""
+    problem = data.get("problem") if isinstance(data, LocDict) else None
+    shape = problem.get("shape") if isinstance(problem, LocDict) else None
+    if not isinstance(shape, LocDict):
+        return data
+    shape = _renamed(shape, *DATA_SPACES_KEYS)
+    spaces = shape.get("data_spaces")
+    if isinstance(spaces, LocList):
+        spaces = _list(
+            [_renamed(ds, *READ_WRITE_KEYS) if isinstance(ds, LocDict) else ds for ds in spaces],
+            spaces.loc,
+            list(spaces.item_locs),
+        )
+        shape = _copy_dict(shape, data_spaces=spaces)
+    return _copy_dict(data, problem=_copy_dict(problem, shape=shape))
 
 
 # --------------------------------------------------------------------------------------

@@ -7,10 +7,16 @@ This module writes them in Timeloop's v0.4 shapes, as the FuseMax artifact's
 
 * `problem.yaml` -- dimensions (Timeloop reads one character per dimension, so rank
   components like M1, M0 get letters: M, N, as in the artifact), data spaces, instance;
-* `architecture.yaml` -- the path of the Einsum's array: DRAM, the buffer, the array as a
-  spatial container, its registers and a compute unit; Timeloop attributes only;
+* `architecture.yaml` -- the path of the Einsum's array: DRAM, the buffer, the array as
+  spatial containers, its registers and a compute unit; Timeloop attributes only. A 2D
+  array is two nested containers, `<array>_col` over X holding `<array>` over Y, as the
+  artifact writes its arrays (`PE_col`, `PE`): Timeloop's multicast analysis compares every
+  pair of instances of one spatial level, so one 65,536-way level (256 x 256) never
+  finishes, while two 256-way levels take a second and count the same (checked with the
+  real tool at 16x16 and 64x64; the runs of `tests/data/timeloop-real/` read this form);
 * `mapping.yaml` -- per storage level the factors of every dimension and the permutation
-  (innermost first), the spatial split over the array (X then Y) and keep/bypass;
+  (innermost first), per spatial container its factors and split (X then Y) and
+  keep/bypass;
 * `ERT.yaml`, `ART.yaml` -- Accelergy-shaped tables for those components, from the design's
   tables (corrected accounting). Timeloop prices one `compute` per point, so the compute
   unit's energy is this Einsum's energy per point, from the same function the project's
@@ -25,12 +31,20 @@ This module writes them in Timeloop's v0.4 shapes, as the FuseMax artifact's
 * `fusemax-sim.yaml` -- what Timeloop does not read and the way back: the letters'
   rank components, data space -> tensor, level roles, the project architecture (`like`).
 
-`read_einsum` imports such a directory back into an `EinsumView` and an Architecture.
+The problem files take the spelling of the Timeloop release they target
+(`spelling_for_version`): releases up to v3.0.3 read `data-spaces`/`read-write`, later
+ones `data_spaces`/`read_write`; a release reading the other spelling fails to find the
+data spaces or, worse, silently takes the output for an input.
+
+`read_einsum` imports such a directory back into an `EinsumView` and an Architecture;
+`read_processed` reads any processed `timeloop-model.yaml` (this export's or the front
+end's) into an `EinsumView` over its own level names.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +59,7 @@ from simulator.plan.point import plan_point
 from simulator.plan.views import EinsumView
 from simulator.pricing.energy import action_counts
 from simulator.spec import timeloop_import as ti
-from simulator.spec.arch import Architecture
+from simulator.spec.arch import Architecture, Array
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.tables import AreaTable, EnergyTable, load_area_table, load_energy_table
@@ -70,6 +84,72 @@ BUFFER_PORTS = (
     "write_bandwidth",
     "shared_bandwidth",
 )  # the name Timeloop's front end gives the top container
+
+
+# The X container of a 2D array (nested form): `<array>_col` holds one column of the array,
+# `<array>` inside it the column's PEs over Y -- the artifact's `PE_col` / `PE`.
+COLUMN_SUFFIX = "_col"
+
+
+# --------------------------------------------------------------------------------------
+# Problem keys: Timeloop's two spellings
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How a Timeloop release spells the problem keys written with a separator. Releases up
+    to v3.0.3 (October 2023) read `data-spaces`/`read-write`; Timeloop's keywords went from
+    hyphens to underscores in February 2024 (NVlabs/timeloop 74ae30b). The other keys the
+    export writes are spelled alike in both."""
+
+    data_spaces: str
+    read_write: str
+
+
+HYPHENATED = Spelling("data-spaces", "read-write")
+UNDERSCORED = Spelling("data_spaces", "read_write")
+# Timeloop's tagged releases, all before the renaming; a later Timeloop is "4" (the v4
+# documentation of the v0.4 input format).
+HYPHENATED_RELEASES = ((1, 0, 0), (2, 0, 0), (3, 0, 0), (3, 0, 1), (3, 0, 2), (3, 0, 3))
+FIRST_UNDERSCORED_MAJOR = 4
+_VERSION = re.compile(r"[vV]?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    """`3.0.3`, `v3.0.3`, `3` or `4.1` as (major, minor, patch); anything else is an error."""
+    match = _VERSION.fullmatch(version.strip())
+    if match is None:
+        raise SpecError(
+            f"'{version}' is not a Timeloop version (give a release such as 3.0.3, or 4 for "
+            "Timeloop after February 2024)"
+        )
+    major, minor, patch = (int(part or 0) for part in match.groups())
+    return major, minor, patch
+
+
+def spelling_for_version(version: str | None) -> Spelling:
+    """The problem-key spelling of a Timeloop release; None (release not known) gives the
+    current spelling. A version that is no Timeloop release -- 0.4 is the input format's
+    version, 3.1 was never released -- is an error rather than a guess, since the wrong
+    spelling makes `timeloop-model` fail or misread the output."""
+    if version is None:
+        return UNDERSCORED
+    parsed = parse_version(version)
+    if parsed in HYPHENATED_RELEASES:
+        return HYPHENATED
+    if parsed[0] >= FIRST_UNDERSCORED_MAJOR:
+        return UNDERSCORED
+    if parsed[0] == 0:
+        raise SpecError(
+            f"{version} is a version of Timeloop's input format, not of Timeloop: give the "
+            "release (such as 3.0.3, or 4 for Timeloop after February 2024)"
+        )
+    known = ", ".join(".".join(map(str, r)).removesuffix(".0") for r in HYPHENATED_RELEASES)
+    raise SpecError(
+        f"Timeloop {version} is not a release this export knows the input spelling of "
+        f"(releases {known} read 'data-spaces'/'read-write'; {FIRST_UNDERSCORED_MAJOR} and "
+        "later 'data_spaces'/'read_write')"
+    )
 
 
 @dataclass(frozen=True)
@@ -169,7 +249,10 @@ def _class_of(arch: Architecture, name: str, default: str) -> str:
     return default
 
 
-def problem_yaml(view: EinsumView, letters: dict[str, str]) -> dict:
+def problem_yaml(
+    view: EinsumView, letters: dict[str, str], spelling: Spelling = UNDERSCORED
+) -> dict:
+    """The Einsum's Timeloop problem, its keys spelled as the targeted release reads them."""
     dims = [letters[d] for d in view.problem.dims]
     spaces = []
     for ds in view.problem.dataspaces:
@@ -178,18 +261,35 @@ def problem_yaml(view: EinsumView, letters: dict[str, str]) -> dict:
             "projection": [[[letters[d]]] for d in ds.dims],
         }
         if ds.read_write:
-            entry["read_write"] = True
+            entry[spelling.read_write] = True
         spaces.append(entry)
     return {
         "problem": {
             "version": "0.4",
-            "shape": {"name": view.einsum, "dimensions": dims, "data_spaces": spaces},
+            "shape": {"name": view.einsum, "dimensions": dims, spelling.data_spaces: spaces},
             "instance": {letters[d]: e for d, e in view.problem.instance},
         }
     }
 
 
-def architecture_yaml(arch: Architecture, array_name: str) -> dict:
+def array_containers(array: Array, nested: bool = True) -> list[tuple[str, str, dict[str, int]]]:
+    """The spatial containers an array is written as, outermost first: (name, the axes its
+    fan-out covers, its `spatial:` mesh). Nested, a 2D array is `<array>_col` over X holding
+    `<array>` over Y (see the module docstring for why); flat, or 1D, one container."""
+    if nested and array.mesh_y > 1:
+        return [
+            (f"{array.name}{COLUMN_SUFFIX}", "X", {"meshX": array.mesh_x}),
+            (array.name, "Y", {"meshY": array.mesh_y}),
+        ]
+    mesh = {"meshX": array.mesh_x}
+    if array.mesh_y > 1:
+        mesh["meshY"] = array.mesh_y
+    return [(array.name, "XY", mesh)]
+
+
+def architecture_yaml(arch: Architecture, array_name: str, nested: bool = True) -> dict:
+    """The Einsum's path through the design as a v0.4 `nodes:` tree (Timeloop attributes
+    only): DRAM, the buffer, the array's spatial containers, its registers, a compute unit."""
     array = arch.array(array_name)
     top_attrs: dict[str, Any] = {
         "global_cycle_seconds": 1.0 / arch.frequency_hz,
@@ -209,9 +309,6 @@ def architecture_yaml(arch: Architecture, array_name: str) -> dict:
         value = getattr(arch.buffer, key, None)
         if value:
             buffer_attrs[key] = value
-    spatial = {"meshX": array.mesh_x}
-    if array.mesh_y > 1:
-        spatial["meshY"] = array.mesh_y
     nodes: list[Any] = [
         _Container(name="system", attributes=top_attrs),
         _Component(
@@ -229,7 +326,10 @@ def architecture_yaml(arch: Architecture, array_name: str) -> dict:
             **{"class": arch.buffer.klass or "SRAM"},
             attributes=buffer_attrs,
         ),
-        _Container(name=array.name, spatial=spatial),
+        *(
+            _Container(name=name, spatial=mesh)
+            for name, _axes, mesh in array_containers(array, nested)
+        ),
     ]
     if array.register_component:
         nodes.append(
@@ -271,7 +371,55 @@ def _factors(loops: tuple[Loop, ...], dims: tuple[str, ...], where: str) -> dict
     return out
 
 
-def mapping_yaml(view: EinsumView, arch: Architecture, letters: dict[str, str]) -> dict:
+def _split(axes: str, n_x: int, n_y: int, n_dims: int) -> int:
+    """Timeloop's `split` of a spatial entry whose permutation lists the X loops, then the Y
+    loops, then the rest: its first `split` dimensions spread over X, the others over Y."""
+    if axes == "Y":
+        return 0
+    if axes == "X" or n_y == 0:
+        return n_dims
+    return n_x
+
+
+def _spatial_entries(
+    level: LevelMapping, view: EinsumView, array: Array, letters: dict[str, str], nested: bool
+) -> list[dict]:
+    """The spatial fan-out below one storage level as one entry per array container (see
+    `array_containers`): each takes the loops of its axes; every entry lists the X loops,
+    then the Y loops, then the other dimensions, as the artifact's and the front end's do."""
+    dims = view.problem.dims
+    xs = [lp for lp in level.spatial if lp.spatial != "Y"]
+    ys = [lp for lp in level.spatial if lp.spatial == "Y"]
+    for axis, used, mesh in (("X", xs, array.mesh_x), ("Y", ys, array.mesh_y)):
+        if math.prod(lp.factor for lp in used) > mesh:
+            raise SpecError(
+                f"{view.einsum}: spatial factors over {axis} "
+                f"({' x '.join(lp.dim for lp in used)}) exceed the array's mesh{axis} = {mesh}"
+            )
+    order = list(dict.fromkeys([lp.dim for lp in xs] + [lp.dim for lp in ys]))
+    permutation = order + [d for d in dims if d not in order]
+    entries = []
+    for name, axes, _mesh in array_containers(array, nested):
+        loops = tuple(lp for lp in level.spatial if (lp.spatial or "X") in axes)
+        factors = _factors(loops, dims, f"{view.einsum} over {name}")
+        entries.append(
+            {
+                "target": name,
+                "type": "spatial",
+                "factors": [f"{letters[d]}={factors[d]}" for d in dims],
+                "permutation": [letters[d] for d in permutation],
+                "split": _split(axes, len(xs), len(ys), len(dims)),
+            }
+        )
+    return entries
+
+
+def mapping_yaml(
+    view: EinsumView, arch: Architecture, letters: dict[str, str], nested: bool = True
+) -> dict:
+    """The view's loop nest as a v0.4 `mapping:` list: per storage level its temporal
+    factors and permutation (innermost first) and keep/bypass, then the spatial entries of
+    the array's containers."""
     names = _level_names(arch, view.array)
     array = arch.array(view.array)
     dims = view.problem.dims
@@ -304,25 +452,7 @@ def mapping_yaml(view: EinsumView, arch: Architecture, letters: dict[str, str]) 
             }
         )
         if level.spatial:
-            sfactors = _factors(level.spatial, dims, f"{view.einsum} over {array.name}")
-            xs = [lp.dim for lp in level.spatial if lp.spatial != "Y"]
-            ys = [lp.dim for lp in level.spatial if lp.spatial == "Y"]
-            for axis, used, mesh in (("X", xs, array.mesh_x), ("Y", ys, array.mesh_y)):
-                if math.prod(sfactors[d] for d in used) > mesh:
-                    raise SpecError(
-                        f"{view.einsum}: spatial factors over {axis} "
-                        f"({' x '.join(used)}) exceed the array's mesh{axis} = {mesh}"
-                    )
-            rest = [d for d in dims if d not in xs and d not in ys]
-            entries.append(
-                {
-                    "target": array.name,
-                    "type": "spatial",
-                    "factors": fmt(sfactors),
-                    "permutation": [letters[d] for d in xs + ys + rest],
-                    "split": len(xs) if ys else len(dims),
-                }
-            )
+            entries += _spatial_entries(level, view, array, letters, nested)
     return {"mapping": entries}
 
 
@@ -525,7 +655,12 @@ def export_einsum(
     cascade,
     tables: tuple[EnergyTable, AreaTable],
     configuration: str,
+    *,
+    spelling: Spelling = UNDERSCORED,
+    nested: bool = True,
 ) -> ExportedEinsum:
+    """One Einsum's files (see the module docstring); `spelling` is the targeted Timeloop's
+    (`spelling_for_version`), `nested=False` writes a 2D array as one flat container."""
     letters = dimension_letters(
         view.problem.dims,
         frozenset(ds.name for ds in view.problem.dataspaces) - set(view.problem.dims),
@@ -545,9 +680,9 @@ def export_einsum(
             "levels": {names[lv]: lv for lv in ("DRAM", "buffer", "registers")},
         }
     }
-    problem = problem_yaml(view, letters)
-    architecture = architecture_yaml(arch, view.array)
-    mapping = mapping_yaml(view, arch, letters)
+    problem = problem_yaml(view, letters, spelling)
+    architecture = architecture_yaml(arch, view.array, nested)
+    mapping = mapping_yaml(view, arch, letters, nested)
     files = (
         ("problem.yaml", problem),
         ("architecture.yaml", architecture),
@@ -561,8 +696,17 @@ def export_einsum(
 
 
 def export_configuration(
-    cascade, mapping, arch: Architecture, workload, tables, configuration: str
+    cascade,
+    mapping,
+    arch: Architecture,
+    workload,
+    tables,
+    configuration: str,
+    *,
+    spelling: Spelling = UNDERSCORED,
+    nested: bool = True,
 ) -> list[ExportedEinsum]:
+    """Every Einsum of a configuration exported (`export_einsum`), in plan order."""
     if tables is None:
         raise SpecError(
             f"architecture '{arch.name}' names no energy/area tables (energy_table, "
@@ -572,7 +716,17 @@ def export_configuration(
     views, costs = configuration_views(cascade, mapping, arch, workload)
     by_name = {c.einsum: c for c in costs}
     return [
-        export_einsum(v, by_name[v.einsum], arch, cascade, tables, configuration) for v in views
+        export_einsum(
+            v,
+            by_name[v.einsum],
+            arch,
+            cascade,
+            tables,
+            configuration,
+            spelling=spelling,
+            nested=nested,
+        )
+        for v in views
     ]
 
 
@@ -638,6 +792,60 @@ def read_einsum(directory: str | Path) -> ImportedEinsum:
         imported,
         load_energy_table(d / "ERT.yaml"),
         load_area_table(d / "ART.yaml"),
+    )
+
+
+def _dummy_containers(data: LocDict) -> list[str]:
+    """The spatial containers of a processed architecture, outermost first (from their
+    dummy levels' `inter_<container>_spatial[..]` names)."""
+    names = []
+    for tree in data["architecture"]["subtree"]:
+        for entry in tree.get("local", []):
+            if str(entry.get("class", "")) == DUMMY_CLASS:
+                name = str(entry.get("name", "")).split("[", 1)[0]
+                names.append(name.removeprefix("inter_").removesuffix("_spatial"))
+    return names
+
+
+def read_processed(path: str | Path) -> EinsumView:
+    """A processed `timeloop-model.yaml` -- this export's, a hand-edited one or the front
+    end's -- as an EinsumView over Timeloop's own level names (the storage levels of its
+    architecture, outermost first), each data space its own tensor. Needs no sidecar, so
+    inputs of real Timeloop runs count through the project's access model as they are. The
+    array is named by its outermost container, a nested 2D array's `<array>_col` by
+    `<array>`."""
+    source = str(path)
+    data = ti.load_yaml(path)
+    arch = data.get("architecture") if isinstance(data, LocDict) else None
+    if not isinstance(arch, LocDict) or not isinstance(arch.get("subtree"), list):
+        raise SpecError(
+            "not Timeloop's processed form: no 'architecture: subtree:' (v0.4 `nodes:` files "
+            "are read with read_einsum or the architecture import)",
+            Loc(source, 1, 1) if not isinstance(arch, LocDict) else arch.loc,
+        )
+    for tree in arch["subtree"]:
+        local = tree.get("local", []) if isinstance(tree, LocDict) else None
+        if not isinstance(local, list) or not all(
+            isinstance(e, LocDict) and "name" in e for e in local
+        ):
+            raise SpecError(
+                "each 'subtree:' entry needs a 'local:' list of named components",
+                getattr(tree, "loc", arch.loc),
+            )
+    levels = processed_storage_levels(data)
+    if not levels:
+        raise SpecError("the processed architecture has no storage level", arch.loc)
+    problem = load_problem(path)
+    containers = _dummy_containers(data)
+    array = containers[0] if containers else ""
+    if len(containers) == 2 and containers[0] == containers[1] + COLUMN_SUFFIX:
+        array = containers[1]
+    return EinsumView(
+        problem.name,
+        array,
+        problem,
+        load_mapping(path, levels),
+        tuple((ds.name, ds.name) for ds in problem.dataspaces),
     )
 
 

@@ -19,14 +19,14 @@ from pathlib import Path
 
 from simulator.atomic import write_text
 from simulator.cli import guarded
-from simulator.configs import ALIASES, Specs, prepare
+from simulator.configs import ALIASES, Specs
 from simulator.errors import SpecError
 from simulator.spec.workload import make_workload
+from simulator.timeloop.backend import export_fitting
 from simulator.timeloop.export import (
     ExportedEinsum,
     Spelling,
     dump,
-    export_configuration,
     spelling_for_version,
 )
 from simulator.units import parse_count
@@ -74,11 +74,10 @@ def exported(args: argparse.Namespace) -> list[ExportedEinsum]:
     workload = make_workload(args.model, args.seq, overrides)
     specs = Specs(cascade_override=args.cascade, arch_override=args.arch)
     config = args.mapping or ALIASES.get(args.accel, args.accel)
-    cascade, mapping, arch = prepare(specs, config, workload)
-    tables = specs.tables(arch, "corrected")
-    return export_configuration(
-        cascade, mapping, arch, workload, tables, mapping.name, spelling=spelling
-    )
+    ex = export_fitting(specs, config, workload, spelling)
+    if ex.note:
+        print(f"note: {ex.note}", file=sys.stderr)
+    return ex.einsums
 
 
 def write(einsums: list[ExportedEinsum], out: Path) -> None:

@@ -158,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         "compare its cycles, accesses and energy with this model's (needs timeloop-model)",
     )
     p.add_argument(
+        "--timeloop-version",
+        metavar="VERSION",
+        help="--backend timeloop: the installed Timeloop release, for its input spelling "
+        "(3.0.3 or earlier: 'data-spaces'; default: the current 'data_spaces')",
+    )
+    p.add_argument(
         "--scope",
         choices=["attention", "layer"],
         default="attention",
@@ -587,6 +593,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.format == "csv":
             raise SpecError("--backend timeloop prints a table or JSON, not CSV")
         timeloop = timeloop_backend.find_timeloop()  # before any work: one line if absent
+        timeloop_backend.timeloop_spelling(args.timeloop_version)  # a bad version: one line
+    elif args.timeloop_version is not None:
+        raise SpecError("--timeloop-version goes with --backend timeloop")
     if args.precision and args.value_bits:
         raise SpecError("--precision and --value-bits both choose the value format: give one")
     precision = args.precision or args.value_bits
@@ -612,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
             specs,
             configs,
             workload,
+            args.timeloop_version,
             pe_dim=args.pe_dim,
             buffer_bytes=args.buffer_bytes,
             bandwidth=args.bandwidth,

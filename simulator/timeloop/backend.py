@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.configs import Specs, prepare
+from simulator.configs import Specs, is_auto, prepare
 from simulator.errors import Loc, SpecError
 from simulator.plan.accesses import AccessReport, analyze
 from simulator.spec.arch import Architecture
@@ -41,8 +41,10 @@ from simulator.textfmt import table
 from simulator.timeloop.export import (
     MODEL_INPUTS,
     ExportedEinsum,
+    Spelling,
     dump,
     export_configuration,
+    spelling_for_version,
 )
 
 BINARY = "timeloop-model"
@@ -231,10 +233,14 @@ def own_numbers(e: ExportedEinsum, arch: Architecture, ert: EnergyTable, instanc
 
 
 def compare_with_timeloop(
-    binary: str, cascade, mapping, arch: Architecture, workload, tables, workdir: Path
+    binary: str,
+    einsums: list[ExportedEinsum],
+    mapping,
+    arch: Architecture,
+    tables,
+    workdir: Path,
 ) -> list[EinsumComparison]:
-    """Export one configuration, run Timeloop on each Einsum, pair the numbers."""
-    einsums = export_configuration(cascade, mapping, arch, workload, tables, mapping.name)
+    """Run Timeloop on each exported Einsum of one configuration, pair the numbers."""
     ert = tables[0]
     rows = []
     for e in einsums:
@@ -261,19 +267,96 @@ def compare_with_timeloop(
     return rows
 
 
+def held_in_buffer(e: ExportedEinsum) -> int:
+    """The values an exported Einsum's mapping keeps in the global buffer at once (the
+    tile sizes Timeloop checks against its capacity)."""
+    report = analyze(e.view.problem, e.view.mapping)
+    return sum(c.capacity for level, _ds, c in report.counts if level == "buffer")
+
+
+@dataclass(frozen=True)
+class Export:
+    """A configuration exported for Timeloop, and why it is not the file's own mapping."""
+
+    einsums: list[ExportedEinsum]
+    mapping: object
+    arch: Architecture
+    tables: tuple
+    note: str | None = None
+
+
+def export_fitting(
+    specs: Specs,
+    config: str,
+    workload: Workload,
+    spelling: Spelling | None = None,
+    **overrides,
+) -> Export:
+    """Export a configuration as Timeloop mappings that fit its buffer. Timeloop holds whole
+    tiles; a mapping whose plan fits only by spilling part of a tile (FLAT's published 64K
+    dataflow spills 1/129 of its score block) oversubscribes the buffer there, so the point
+    is exported as the file's `otherwise:` configuration binds it (FLAT's rule), with a note;
+    without one, a one-line error."""
+    spelling = spelling or spelling_for_version(None)
+
+    def attempt(name: str) -> Export:
+        cascade, mapping, arch = prepare(specs, name, workload, **overrides)
+        tables = specs.tables(arch, "corrected")
+        einsums = export_configuration(
+            cascade, mapping, arch, workload, tables, mapping.name, spelling=spelling
+        )
+        return Export(einsums, mapping, arch, tables)
+
+    first = attempt(config)
+    over = [(e.einsum, held_in_buffer(e)) for e in first.einsums]
+    over = [(n, v) for n, v in over if v > first.arch.buffer_values]
+    if not over:
+        return first
+    name, held = over[0]
+    why = (
+        f"{first.mapping.label}: Einsum {name} keeps {held:,} values in the "
+        f"{first.arch.buffer_values:,}-value buffer as a Timeloop mapping (its plan spills part "
+        "of a tile, which a Timeloop mapping cannot)"
+    )
+    instead = None if is_auto(config) else specs.mapping(config).otherwise
+    if instead is None:
+        raise SpecError(f"{why}; no fitting mapping to export")
+    fitting = attempt(instead)
+    if any(held_in_buffer(e) > fitting.arch.buffer_values for e in fitting.einsums):
+        raise SpecError(f"{why}; {instead} does not fit either")
+    note = f"{why}: exported as {instead} binds it"
+    return Export(fitting.einsums, fitting.mapping, fitting.arch, fitting.tables, note)
+
+
 def compare_configurations(
-    binary: str, specs: Specs, configs: list[str], workload: Workload, **overrides
+    binary: str,
+    specs: Specs,
+    configs: list[str],
+    workload: Workload,
+    timeloop_version: str | None = None,
+    **overrides,
 ) -> list[EinsumComparison]:
-    """`compare_with_timeloop` for each configuration, in a temporary directory."""
+    """`compare_with_timeloop` for each configuration (exported to fit: `export_fitting`),
+    in a temporary directory; `timeloop_version`: the installed release (its problem-key
+    spelling; None: current)."""
+    spelling = timeloop_spelling(timeloop_version)
     rows: list[EinsumComparison] = []
     with tempfile.TemporaryDirectory(prefix="fusemax-timeloop-") as tmp:
         for config in configs:
-            cascade, mapping, arch = prepare(specs, config, workload, **overrides)
-            tables = specs.tables(arch, "corrected")
+            ex = export_fitting(specs, config, workload, spelling, **overrides)
             rows += compare_with_timeloop(
-                binary, cascade, mapping, arch, workload, tables, Path(tmp)
+                binary, ex.einsums, ex.mapping, ex.arch, ex.tables, Path(tmp)
             )
     return rows
+
+
+def timeloop_spelling(version: str | None) -> Spelling:
+    """The problem-key spelling of `--timeloop-version`; a bad version is one line (before
+    any work: `timeloop-model` has no version flag to ask)."""
+    try:
+        return spelling_for_version(version)
+    except SpecError as err:
+        raise SpecError(f"--timeloop-version: {err.message}") from None
 
 
 def _rel(ours: float, theirs: float) -> str:

@@ -67,38 +67,38 @@ def _arch_with_table(tmp_path, old: str, new: str, kind: str = "ERT") -> str:
     [
         (
             "ERT",
-            "    - {name: read, energy: 12512.78}\n",
+            "    - {name: read, energy: 12512.7}\n",
             "",
             "'global_buffer' lacks action(s) read",
         ),
         (
             "ERT",
-            "{name: compute, energy: 17.1645 * (datawidth / 16) ** 2}",
+            "{name: compute, energy: 12.938 * (datawidth / 16) ** 2}",
             "{name: compute, energy: -1.0}",
             "non-negative number of pJ, got -1.0",
         ),
         (
             "ERT",
-            "{name: compute, energy: 17.1645 * (datawidth / 16) ** 2}",
+            "{name: compute, energy: 12.938 * (datawidth / 16) ** 2}",
             "{name: compute, energy: .nan}",
             "got nan",
         ),
         (
             "ERT",
-            "{name: compute, energy: 17.1645 * (datawidth / 16) ** 2}",
+            "{name: compute, energy: 12.938 * (datawidth / 16) ** 2}",
             "{name: compute, energy: 1e400}",
             "inf is not",
         ),
-        ("ART", "{name: PE2D.mac, area: 1545.0}", "{name: PE2D.mac, area: .inf}", "'PE2D.mac'"),
+        ("ART", "{name: PE2D.mac, area: 2257.5}", "{name: PE2D.mac, area: .inf}", "'PE2D.mac'"),
         (
             "ERT",
-            "    - {name: compute, energy: 17.1645 * (datawidth / 16) ** 2}\n"
-            "    - {name: leak, energy: 0.180192}\n",
-            "    - {name: compute, energy: 17.1645 * (datawidth / 16) ** 2}\n",
+            "    - {name: compute, energy: 12.938 * (datawidth / 16) ** 2}\n"
+            "    - {name: leak, energy: 0.081719}\n",
+            "    - {name: compute, energy: 12.938 * (datawidth / 16) ** 2}\n",
             "'PE2D.mac' lacks action(s) leak",
         ),
         ("ERT", "  - name: PE2D.max\n", "  - name: PE2D.maximum\n", "component 'PE2D.maximum'"),
-        ("ART", "{name: PE2D.mac, area: 1545.0}", "{name: PE2D.mac, area: -3}", "'PE2D.mac'"),
+        ("ART", "{name: PE2D.mac, area: 2257.5}", "{name: PE2D.mac, area: -3}", "'PE2D.mac'"),
         (
             "ART",
             "  - {name: PE1D.divide, area: 23740.9375}\n",

@@ -11,7 +11,7 @@ from simulator.configs import Specs, evaluate
 from simulator.errors import Loc, SpecError
 from simulator.plan.accesses import DataSpace, analyze
 from simulator.spec.arch_file import load_architecture
-from simulator.spec.tables import check_tables, load_area_table, load_energy_table
+from simulator.spec.tables import check_tables, load_energy_table
 from simulator.spec.timeloop_import import (
     import_architecture,
     import_tables,
@@ -111,10 +111,11 @@ def test_imported_fusemax_runs_like_the_project_spec(run_cli):
     assert imported.area_um2 == pytest.approx(own.area_um2, rel=1e-12)
 
 
-def test_accelergy_tables_import_as_the_projects_tables():
-    """The artifact's Accelergy outputs, in the project's component names, are the project's
-    corrected tables -- except the global buffer's access energies, which the project
-    calibrated to the published results (arch/tables/README.md)."""
+def test_the_artifacts_accelergy_tables_import_complete():
+    """The artifact's Accelergy outputs import in the project's component names and price
+    every action the imported architecture needs. (They are no longer the corrected tables'
+    source: current Accelergy, with the register depth honoured, is --
+    tests/test_accelergy_tables.py checks those through the same importer.)"""
     ours = _project("fusemax")
     imported = import_architecture(
         [AE / "accel_fusemax/accel-top-2d-path.yaml", AE / "accel_fusemax/accel-top-1d-path.yaml"],
@@ -140,24 +141,8 @@ def test_accelergy_tables_import_as_the_projects_tables():
     check_tables(
         ert.bind(attrs), art.bind(attrs), arch.required_actions(), set(arch.priced_components())
     )
-    project_ert = load_energy_table(ROOT / "arch/tables/fusemax.ERT.yaml").bind(
-        ours.component_attributes()
-    )
-    project_art = load_area_table(ROOT / "arch/tables/fusemax.ART.yaml").bind(
-        ours.component_attributes()
-    )
-    compared = 0
-    for component in project_ert.components():
-        for action, pj in project_ert.actions(component).items():
-            if component == ours.buffer.name and action != "leak":
-                assert ert.energy(component, action) != pj  # calibrated, documented
-                continue
-            assert ert.energy(component, action) == pj, (component, action)
-            compared += 1
-        assert art.bind(attrs).area(component) == pytest.approx(
-            project_art.area(component), rel=1e-12
-        )
-    assert compared >= 25
+    # the artifact's MAC: 17.16 pJ per compute (fusemax-reference.md section 6)
+    assert ert.energy("PE2D.mac", "compute") == pytest.approx(17.16, abs=0.01)
 
 
 def test_jinja_variables_and_blocks():
@@ -274,7 +259,7 @@ def test_window_projections_are_rejected(tmp_path):
 def test_flat_tables_import_with_the_projects_spelling():
     """FLAT's Accelergy outputs: the artifact's misspelled exp unit ('exponentiatial') is an
     error naming it until the name map spells it as the project does; then every entry but
-    the calibrated/rescaled global buffer equals the project's FLAT tables."""
+    the global buffer and the registers equals the project's published FLAT table."""
     flat = _project("flat")
     imported = import_architecture(
         [AE / "accel_flat/accel-top-2d-path.yaml", AE / "accel_flat/accel-top-1d-path.yaml"],
@@ -297,14 +282,20 @@ def test_flat_tables_import_with_the_projects_spelling():
     check_tables(
         ert.bind(attrs), art.bind(attrs), arch.required_actions(), set(arch.priced_components())
     )
-    project_ert = load_energy_table(ROOT / "arch/tables/flat.ERT.yaml").bind(
-        flat.component_attributes()  # the project's tables scale with the value width
+    # the artifact's published accounting priced with these outputs, but the buffer (its
+    # energies back-solved from the published results) and the registers (a newer
+    # Accelergy's, which ignored register depth): arch/tables/README.md
+    project_ert = load_energy_table(ROOT / "arch/tables/published/flat.ERT.yaml").bind(
+        flat.component_attributes()
     )
     bound = ert.bind(attrs)
+    compared = 0
     for component in project_ert.components():
-        if component == flat.buffer.name:
+        if component == flat.buffer.name or component.startswith("reg_file"):
             continue
+        compared += 1
         assert bound.actions(component) == project_ert.actions(component), component
+    assert compared >= 5
 
 
 def test_a_file_with_its_own_operations_keeps_them(tmp_path):

@@ -52,3 +52,16 @@ def test_divisors_of_huge_numbers_are_bounded_and_correct() -> None:
     assert all(n % d == 0 for d in ds) and ds == sorted(ds)
     big_prime = (1 << 61) - 1  # Mersenne prime beyond the trial-division limit
     assert divisors(big_prime) == [1, big_prime]
+
+
+def test_spec_expressions_stay_real() -> None:
+    """A table expression such as `sqrt(depth/64)**1.56` with a negative base (a mutated
+    spec) is one line, not a complex number deep in pricing."""
+    import pytest
+
+    from simulator.errors import SpecError
+    from simulator.spec.expr import evaluate
+
+    assert evaluate("(64/64) ** 1.56", {}, None) == 1.0
+    with pytest.raises(SpecError, match="fractional power"):
+        evaluate("(-2) ** 0.5", {}, None)

@@ -158,6 +158,10 @@ def _eval(node: ast.AST, ctx: Mapping[str, Number], source: str, loc: Loc | None
             if isinstance(op, ast.Pow):
                 if abs(right) > _MAX_EXPONENT:
                     raise SpecError(f"'{source}': exponent {right} is too large", loc)
+                if left < 0 and right != int(right):
+                    raise SpecError(
+                        f"'{source}': a negative number to a fractional power is not real", loc
+                    )
                 return left**right
         except ZeroDivisionError:
             raise SpecError(f"'{source}': division by zero", loc) from None

@@ -30,7 +30,7 @@ from simulator.configs import Specs, evaluate
 from simulator.errors import SpecError
 from simulator.paths import resolve_spec
 from simulator.result import Result
-from simulator.spec.workload import PHASES, Workload, make_workload
+from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
 from simulator.textfmt import table
 from simulator.units import parse_count
 
@@ -68,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", default="64K")
     p.add_argument("--phase", choices=PHASES, default="prefill")
     p.add_argument("--context", help="--phase decode: cached tokens")
+    p.add_argument(
+        "--shape",
+        action="append",
+        metavar="RANK=N[,RANK=N]",
+        help="extents of cascade ranks no workload field sizes (e.g. --shape E=4096,F=14336)",
+    )
     for name in ("batch", "heads", "kv-heads", "embed", "window"):
         p.add_argument(f"--{name}", type=lambda t, n=name: parse_count(t, what=f"--{n}"))
     p.add_argument("--engine", choices=["cycle", "analytic"], default="cycle")
@@ -263,7 +269,12 @@ def main(argv: list[str] | None = None) -> int:
         "window": args.window,
     }
     workload = make_workload(
-        args.model, args.seq, overrides, phase=args.phase, context=args.context
+        args.model,
+        args.seq,
+        overrides,
+        phase=args.phase,
+        context=args.context,
+        shape=parse_shape(args.shape),
     )
     out = Path(args.out) if args.out else None
     if out is not None:

@@ -39,7 +39,7 @@ from simulator.errors import SpecError
 from simulator.progress import SimulationProgress
 from simulator.result import Result
 from simulator.spec.arch import precision_change
-from simulator.spec.workload import make_workload
+from simulator.spec.workload import make_workload, parse_shape
 from simulator.textfmt import table
 from simulator.timeloop import backend as timeloop_backend
 from simulator.timing.options import UNLIMITED, TimingOptions
@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         "request attends to --context cached tokens",
     )
     p.add_argument("--context", help="--phase decode: cached tokens (default: --seq)")
+    p.add_argument(
+        "--shape",
+        action="append",
+        metavar="RANK=N[,RANK=N]",
+        help="extents of cascade ranks no workload field sizes (e.g. --shape E=4096,F=14336)",
+    )
     p.add_argument(
         "--precision",
         help="value format: fp32, fp16, bf16, fp8, int8 (those the architecture lists with "
@@ -548,7 +554,14 @@ def main(argv: list[str] | None = None) -> int:
         "causal": args.causal,
     }
     model = args.model or ("custom" if args.heads and args.embed and not args.model else "bert")
-    workload = make_workload(model, args.seq, overrides, phase=args.phase, context=args.context)
+    workload = make_workload(
+        model,
+        args.seq,
+        overrides,
+        phase=args.phase,
+        context=args.context,
+        shape=parse_shape(args.shape),
+    )
     specs = Specs(cascade_override=args.cascade, arch_override=args.arch)
     if args.strategy is not None and "auto" not in args.mapping:
         raise SpecError("--strategy chooses how --mapping auto binds: add --mapping auto")

@@ -9,7 +9,10 @@ architecture's arrays and operation tables:
   that normalise whole fibres (3-pass softmax): the contractions on the 2D array, the
   fibre-wide Einsums on the 1D array, fibres kept on chip while they fit;
 * `unfused` (:mod:`simulator.bind.unfused`) -- every GEMM its own phase through the GEMM
-  mapper, the Einsums between them a phase walking one fibre at a time, all through DRAM.
+  mapper, the Einsums between them a phase walking one fibre at a time, all through DRAM;
+* `fused` (:mod:`simulator.bind.fused`) -- any cascade in as few phases as its passes
+  allow: a one-pass recurrence as FuseMax binds it, FLAT's shape as FLAT binds it, anything
+  else over blocks of rows with its fibres on chip while they fit.
 
 The result is the data of a mapping file (the shapes the workload sizes come from the
 binder's facts, `mappings/auto/binder.yaml`); :func:`mapping_yaml` writes it, and the
@@ -26,6 +29,7 @@ import yaml
 
 from simulator.bind.facts import BinderFacts, load_facts
 from simulator.bind.flat import flat_mapping
+from simulator.bind.fused import fused_mapping
 from simulator.bind.fusemax import fusemax_mapping
 from simulator.bind.roles import cascade_roles
 from simulator.bind.unfused import unfused_mapping
@@ -34,51 +38,85 @@ from simulator.errors import SpecError
 from simulator.spec.arch import Architecture
 from simulator.spec.workload import Workload
 
-STRATEGIES = ("fusemax", "flat", "unfused")
+STRATEGIES = ("fusemax", "flat", "unfused", "fused")
 # The architecture each strategy binds to when none is given: FuseMax's for its own
-# strategy, FLAT's for the baselines (as in the paper's evaluation).
-DEFAULT_ARCH = {"fusemax": "fusemax", "flat": "flat", "unfused": "flat"}
+# strategy and the general fused one, FLAT's for the baselines (as in the paper's
+# evaluation).
+DEFAULT_ARCH = {"fusemax": "fusemax", "flat": "flat", "unfused": "flat", "fused": "fusemax"}
 
 
 def workload_extents(
     cascade: Cascade, workload: Workload, facts: BinderFacts
 ) -> tuple[dict[str, str], dict[str, int]]:
-    """The ranks the workload sizes (rank -> workload quantity) and every rank's extent
-    (the workload's, else the cascade's example shape)."""
+    """The ranks the workload sizes (rank -> workload quantity) and every rank's extent:
+    `--shape` first (the workload's rank overrides), then the workload quantity the binder's
+    facts name, then the cascade's example shape (for a chunk a mapping factor replaces)."""
     ranks = {r for t in cascade.tensors for r in t.ranks} | set(cascade.params)
     ranks |= {c for _r, comps in cascade.partitions for c in comps}
     fields = workload.fields()
-    shapes = {r: q for r, q in facts.shapes if r in ranks}
+    given = dict(workload.rank_overrides)
+    shapes = {r: q for r, q in facts.shapes if r in ranks and r not in given}
     extents = {r: v for r, v in cascade.shapes}
     for rank, quantity in shapes.items():
         extents[rank] = int(fields[quantity])  # type: ignore[call-overload]
+    for rank, value in given.items():
+        if rank not in ranks:
+            known = ", ".join(sorted(r for r in ranks if r not in _components(cascade)))
+            raise SpecError(
+                f"--shape {rank}={value}: cascade '{cascade.name}' has no rank {rank} "
+                f"(its ranks: {known})"
+            )
+        extents[rank] = value
     return shapes, extents
 
 
-def check_sized(cascade: Cascade, extents: dict[str, int], facts: BinderFacts) -> None:
-    """Every rank an Einsum iterates has an extent: the workload's, the cascade's example,
-    or a component of a partitioned rank that has one."""
+def _components(cascade: Cascade) -> set[str]:
+    return {c for _r, comps in cascade.partitions for c in comps}
+
+
+def check_sized(
+    cascade: Cascade,
+    extents: dict[str, int],
+    facts: BinderFacts,
+    workload: Workload | None = None,
+) -> None:
+    """Every rank an Einsum iterates has an extent from the workload: `--shape`, or the
+    workload quantity the binder's facts name; a chunk (the inner component of a
+    partitioned rank) is the mapping's to choose. A rank sized by nothing else would run at
+    the cascade's example shape whatever the workload says: one line naming it instead."""
+    given = set(dict(workload.rank_overrides)) if workload is not None else set()
+    sized = {r for r, _q in facts.shapes} | given
     parts = dict(cascade.partitions)
-    sized = set(extents)
     for rank, comps in parts.items():
         if rank in sized:
             sized |= set(comps)
     for e in cascade.einsums:
         for var in e.iteration:
             rank = rank_of(var)
-            if rank not in sized:
+            if rank in sized:
+                continue
+            if rank not in extents:
                 known = ", ".join(f"{r} ({q})" for r, q in facts.shapes)
                 raise SpecError(
                     f"cannot bind Einsum '{e.name}': no workload sizes its rank '{rank}' "
-                    f"(the binder sizes {known}; {facts.path}) and the cascade gives it no "
-                    "example shape",
+                    f"(the binder sizes {known}; {facts.path}): give --shape {rank}=N",
                     e.loc,
                 )
+            raise SpecError(
+                f"cannot bind '{cascade.name}': no workload field sizes its rank {rank} "
+                f"(Einsum {e.name}): give its extent, --shape {rank}=N",
+                e.loc,
+            )
 
 
 def instances_of(shapes: dict[str, str], facts: BinderFacts) -> dict[str, str]:
-    grouped = "group" in shapes.values()
-    return dict(facts.grouped_instances if grouped else facts.default_instances)
+    """How often the cascade repeats (the facts' `instances:`): per K/V head with a rank
+    sized by `group`, per query head with one sized by `keys`, else per request."""
+    if "group" in shapes.values():
+        return dict(facts.grouped_instances)
+    if "keys" not in shapes.values() and facts.keyless_instances:
+        return dict(facts.keyless_instances)
+    return dict(facts.default_instances)
 
 
 def bind(
@@ -100,10 +138,23 @@ def bind(
     facts = facts or load_facts()
     roles = cascade_roles(cascade)
     shapes, extents = workload_extents(cascade, workload, facts)
-    check_sized(cascade, extents, facts)
+    check_sized(cascade, extents, facts, workload)
     instances = instances_of(shapes, facts)
     if strategy == "fusemax":
         return fusemax_mapping(
+            cascade,
+            arch,
+            roles,
+            extents,
+            shapes,
+            instances,
+            cascade_ref,
+            arch_ref,
+            pipelined=pipelined,
+            reuse=reuse,
+        )
+    if strategy == "fused":
+        return fused_mapping(
             cascade,
             arch,
             roles,

@@ -32,6 +32,8 @@ class BinderFacts:
     cascades: tuple[tuple[tuple[str, str, str], str], ...] = ()
     # role -> the workload quantity sizing it in the unfused strategy's library calls
     unfused_sizes: tuple[tuple[str, str], ...] = ()
+    # how often a cascade with no rank sized by `keys` repeats (no attention: per request)
+    keyless_instances: tuple[tuple[str, str], ...] = ()
 
     def attention_cascade(self, strategy: str, grouped: bool, mask: str) -> str:
         """The cascade `strategy` binds for attention with this K/V sharing and mask."""
@@ -78,9 +80,16 @@ def load_facts(path: str | Path | None = None) -> BinderFacts:
                 shapes.loc_of(rank),
             )
     inst = body.get("instances")
-    if not isinstance(inst, LocDict) or set(inst) != {"grouped", "default"}:
-        raise SpecError("binder.instances needs 'grouped' and 'default'", body.loc)
-    for key in ("grouped", "default"):
+    if not isinstance(inst, LocDict) or not {"grouped", "default"} <= set(inst) <= {
+        "grouped",
+        "default",
+        "without_keys",
+    }:
+        raise SpecError(
+            "binder.instances needs 'grouped' and 'default' (and may give 'without_keys')",
+            body.loc,
+        )
+    for key in inst:
         if not isinstance(inst[key], LocDict):
             raise SpecError(f"binder.instances.{key} must map batch/heads", inst.loc_of(key))
     unfused = body.get("unfused")
@@ -94,6 +103,7 @@ def load_facts(path: str | Path | None = None) -> BinderFacts:
         str(path),
         _cascades(body.get("cascades"), body.loc),
         _sizes(unfused.get("sizes"), unfused.loc),
+        tuple((str(k), str(v)) for k, v in inst.get("without_keys", {}).items()),
     )
 
 

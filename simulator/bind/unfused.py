@@ -1,17 +1,20 @@
-"""The unfused strategy: every GEMM its own phase, the Einsums between GEMMs one phase each,
-everything handed over through DRAM (the paper's unfused baseline). Softmax fibres are
-whole rows, so a cascade with a recurrence over chunks (1-pass) is the FuseMax strategy's.
+"""The unfused strategy: every kernel a library would call its own phase, everything handed
+over through DRAM (the paper's unfused baseline), for any cascade.
 
 * **GEMM phases** -- an Einsum shaped `OUT = L * R` summed over one rank runs alone on the
   2D array, mapped by the GEMM mapper under the binder's facts (`unfused.gemm`: the FuseMax
-  artifact's constraints, in workload roles -- queries over X, keys over Y); several ranks
+  artifact's constraints, in workload roles -- queries over X, keys over Y; a GEMM whose
+  ranks the facts give no role takes its rows over X and its columns over Y); several ranks
   in a role are one GEMM dimension (grouped-query attention: the group's `G x P` rows
   share every K/V tile), which is why `no-reuse` does not apply to a grouped cascade;
-* **fibre phases** -- a run of other Einsums (the softmax) walks one row at a time on the
-  1D array: the rank they reduce (the fibre, `M`) spreads over the 1D PEs in chunks; every
-  other rank is a temporal loop. A fibre read from DRAM, or made in one pass and read in a
-  later one, stays on chip for the row (spilling what does not fit); per-row values stay in
-  registers; what a later phase reads goes back to DRAM;
+* **streamed phases** -- a run of the other Einsums between GEMMs (a library's softmax or
+  normalisation kernel) walks its rows one at a time on the array whose PEs have all their
+  operations (the 1D array first): the rank they reduce (the fibre, `M`) -- or, when they
+  reduce none, their widest rank -- spreads over the PEs in chunks; every other rank is a
+  temporal loop, a recurrence's step innermost so its state stays in the PEs. A fibre read
+  from DRAM, or made in one pass and read in a later one, stays on chip for the row
+  (spilling what does not fit); per-row values stay in registers; what a later phase reads
+  goes back to DRAM;
 * **chaining** -- an array whose operations each have their own functional unit chains them
   (`pipelined`: one element per cycle through subtract, exp, ...), as FLAT's softmax unit.
 """
@@ -23,8 +26,8 @@ from typing import Any
 from simulator.bind.facts import BinderFacts
 from simulator.bind.fusemax import arrays_of, supports
 from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
-from simulator.cascade.gemm import ROLES, gemm_shape
-from simulator.cascade.ir import Access, Cascade, index_vars
+from simulator.cascade.gemm import ROLES, batched_gemm_shape
+from simulator.cascade.ir import Access, Cascade, index_vars, rank_of
 from simulator.cascade.passes import pass_index
 from simulator.errors import SpecError
 from simulator.spec.arch import Architecture, Array
@@ -32,11 +35,12 @@ from simulator.spec.arch import Architecture, Array
 
 def gemm_dims(cascade: Cascade, einsum: str) -> dict[str, str] | None:
     """rank -> GEMM dim (rows, cols, reduction) of `OUT[m, n] = L[k, m] * R[k, n]`, or None
-    (several ranks may share a dim: G x P rows of grouped-query attention)."""
+    (several ranks may share a dim: G x P rows of grouped-query attention; a rank in all
+    three accesses repeats the GEMM: `SLNV[f, m1, p]`, a GEMM per chunk m1)."""
     if not is_gemm(cascade.einsum(einsum)):
         return None
-    shape = gemm_shape(cascade, einsum)
-    return None if shape is None else shape.role_of()
+    found = batched_gemm_shape(cascade, einsum)
+    return None if found is None else found[0].role_of()
 
 
 def indexed_vars(access: Access) -> set[str]:
@@ -50,10 +54,18 @@ def chained(array: Array) -> bool:
     return len(units) == len(set(units))
 
 
-def _gemm_settings(raw: Any, dims: dict[str, str], facts: BinderFacts) -> dict[str, Any]:
+def _gemm_settings(
+    raw: Any, dims: dict[str, str], facts: BinderFacts, cascade: Cascade | None = None
+) -> dict[str, Any]:
     """The facts' mapper settings, written in workload roles (`queries`, `keys`, `other`),
-    in this GEMM's dims (rows, cols, reduction); a role the GEMM lacks is left out."""
-    by_role = {facts.role_of(rank): d for rank, d in dims.items()}
+    in this GEMM's dims (rows, cols, reduction); a role the GEMM lacks is left out. A rank
+    takes its partitioned parent's role (M1, M0 of M: keys). A GEMM whose rows and columns
+    the facts name no queries or keys (a linear layer's) takes rows as queries and columns
+    as keys."""
+    parent = {c: r for r, comps in (cascade.partitions if cascade else ()) for c in comps}
+    by_role = {facts.role_of(parent.get(rank, rank)): d for rank, d in dims.items()}
+    if by_role.get("queries") is None and by_role.get("keys") is None:
+        by_role = {"queries": "rows", "keys": "cols"}
     named = {by_role.get("queries"), by_role.get("keys")} - {None}
     rest = [d for d in ROLES if d not in named]
 
@@ -95,12 +107,6 @@ def unfused_mapping(
             "run a group's query heads as rows of one GEMM, whose K/V tiles serve them all "
             "(no-reuse applies to the fusemax and flat strategies)"
         )
-    if roles.iterative is not None:
-        raise SpecError(
-            f"cannot bind '{cascade.name}' with the unfused strategy: its softmax phase "
-            "normalises whole fibres; this cascade runs a recurrence over chunks (one pass: "
-            "the FuseMax strategy binds it)"
-        )
     passes = pass_index(cascade)
     binding: dict[str, str] = {}
     phases: list[dict[str, Any]] = []
@@ -116,14 +122,17 @@ def unfused_mapping(
             run.append(name)
     if run:
         groups.append(("fibre", run))
-    if not any(kind == "gemm" for kind, _ in groups):
-        raise SpecError(
-            f"cannot bind '{cascade.name}' with the unfused strategy: it has no GEMM-shaped "
-            "Einsum (OUT[m, n] = L[k, m] * R[k, n]) for the 2D array"
-        )
     phase_of = {n: i for i, (_k, names) in enumerate(groups) for n in names}
     factors: dict[str, Any] = {}
     partitions: dict[str, list[str]] = {}
+    # The cascade's own chunked ranks (`K[e, m1*M0 + m0]`): a chunk spans the 2D array's
+    # rows, as FuseMax's (the chunk is what a library kernel of a later phase reads whole).
+    for rank, comps in cascade.partitions:
+        if len(comps) == 2 and comps[1] not in dict(cascade.shapes) | shapes:
+            continue
+        partitions[rank] = list(comps)
+        if len(comps) == 2:
+            factors[comps[1]] = tile(two.name, "meshY", two.mesh_y, rank, extents)
     spatial: dict[str, list[str]] = {}
     tensors: dict[str, dict[str, Any]] = {}
     producer = {cascade.einsum(n).output.tensor: n for n in roles.compute}
@@ -136,12 +145,12 @@ def unfused_mapping(
             phases.append(
                 {
                     "name": name,
-                    "mapper": _gemm_settings(facts.unfused_gemm, dims, facts),
+                    "mapper": _gemm_settings(facts.unfused_gemm, dims, facts, cascade),
                     "schedule": [name],
                 }
             )
             continue
-        fibre = _fibre_rank(cascade, names)
+        fibre = _fibre_rank(cascade, names) or _widest_rank(cascade, names, extents, roles)
         for name in names:
             binding[name] = _fibre_array(cascade, name, two, one)
         loops = [
@@ -151,6 +160,9 @@ def unfused_mapping(
             if r != fibre and r in extents
         ]
         loops = list(dict.fromkeys(loops))
+        # a recurrence's step innermost: its state stays in the PEs from step to step
+        steps = [r for r in loops if r == roles.outer or _iterated(cascade, names, r)]
+        loops = [r for r in loops if r not in steps] + steps
         local: dict[str, dict[str, Any]] = {}
         if fibre is not None:
             f1, f0 = f"{fibre}1", f"{fibre}0"
@@ -207,11 +219,33 @@ def unfused_mapping(
 
 
 def _fibre_rank(cascade: Cascade, names: list[str]) -> str | None:
-    """The rank a run of Einsums reduces (the fibre the softmax normalises)."""
+    """The rank a run of Einsums reduces (the fibre the softmax normalises); not a
+    recurrence's step, which walks in order."""
     for name in names:
-        for rank in reduced_ranks(cascade.einsum(name)):
-            return rank
+        e = cascade.einsum(name)
+        for rank in reduced_ranks(e):
+            if not _iterated(cascade, [name], rank):
+                return rank
     return None
+
+
+def _iterated(cascade: Cascade, names: list[str], rank: str) -> bool:
+    """Is `rank` a recurrence's step (an iterative variable) of one of the Einsums?"""
+    steps = {rank_of(v) for v in cascade.iterative_map}
+    return rank in steps and any(rank in einsum_ranks(cascade.einsum(n)) for n in names)
+
+
+def _widest_rank(
+    cascade: Cascade, names: list[str], extents: dict[str, int], roles: Roles
+) -> str | None:
+    """A run that reduces nothing spreads its widest rank over the PEs: the widest that
+    every Einsum of the run iterates and no recurrence steps through."""
+    common: list[str] | None = None
+    for name in names:
+        ranks = [r for r in einsum_ranks(cascade.einsum(name)) if r in extents]
+        common = ranks if common is None else [r for r in common if r in ranks]
+    candidates = [r for r in common or [] if not _iterated(cascade, names, r)]
+    return max(candidates, key=lambda r: extents[r], default=None)
 
 
 def _fibre_array(cascade: Cascade, name: str, two: Array, one: Array) -> str:

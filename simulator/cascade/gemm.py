@@ -48,6 +48,14 @@ def gemm_shape(cascade: Cascade, einsum: str) -> GemmShape | None:
     """The GEMM an Einsum is, or None: a product of two plain reads (each index a single
     variable) costing one MAC per point, with at least one rank in every role and no
     variable in all three accesses."""
+    found = batched_gemm_shape(cascade, einsum)
+    return found[0] if found is not None and not found[1] else None
+
+
+def batched_gemm_shape(cascade: Cascade, einsum: str) -> tuple[GemmShape, tuple[str, ...]] | None:
+    """A batch of GEMMs: the GEMM an Einsum is for each value of the ranks in all three
+    accesses (`SLNV[f, m1, p] = SLN[m1, m0, p] * BV[f, m1, m0]`: one GEMM per chunk m1),
+    and those batch ranks; None when it is not one (see :func:`gemm_shape`)."""
     e = cascade.einsum(einsum)
     if e.kind != "compute" or not isinstance(e.expr, Op) or e.expr.name != "mul":
         return None
@@ -65,14 +73,16 @@ def gemm_shape(cascade: Cascade, einsum: str) -> GemmShape | None:
         for acc in accesses
     )
     ls, rs, os_ = set(lv), set(rv), set(ov)
-    if ls & rs & os_ or ls | rs != os_ | (ls & rs):
+    batch = ls & rs & os_
+    if ls | rs != os_ | (ls & rs):
         return None
-    rows = tuple(rank_of(v) for v in ov if v in ls)
-    cols = tuple(rank_of(v) for v in ov if v in rs)
-    reduction = tuple(rank_of(v) for v in lv if v in rs)
+    rows = tuple(rank_of(v) for v in ov if v in ls and v not in batch)
+    cols = tuple(rank_of(v) for v in ov if v in rs and v not in batch)
+    reduction = tuple(rank_of(v) for v in lv if v in rs and v not in batch)
     if not (rows and cols and reduction):
         return None
-    return GemmShape(rows, cols, reduction, left.tensor, right.tensor, e.output.tensor)
+    shape = GemmShape(rows, cols, reduction, left.tensor, right.tensor, e.output.tensor)
+    return shape, tuple(rank_of(v) for v in ov if v in batch)
 
 
 def flat_name(ranks: tuple[str, ...]) -> str:

@@ -137,9 +137,9 @@ def _check_mesh(nest: Nest, array: Array, extents: dict[str, int], mapping: Mapp
 def _gemm_cost(plan: PhasePlan) -> EinsumCost:
     m = plan.gemm
     assert m is not None
-    copies = max(1, m.gemm.copies)
+    copies = max(1, m.gemm.copies // m.gemm.per_instance)  # (batch, head) instances
     parallel = math.prod(f for _axis, _d, f in m.spatial)
-    points = math.prod(m.gemm.extents)
+    points = math.prod(m.gemm.extents) * m.gemm.per_instance
     cycles = m.cycles / copies
     return EinsumCost(
         m.gemm.einsum,

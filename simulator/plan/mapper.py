@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cascade.gemm import flat_name, gemm_shape
+from simulator.cascade.gemm import batched_gemm_shape, flat_name
 from simulator.cascade.ir import Cascade
 from simulator.errors import SpecError
 from simulator.plan.accesses import AccessReport, DataSpace, LevelMapping, Loop, Problem, analyze
@@ -65,10 +65,17 @@ class Gemm:
     extents: tuple[int, int, int]
     tensors: tuple[str, str, str]  # left, right, output
     instances: tuple[tuple[str, int], ...] = ()  # independent copies (outer dims)
+    # Of those, the batch ranks inside one (batch, head) instance (a GEMM per chunk m1).
+    batch: tuple[tuple[str, int], ...] = ()
 
     @property
     def copies(self) -> int:
         return math.prod(n for _, n in self.instances)
+
+    @property
+    def per_instance(self) -> int:
+        """GEMMs per (batch, head) instance: the product of the batch ranks."""
+        return math.prod(n for _, n in self.batch)
 
     @property
     def macs(self) -> int:
@@ -86,23 +93,27 @@ def gemm_of(
     mapper maps GEMMs only. A filter on an operand (a causal mask) is computed whole: the
     mapper maps the dense GEMM, as a GEMM library computes QK and then masks it."""
     e = cascade.einsum(einsum)
-    shape = gemm_shape(cascade, einsum)
-    if shape is None:
+    found = batched_gemm_shape(cascade, einsum)
+    if found is None:
         raise SpecError(
             f"the GEMM mapper maps Einsums shaped OUT[m, n] = L[k, m] * R[k, n]; "
             f"'{e.name}: {e.text}' is not one",
             e.loc,
         )
+    shape, batch_ranks = found
     roles = (shape.rows, shape.cols, shape.reduction)
-    missing = [r for ranks in roles for r in ranks if r not in extents]
+    missing = [r for ranks in (*roles, batch_ranks) for r in ranks if r not in extents]
     if missing:
         raise SpecError(f"no extent for rank(s) {', '.join(missing)} of '{e.name}'", e.loc)
+    # A batch rank (in every access) repeats the GEMM within an instance: more copies.
+    batch = tuple((r, int(extents[r])) for r in batch_ranks)
     return Gemm(
         e.name,
         tuple(flat_name(ranks) for ranks in roles),  # type: ignore[arg-type]
         tuple(math.prod(int(extents[r]) for r in ranks) for ranks in roles),  # type: ignore[arg-type]
         (shape.left, shape.right, shape.output),
-        instances,
+        instances + batch,
+        batch,
     )
 
 

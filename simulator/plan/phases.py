@@ -149,6 +149,20 @@ def plan_phase(
                 tally.read += size * (factor - 1)  # partial results read back
             else:
                 tally.read += size * factor
+    # An output that is a view of a recurrence's final step (`Y = RY[K]`) leaves the chip
+    # once, from the phase that runs the recurrence, when the state stays on chip.
+    in_phase = {em.einsum for em in phase.einsums}
+    for e in cascade.einsums:
+        out = e.output.tensor
+        if e.kind != "copy" or out not in cascade.outputs:
+            continue
+        state = canonical(facts, out)
+        if facts.producers.get(state) not in in_phase:
+            continue
+        if placement_of(phase, facts, state).home == "DRAM":
+            continue  # the state's own traffic writes it
+        comps, _ = tensor_components(cascade, out, partitions)
+        tallies.setdefault(out, _TensorTally()).write += tensor_size(comps, extents)
     capacity = arch.buffer_values
     fixed = sum(buffer_tiles.values())
     resident = _resident({**buffer_tiles, **spilled_tiles}, phase, facts)
@@ -210,7 +224,7 @@ def _mapped_phase(
     (em,) = phase.einsums
     gemm = gemm_of(facts.cascade, em.einsum, extents, instances)
     m = map_gemm(gemm, arch, phase.mapper, None, em.array)
-    copies = max(1, gemm.copies)
+    copies = max(1, gemm.copies // gemm.per_instance)  # (batch, head) instances
     tallies: dict[str, tuple[float, float, float]] = {}
     used = 0.0
     for level, ds, c in m.report.counts:

@@ -252,11 +252,13 @@ def make_workload(
     models: dict[str, Workload] | None = None,
     phase: str = "prefill",
     context: str | int | None = None,
+    shape: dict[str, int] | None = None,
 ) -> Workload:
     """A workload from a model name (or `custom`), a sequence length and field overrides
     (`kv_heads`, `window` -- 0: none --, `causal` too); `phase="decode"` decodes one token
-    per request against `context` cached tokens (default: the sequence length). The label
-    names the overrides that change the model."""
+    per request against `context` cached tokens (default: the sequence length); `shape`:
+    extents of cascade ranks no workload field sizes (`--shape E=4096`). The label names
+    the overrides that change the model."""
     models = models if models is not None else load_models()
     seq_len = parse_count(seq, what="--seq")
     if phase not in PHASES:
@@ -325,7 +327,29 @@ def make_workload(
         base = dataclasses.replace(base, kv_heads=0)
     if phase == "decode":
         base = dataclasses.replace(base, phase=phase, context=cached)
+    if shape:
+        base = dataclasses.replace(base, rank_overrides=tuple(sorted(shape.items())))
     return base
+
+
+def parse_shape(texts: list[str] | None, what: str = "--shape") -> dict[str, int]:
+    """`--shape E=4096,F=14K` (repeatable): rank name -> extent; one line when malformed."""
+    out: dict[str, int] = {}
+    for text in texts or []:
+        for item in str(text).split(","):
+            item = item.strip()
+            if not item:
+                continue
+            name, eq, value = item.partition("=")
+            name = name.strip()
+            if not eq or not name.isidentifier() or not name[0].isupper():
+                raise SpecError(
+                    f"{what}: '{item}' is not RANK=N (a rank name in capitals, e.g. E=4096)"
+                )
+            if name in out:
+                raise SpecError(f"{what}: rank {name} is given twice")
+            out[name] = parse_count(value.strip(), what=f"{what} {name}")
+    return out
 
 
 _WINDOW_IS_CAUSAL = (

@@ -305,7 +305,7 @@ def gemm_stream(plan: PhasePlan, arch: Architecture, instances: int) -> Program:
     assert m is not None
     array = arch.array(m.array)
     mac = array.op("mac")
-    tiles = math.prod(f0 * f1 for f0, f1, _f2 in m.factors)
+    tiles = math.prod(f0 * f1 for f0, f1, _f2 in m.factors) * m.gemm.per_instance
     per_pe = math.prod(f2 for _f0, _f1, f2 in m.factors)
     spatial = math.prod(f for _axis, _d, f in m.spatial)
     steps = max(1, math.ceil(per_pe * (mac.cycles if mac else 1)))

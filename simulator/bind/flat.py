@@ -20,15 +20,66 @@ above, so it differs from the published FLAT where FLAT chose otherwise.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from simulator.bind.fusemax import arrays_of
+from simulator.bind.fusemax import arrays_of, supports
 from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
 from simulator.bind.unfused import _fibre_array, chained, indexed_vars
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.ops import ops_per_point
 from simulator.errors import SpecError
-from simulator.spec.arch import Architecture
+from simulator.spec.arch import Architecture, Array
+
+
+def einsum_time(cascade: Cascade, name: str, array: Array, extents: dict[str, int]) -> float:
+    """Cycles of an Einsum's points spread over all the array's PEs (to compare arrays)."""
+    e = cascade.einsum(name)
+    points = math.prod(extents.get(rank_of(v), 1) for v in e.iteration)
+    cycles = sum(
+        n * (array.op(k).cycles if array.op(k) else math.inf)
+        for k, n in ops_per_point(cascade, e).items()
+        if n
+    )
+    return points * cycles / array.pes
+
+
+def soonest_arrays(
+    cascade: Cascade,
+    names: list[str],
+    placed_2d: list[str],
+    two: Array,
+    one: Array,
+    extents: dict[str, int],
+) -> dict[str, str]:
+    """Each Einsum on the array where the phase finishes soonest given those already placed
+    (the arrays run side by side: the phase takes the busier one); ties go to the 1D
+    array. An Einsum no array can run is one line naming its operations."""
+    load = {two.name: sum(einsum_time(cascade, n, two, extents) for n in placed_2d)}
+    load[one.name] = 0.0
+    out: dict[str, str] = {}
+    for name in names:
+        able = [a for a in (one, two) if not supports(a, cascade, name)]
+        if not able:
+            needs = ", ".join(supports(one, cascade, name))
+            raise SpecError(
+                f"cannot bind Einsum '{name}': it needs {needs}, which no array's PEs "
+                "support (declare it in a compute component's operations)",
+                cascade.einsum(name).loc,
+            )
+        best = min(
+            able,
+            key=lambda a: (
+                max(
+                    load[a.name] + einsum_time(cascade, name, a, extents),
+                    *(v for k, v in load.items() if k != a.name),
+                ),
+                a is not one,
+            ),
+        )
+        out[name] = best.name
+        load[best.name] += einsum_time(cascade, name, best, extents)
+    return out
 
 
 def _contraction(cascade: Cascade, name: str) -> bool:
@@ -48,7 +99,11 @@ def flat_mapping(
     cascade_ref: str,
     arch_ref: str,
     reuse: bool = True,
+    soonest: bool = False,
 ) -> dict[str, Any]:
+    """FLAT's rule (module docstring); `soonest` (the fused strategy): a fibre Einsum runs on
+    the array where the block finishes soonest given the Einsums already placed (FuseMax's
+    2D PEs can run a softmax's max and exp), not on the 1D array because it can."""
     two, one = arrays_of(arch)
     gemms = [n for n in roles.compute if _contraction(cascade, n)]
     fibre_einsums = [n for n in roles.compute if n not in gemms]
@@ -80,9 +135,17 @@ def flat_mapping(
     outer = [r for r in rows if r != row]
     r2, r1, r0 = f"{row}2", f"{row}1", f"{row}0"
     f1, f0 = f"{fibre}1", f"{fibre}0"
+    # a fibre that is already the cascade's chunk (`m0` of `K[e, m1*M0 + m0]`) is walked
+    # chunk by chunk as it stands: M1 the loop, M0 the chunk
+    chunk_of = {comps[1]: comps[0] for _r, comps in cascade.partitions if len(comps) == 2}
+    own_partition = fibre not in chunk_of
+    if not own_partition:
+        f1, f0 = chunk_of[fibre], fibre
     binding = {n: two.name for n in gemms}
     for n in fibre_einsums:
         binding[n] = _fibre_array(cascade, n, two, one)
+    if soonest:
+        binding.update(soonest_arrays(cascade, fibre_einsums, gemms, two, one, extents))
     # Whole fibres of a block of rows (one P0 tile) stay on chip while they fit: then the
     # GEMMs are output-stationary; otherwise the fibres go through DRAM and the GEMMs keep
     # K and V in the PEs (weight-stationary), as FLAT does for long sequences.
@@ -101,7 +164,7 @@ def flat_mapping(
     last = cascade.einsum(gemms[-1])
     for n in gemms:
         e = cascade.einsum(n)
-        other = [r for r in einsum_ranks(e) if r not in (row, fibre, *outer)]
+        other = [r for r in einsum_ranks(e) if r not in (row, fibre, f1, f0, *outer)]
         if not output_stationary:  # weight-stationary: the operand without rows stays put
             einsums[n] = {"spatial": [f0, *other], "inner": [r0]}
         elif e is last:  # accumulates over the whole fibre in the PEs: rows stay put
@@ -109,7 +172,10 @@ def flat_mapping(
         else:
             einsums[n] = {"inner": list(reduced_ranks(e))}
     for n in fibre_einsums:
-        einsums[n] = {"loops": [*outer, r2, r1, r0, f1]}
+        if binding[n] == two.name:  # rows across the columns, the chunk down the rows
+            einsums[n] = {"loops": [*outer, r2, r1, f1], "spatial": [r0, f0]}
+        else:
+            einsums[n] = {"loops": [*outer, r2, r1, r0, f1]}
     tensors: dict[str, dict[str, Any]] = {}
     local: dict[str, dict[str, Any]] = {}
     # Operands of the rows (Q, the output) stay on chip for their block of rows, spilling
@@ -143,11 +209,21 @@ def flat_mapping(
         "shapes": shapes,
         "instances": instances,
         "factors": {
+            # the cascade's own chunks (`K[e, m1*M0 + m0]`) span the 2D array's rows
+            **{
+                comps[1]: tile(two.name, "meshY", two.mesh_y, rank, extents)
+                for rank, comps in cascade.partitions
+                if len(comps) == 2 and comps[1] != fibre
+            },
             r0: tile(two.name, "meshX", two.mesh_x, row, extents),
             f0: tile(two.name, "meshY", two.mesh_y, fibre, extents),
             r1: "search",
         },
-        "partitions": {row: [r2, r1, r0], fibre: [f1, f0]},
+        "partitions": {
+            **{rank: list(comps) for rank, comps in cascade.partitions},
+            row: [r2, r1, r0],
+            **({fibre: [f1, f0]} if own_partition else {}),
+        },
         "spatial": {two.name: [r0, f0], one.name: [f0]},
         "binding": {a: ns for a, ns in by_array.items() if ns},
     }

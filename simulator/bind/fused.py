@@ -25,18 +25,16 @@ A cascade no rule can bind is one line naming the rule it breaks.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from simulator.bind.flat import flat_mapping
+from simulator.bind.flat import flat_mapping, soonest_arrays
 from simulator.bind.fusemax import applies as fusemax_applies
 from simulator.bind.fusemax import arrays_of, fusemax_mapping, supports
 from simulator.bind.roles import Roles, einsum_ranks, reduced_ranks, tile
 from simulator.bind.unfused import chained, gemm_dims
 from simulator.cascade.ir import Cascade, rank_of
-from simulator.cascade.ops import ops_per_point
 from simulator.errors import SpecError
-from simulator.spec.arch import Architecture, Array
+from simulator.spec.arch import Architecture
 
 LABEL = "auto: fused"
 
@@ -80,6 +78,7 @@ def fused_mapping(
                 cascade_ref,
                 arch_ref,
                 reuse=reuse,
+                soonest=True,
             )
             return _relabel(data, cascade, "fibres of a block of rows kept on chip (FLAT)")
         except SpecError:
@@ -113,18 +112,6 @@ def row_ranks(cascade: Cascade, roles: Roles, extents: dict[str, int]) -> list[s
     return sorted(rows, key=lambda r: -extents[r])
 
 
-def _time(cascade: Cascade, name: str, array: Array, extents: dict[str, int]) -> float:
-    """Cycles of an Einsum's points spread over all the array's PEs (for choosing arrays)."""
-    e = cascade.einsum(name)
-    points = math.prod(extents.get(rank_of(v), 1) for v in e.iteration)
-    cycles = sum(
-        n * (array.op(k).cycles if array.op(k) else math.inf)
-        for k, n in ops_per_point(cascade, e).items()
-        if n
-    )
-    return points * cycles / array.pes
-
-
 def _blocks_of_rows(
     cascade: Cascade,
     arch: Architecture,
@@ -147,25 +134,7 @@ def _blocks_of_rows(
     # the array each Einsum runs on: contractions on the 2D array; the others where their
     # work finishes soonest given what is already placed (the arrays run side by side)
     binding = {n: two.name for n in contractions}
-    load = {two.name: sum(_time(cascade, n, two, extents) for n in contractions), one.name: 0.0}
-    for name in others:
-        able = [a for a in (one, two) if not supports(a, cascade, name)]
-        if not able:
-            needs = ", ".join(supports(one, cascade, name))
-            raise SpecError(
-                f"cannot bind Einsum '{name}': it needs {needs}, which no array's PEs "
-                "support (declare it in a compute component's operations)",
-                cascade.einsum(name).loc,
-            )
-        best = min(
-            able,
-            key=lambda a: (
-                max(load[a.name] + _time(cascade, name, a, extents), *load.values()),
-                a is not one,
-            ),
-        )
-        binding[name] = best.name
-        load[best.name] += _time(cascade, name, best, extents)
+    binding.update(soonest_arrays(cascade, others, contractions, two, one, extents))
     row = rows[0] if rows else None
     outer = rows[1:]
     fibre = next(
@@ -179,6 +148,12 @@ def _blocks_of_rows(
     )
     factors: dict[str, Any] = {}
     partitions: dict[str, list[str]] = {}
+    # The cascade's own chunked ranks (`K[e, m1*M0 + m0]`): a chunk spans the 2D array's
+    # rows, as FuseMax's.
+    for rank, comps in cascade.partitions:
+        partitions[rank] = list(comps)
+        if len(comps) == 2:
+            factors[comps[1]] = tile(two.name, "meshY", two.mesh_y, rank, extents)
     loops: list[str] = list(outer)
     r0 = r1 = r2 = None
     if row is not None:
@@ -188,7 +163,10 @@ def _blocks_of_rows(
         factors[r1] = "search"
         loops += [r2, r1]
     f1 = f0 = None
-    if fibre is not None:
+    chunk_of = {comps[1]: comps[0] for _r, comps in cascade.partitions if len(comps) == 2}
+    if fibre is not None and fibre in chunk_of:  # already the cascade's chunk: walk it so
+        f1, f0 = chunk_of[fibre], fibre
+    elif fibre is not None:
         f1, f0 = f"{fibre}1", f"{fibre}0"
         partitions[fibre] = [f1, f0]
         factors[f0] = tile(one.name, "meshX", one.mesh_x, fibre, extents)

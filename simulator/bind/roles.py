@@ -63,12 +63,13 @@ def reduced_ranks(e: Einsum) -> tuple[str, ...]:
 
 
 def is_gemm(e: Einsum) -> bool:
-    """`OUT[..] = L[..] * R[..]` summed over exactly one variable, plain indices."""
+    """`OUT[..] = L[..] * R[..]` summed over one or more variables (the components of a
+    chunked rank: `AV[f, p] = A[m1, m0, p] * BV[f, m1, m0]`), plain indices."""
     if e.kind != "compute" or not isinstance(e.expr, Op) or e.expr.name != "mul":
         return False
     if len(e.expr.args) != 2 or not all(isinstance(a, Read) for a in e.expr.args):
         return False
-    if e.reduce_op != "sum" or len(e.reduced) != 1:
+    if e.reduce_op != "sum" or not e.reduced:
         return False
     return e.iterative is None
 

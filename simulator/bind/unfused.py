@@ -128,8 +128,6 @@ def unfused_mapping(
     # The cascade's own chunked ranks (`K[e, m1*M0 + m0]`): a chunk spans the 2D array's
     # rows, as FuseMax's (the chunk is what a library kernel of a later phase reads whole).
     for rank, comps in cascade.partitions:
-        if len(comps) == 2 and comps[1] not in dict(cascade.shapes) | shapes:
-            continue
         partitions[rank] = list(comps)
         if len(comps) == 2:
             factors[comps[1]] = tile(two.name, "meshY", two.mesh_y, rank, extents)

@@ -34,7 +34,7 @@ from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
 from simulator.textfmt import table
 from simulator.units import parse_count
 
-STRATEGIES = ("fusemax", "flat", "unfused")
+STRATEGIES = ("fused", "fusemax", "flat", "unfused")
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         "energy) on one accelerator, each bound automatically.",
     )
     p.add_argument("--cascades", required=True, help="comma-separated cascade names or files")
-    p.add_argument("--arch", default="fusemax", help="the accelerator of the FuseMax strategy")
+    p.add_argument(
+        "--arch", default="fusemax", help="the accelerator of the fusemax and fused strategies"
+    )
     p.add_argument(
         "--strategies",
         default=",".join(STRATEGIES),
-        help="binding strategies to try (default: fusemax,flat,unfused)",
+        help=f"binding strategies to try (default: {','.join(STRATEGIES)})",
     )
     p.add_argument("--model", default="bert")
     p.add_argument("--seq", default="64K")
@@ -107,19 +109,22 @@ def compare_cascades(
         passes = analyze_passes(cascade).max_passes
         footprint = _footprint(cascade)
         for strategy in strategies:
-            specs = Specs(
-                cascade_override=str(path), arch_override=arch if strategy == "fusemax" else None
-            )
+            own_arch = strategy in ("fusemax", "fused")
+            specs = Specs(cascade_override=str(path), arch_override=arch if own_arch else None)
             try:
                 r = evaluate(
                     specs, f"auto:{strategy}", workload, engine=engine, precision=precision
                 )
-            except SpecError as err:
-                if not err.message.startswith("cannot bind"):
-                    raise
-                rows.append(Row(cascade.name, strategy, passes, footprint, None, err.message))
+            except SpecError as err:  # the strategy's own reason, whatever stage found it
+                rows.append(Row(cascade.name, strategy, passes, footprint, None, str(err)))
                 continue
             rows.append(Row(cascade.name, strategy, passes, footprint, r))
+    if rows and all(row.result is None for row in rows):
+        first = rows[0]
+        raise SpecError(
+            f"no cascade could be bound: {first.cascade} with {first.strategy} -- {first.why}"
+            + (f" (and {len(rows) - 1} more)" if len(rows) > 1 else "")
+        )
     return rows
 
 
@@ -187,8 +192,7 @@ def render_table(rows: list[Row], workload: Workload) -> str:
     lines.append(table(headers, body, right=[False, False] + [True] * (len(headers) - 2)))
     for row in rows:
         if row.why:
-            reason = row.why.split(": ", 1)[-1]
-            lines.append(f"not bound: {row.cascade} with {row.strategy} -- {reason}")
+            lines.append(f"not bound: {row.cascade} with {row.strategy} -- {row.why}")
     return "\n".join(lines)
 
 

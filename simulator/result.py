@@ -102,6 +102,29 @@ class Result:
         done = sum(c.cycles for c in self.einsums if c.skipped < 1)
         return 1 - done / dense if dense else 0.0
 
+    def einsum_shares(self) -> tuple[tuple[str, str, float, float], ...]:
+        """(Einsum, its array, PE cycles per point, share of the run its array spends on
+        it): which Einsum makes a configuration slow."""
+        total = self.cycles
+        return tuple(
+            (
+                c.einsum,
+                c.array,
+                c.cycles_per_point,
+                c.cycles * self.instances / total if total else 0.0,
+            )
+            for c in self.einsums
+        )
+
+    def dominant_einsum(self) -> tuple[str, str, float] | None:
+        """The Einsum its array spends the largest share of the run on: (name, array,
+        share)."""
+        shares = self.einsum_shares()
+        if not shares:
+            return None
+        name, array, _cpp, share = max(shares, key=lambda s: s[3])
+        return name, array, share
+
     def util_2d_per_einsum(self) -> dict[str, float]:
         """Share of the total time each Einsum keeps the 2D array busy."""
         return {e: u for e, a, u in self.util_per_einsum if a == self.array_2d}

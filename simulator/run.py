@@ -315,6 +315,11 @@ def record(row: Row) -> dict:
         "util_2d": r.util_2d,
         "util_1d": r.util_1d,
         "util_2d_per_einsum": r.util_2d_per_einsum(),
+        "einsums": [
+            {"einsum": e, "array": a, "cycles_per_point": cpp, "share_of_time": share}
+            for e, a, cpp, share in r.einsum_shares()
+        ],
+        "dominant_einsum": (r.dominant_einsum() or (None,))[0],
         "skipped_fraction": r.skipped_fraction,
         "latency_bound_s": r.latency_bound_s,
         "traffic_bound_bytes": r.traffic_bound_bytes,
@@ -489,6 +494,19 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
                 right=[False] + [True] * len(einsums),
             )
         )
+    lines.append("")
+    lines.append(
+        "Einsums: array, PE cycles per point, share of the run its array spends on it "
+        "(* the largest)"
+    )
+    for row in rows:
+        r = row.result
+        top = r.dominant_einsum()
+        cells = [
+            f"{'*' if top and e == top[0] else ''}{e} {a} {cpp:g} {100 * share:.0f}%"
+            for e, a, cpp, share in r.einsum_shares()
+        ]
+        lines.append(f"  {r.label}: " + ", ".join(cells))
     accountings = sorted({row.result.energy_accounting for row in rows} - {""})
     if accountings:
         lines.append(

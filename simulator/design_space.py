@@ -39,7 +39,7 @@ from simulator.spec.sweep import (
     SweepSpec,
     load_sweep,
 )
-from simulator.spec.workload import Workload, make_workload
+from simulator.spec.workload import Workload, make_workload, parse_shape
 from simulator.timing.options import UNLIMITED, TimingOptions
 
 # Design parameters passed to Architecture.with_overrides as keywords.
@@ -55,7 +55,7 @@ _COUNTS = (
     "context",
 )
 # Grid parameters that are not numbers an expression may use.
-_NAMES = ("accel", "model", "cascade", "phase")
+_NAMES = ("accel", "model", "cascade", "phase", "shape")
 # Relative slack when comparing memory time with compute time (float sums of phases).
 _SLACK = 1e-9
 
@@ -252,6 +252,9 @@ def point_workload(point: Point) -> Workload:
         fields,
         phase=point.get("phase") or "prefill",
         context=point.get("context") if point.get("phase") == "decode" else None,
+        shape=parse_shape([str(point.get("shape")).replace(";", ",")])
+        if point.get("shape")
+        else None,
     )
 
 

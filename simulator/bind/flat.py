@@ -117,7 +117,24 @@ def flat_mapping(
             "fibres; this cascade runs a recurrence over chunks (one pass: the FuseMax "
             "strategy binds it)"
         )
-    if len(gemms) < 2 or not fibre_einsums or fibre is None:
+
+    def produces_fibre(n: str) -> bool:
+        e = cascade.einsum(n)
+        return fibre in {cascade.rank_group(rank_of(v)) for v in e.output.vars()} | {
+            rank_of(v) for v in e.output.vars()
+        }
+
+    def reduces_fibre(n: str) -> bool:
+        e = cascade.einsum(n)
+        return any(fibre in (rank_of(v), cascade.rank_group(rank_of(v))) for v in e.reduced)
+
+    shaped = (
+        len(gemms) == 2
+        and fibre is not None
+        and produces_fibre(gemms[0])
+        and reduces_fibre(gemms[-1])
+    )
+    if not fibre_einsums or not shaped:
         raise SpecError(
             f"cannot bind '{cascade.name}' with the FLAT strategy: it fuses two GEMMs with "
             "the Einsums between them normalising whole fibres (3-pass softmax); this cascade "

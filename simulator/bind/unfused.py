@@ -66,6 +66,9 @@ def _gemm_settings(
     by_role = {facts.role_of(parent.get(rank, rank)): d for rank, d in dims.items()}
     if by_role.get("queries") is None and by_role.get("keys") is None:
         by_role = {"queries": "rows", "keys": "cols"}
+    for role, other in (("queries", "keys"), ("keys", "queries")):  # one named: the other is
+        if by_role.get(role) is None and by_role.get(other) in ("rows", "cols"):  # the other side
+            by_role[role] = "cols" if by_role[other] == "rows" else "rows"
     named = {by_role.get("queries"), by_role.get("keys")} - {None}
     rest = [d for d in ROLES if d not in named]
 

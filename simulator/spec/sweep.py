@@ -36,7 +36,7 @@ from simulator.errors import Loc, SpecError
 from simulator.spec import yamlio
 from simulator.spec.expr import is_arithmetic
 from simulator.spec.mapping import ALIASES
-from simulator.spec.workload import PHASES
+from simulator.spec.workload import PHASES, parse_shape
 from simulator.spec.yamlio import LocDict, LocList
 from simulator.units import parse_bandwidth, parse_bytes, parse_count
 
@@ -69,6 +69,15 @@ def _phase(text: str | int | float, what: str = "phase") -> str:
     return value
 
 
+def _shape(text: str | int | float, what: str = "shape") -> str:
+    """Extents of cascade ranks no workload field sizes, `E=4096;F=14336` (`;` between
+    ranks: `,` separates a grid's values); kept in one spelling, so duplicates show."""
+    ranks = parse_shape([str(text).replace(";", ",")], what=what)
+    if not ranks:
+        raise SpecError(f"{what}: empty value")
+    return ";".join(f"{r}={n}" for r, n in sorted(ranks.items()))
+
+
 # Sweepable parameters: name -> (parser, what it is). Design parameters left out of a sweep
 # keep the architecture file's values; accel, model and seq have defaults (DEFAULTS).
 PARAMETERS: dict[str, tuple[Callable[[Any, str], Any], str]] = {
@@ -95,12 +104,13 @@ PARAMETERS: dict[str, tuple[Callable[[Any, str], Any], str]] = {
     "window": (parse_count, "sliding-window width in tokens"),
     "phase": (_phase, "prefill or decode (one token per request)"),
     "context": (parse_count, "phase decode: cached tokens"),
+    "shape": (_shape, "extents of ranks no workload field sizes, E=4096;F=14336"),
 }
 DEFAULTS: dict[str, Any] = {"accel": "binding", "model": "bert", "seq": 2**20}
 # Workload fields a point overrides (make_workload's `overrides`).
 WORKLOAD_FIELDS = ("batch", "heads", "embed", "ffn", "dmodel", "kv_heads", "window")
 # Parameters that are columns of the CSV only when the sweep varies them.
-OPTIONAL_COLUMNS = ("cascade", *WORKLOAD_FIELDS, "phase", "context")
+OPTIONAL_COLUMNS = ("cascade", *WORKLOAD_FIELDS, "phase", "context", "shape")
 SCOPES = ("attention", "layer")
 ENGINES = ("cycle", "analytic")
 ACCOUNTINGS = ("corrected", "published")

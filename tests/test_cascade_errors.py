@@ -84,7 +84,7 @@ CASES = {
     ),
     "unknown function": (
         {"A": "[K]", "Y": "[K]"},
-        ["Y[k] = tanh(A[k])"],
+        ["Y[k] = wobble(A[k])"],
         0,
         14,
         "unknown function",

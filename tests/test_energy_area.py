@@ -160,3 +160,19 @@ def test_an_array_without_registers_prices_none(tmp_path, run_cli):
     shipped = json.loads(run_cli(main, argv)[1])[0]
     assert mine["energy_pj"] < shipped["energy_pj"] and mine["area_um2"] < shipped["area_um2"]
     assert not any("reg_file_1d" in name for name in dict(mine["energy_per_component_pj"]))
+
+
+def test_a_composite_operation_is_priced_as_its_steps(run_cli):
+    """FLAT's 1D PEs compute tanh via {add: 3, exp: 1, divide: 1}: each soft-capped logit
+    costs one more divider action, priced by the divider's existing entry (36.251153 pJ,
+    no leakage), so the divider's energy grows by exactly that per logit."""
+
+    def divide_pj(cascade: str) -> float:
+        argv = ["--cascade", cascade, "--mapping", "auto:flat", "--model", "bert", "--seq", "1K"]
+        (record,) = _run_json(run_cli, *argv, "--engine", "analytic")
+        return record["energy_per_component_pj"]["PE1D.divide"]
+
+    logits = 64 * 12 * 1024 * 1024  # BERT: batch 64 x 12 heads, M = P = 1K
+    capped, plain = divide_pj("attention-softcap-3pass"), divide_pj("attention-3pass")
+    assert plain == pytest.approx(logits * 36.251153, rel=1e-9)  # A = SN / SD
+    assert capped - plain == pytest.approx(logits * 36.251153, rel=1e-9)

@@ -238,8 +238,8 @@ def test_bad_mapping_files(tmp_path, run_cli, old, new, fragment):
         ("        name: PE2D", "        name: PE2D\n        colour: red", "unknown key 'colour'"),
         ("  - !Component\n    name: DRAM", "  - !Widget\n    name: DRAM", "unsupported YAML tag"),
         (
-            "            exp: {cycles: 6, unit: mac, actions: {mac: 6}}\n    - !Hierarchical",
-            "            exp: {cycles: 0, unit: mac}\n    - !Hierarchical",
+            "            exp: {cycles: 6, unit: mac, actions: {mac: 6}}\n",
+            "            exp: {cycles: 0, unit: mac}\n",
             "positive cycles",
         ),
     ],

@@ -29,7 +29,7 @@ from simulator.bind.unfused import _fibre_array, chained, indexed_vars
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.ops import ops_per_point
 from simulator.errors import SpecError
-from simulator.spec.arch import Architecture, Array
+from simulator.spec.arch import Architecture, Array, missing_operations
 
 
 def einsum_time(cascade: Cascade, name: str, array: Array, extents: dict[str, int]) -> float:
@@ -61,12 +61,11 @@ def soonest_arrays(
     for name in names:
         able = [a for a in (one, two) if not supports(a, cascade, name)]
         if not able:
-            needs = ", ".join(supports(one, cascade, name))
-            raise SpecError(
-                f"cannot bind Einsum '{name}': it needs {needs}, which no array's PEs "
-                "support (declare it in a compute component's operations)",
-                cascade.einsum(name).loc,
+            lacking = supports(one, cascade, name)
+            why = missing_operations(lacking, (two, one)) or (
+                f"it needs {', '.join(lacking)}, which no array's PEs support"
             )
+            raise SpecError(f"cannot bind Einsum '{name}': {why}", cascade.einsum(name).loc)
         best = min(
             able,
             key=lambda a: (

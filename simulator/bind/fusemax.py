@@ -39,7 +39,7 @@ from simulator.bind.schedule import decoupled_schedule, waterfall_schedule
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
 from simulator.errors import Loc, SpecError
-from simulator.spec.arch import Architecture, Array
+from simulator.spec.arch import Architecture, Array, missing_operations
 
 
 def applies(roles: Roles) -> str | None:
@@ -97,12 +97,11 @@ def bind_arrays(
         lacking = supports(one, cascade, name)
         if lacking:
             also = supports(two, cascade, name)
-            raise SpecError(
-                f"cannot bind Einsum '{name}': it needs {', '.join(lacking)}, which the PEs of "
-                f"array '{one.name}' lack"
-                + (f" (and '{two.name}' lacks {', '.join(also)})" if also else ""),
-                e.loc,
+            why = missing_operations(lacking, (two, one)) or (
+                f"it needs {', '.join(lacking)}, which the PEs of array '{one.name}' lack"
+                + (f" (and '{two.name}' lacks {', '.join(also)})" if also else "")
             )
+            raise SpecError(f"cannot bind Einsum '{name}': {why}", e.loc)
         out[name] = one.name
     return out
 

@@ -30,7 +30,7 @@ from simulator.cascade.gemm import ROLES, batched_gemm_shape
 from simulator.cascade.ir import Access, Cascade, index_vars, rank_of
 from simulator.cascade.passes import pass_index
 from simulator.errors import SpecError
-from simulator.spec.arch import Architecture, Array
+from simulator.spec.arch import Architecture, Array, missing_operations
 
 
 def gemm_dims(cascade: Cascade, einsum: str) -> dict[str, str] | None:
@@ -254,8 +254,8 @@ def _fibre_array(cascade: Cascade, name: str, two: Array, one: Array) -> str:
         return one.name
     if not supports(two, cascade, name):
         return two.name
-    raise SpecError(
-        f"cannot bind Einsum '{name}': it needs {', '.join(supports(one, cascade, name))}, "
-        f"which no array's PEs support",
-        cascade.einsum(name).loc,
+    lacking = supports(one, cascade, name)
+    why = missing_operations(lacking, (two, one)) or (
+        f"it needs {', '.join(lacking)}, which no array's PEs support"
     )
+    raise SpecError(f"cannot bind Einsum '{name}': {why}", cascade.einsum(name).loc)

@@ -3,7 +3,8 @@
 Names (declared tensors, ranks and index variables), rank agreement between accesses and
 declarations, affine indices, the order of the statements (a tensor is produced before it
 is read, except a recurrence's previous step), reductions and iteration (`until`,
-iterative ranks), partitions and shapes. Every problem is a :class:`SpecError` at the
+iterative ranks), partitions and shapes; names read as numbers (an extent `E`, an index
+variable `m` the Einsum iterates). Every problem is a :class:`SpecError` at the
 file, line and column of the offending text.
 """
 
@@ -29,7 +30,9 @@ from simulator.cascade.ir import (
     Read,
     Size,
     TensorDecl,
+    VarValue,
     expr_reads,
+    expr_values,
     index_str,
     index_syms,
     index_vars,
@@ -234,7 +237,7 @@ class Checker:
         for st, expr in expanded:
             self.check_access(st.output, is_output=True)
             for acc in expr_reads(expr):
-                if not self._may_be_size(acc):
+                if not self._may_be_value(acc):
                     self.check_access(acc, is_output=False)
             for pos, ix in enumerate(st.output.indices):
                 if isinstance(ix.expr, IBin):
@@ -283,8 +286,9 @@ class Checker:
                 raise SpecError(f"undeclared rank '{rank}'", self.partition_locs[rank])
         self._check_partition_cycles()
 
-        # Extents used as numbers (`S[p] / E`) once the partitions are known.
-        expanded = [(st, self._sizes(expr)) for st, expr in expanded]
+        # Extents and index variables used as numbers (`S[p] / E`, `SLOPE * (m - p)`) once
+        # the partitions are known.
+        expanded = [(st, self._values(expr)) for st, expr in expanded]
 
         # Pass 2: build Einsums.
         einsums: list[Einsum] = []
@@ -326,22 +330,32 @@ class Checker:
         used = self.filter_syms | self.value_syms
         return tuple(r for r, _ in self.shapes if not self.known_rank(r) and r in used)
 
-    def _may_be_size(self, acc: Access) -> bool:
-        """A bare upper-case name that is no tensor: perhaps an extent used as a number,
-        decided by `_sizes` once the partitions are known."""
-        return not acc.indices and acc.tensor not in self.decls and acc.tensor[:1].isupper()
+    def _may_be_value(self, acc: Access) -> bool:
+        """A bare name that is no tensor: perhaps an extent (upper-case) or an index variable
+        (lower-case) used as a number, decided by `_values` once the partitions are known."""
+        return not acc.indices and acc.tensor not in self.decls
 
-    def _sizes(self, expr: Expr) -> Expr:
+    def _values(self, expr: Expr) -> Expr:
         """Reads of extents (`E` in `S[p] / E`: a rank, a partition component or a name of
-        `shapes:`) become :class:`Size`; any other undeclared name is an unknown tensor."""
-        if isinstance(expr, Read) and self._may_be_size(expr.access):
-            name = expr.access.tensor
+        `shapes:`) become :class:`Size`, reads of index variables (`m` in `SLOPE * (m - p)`)
+        :class:`VarValue`; any other undeclared upper-case name is an unknown tensor."""
+        if isinstance(expr, Read) and self._may_be_value(expr.access):
+            acc = expr.access
+            name = acc.tensor
+            if not name[:1].isupper():
+                if not self.known_rank(rank_of(name)):
+                    raise SpecError(
+                        f"'{name}' used as a value is an index variable, but its rank "
+                        f"'{rank_of(name)}' is not declared (a tensor's name is upper-case)",
+                        acc.loc,
+                    )
+                return VarValue(name, acc.loc)
             if self.known_rank(name) or name in self.shape_names:
                 self.value_syms.add(name)
                 return Size(name)
-            self.check_access(expr.access, is_output=False)
+            self.check_access(acc, is_output=False)
         if isinstance(expr, Op):
-            return Op(expr.name, tuple(self._sizes(a) for a in expr.args))
+            return Op(expr.name, tuple(self._values(a) for a in expr.args))
         return expr
 
     def _check_partition_cycles(self) -> None:
@@ -393,6 +407,14 @@ class Checker:
             read_vars += [v for v in acc.vars() if v not in read_vars]
         iteration = tuple(out_vars + [v for v in read_vars if v not in out_vars])
         reduced = tuple(v for v in read_vars if v not in out_vars)
+        for value in expr_values(expr):
+            if value.name not in iteration:
+                raise SpecError(
+                    f"index variable '{value.name}' used as a value is not a variable of this "
+                    f"Einsum: it must index its output or one of its reads "
+                    f"(iterated: {', '.join(iteration) or 'none'})",
+                    value.loc,
+                )
         reduce_op = "sum"
         if st.reduction is not None:
             op_name, rvars, rloc = st.reduction

@@ -30,6 +30,7 @@ import numpy as np
 
 from simulator.cascade.graph import dependency_graph, recurrences, strongly_connected
 from simulator.cascade.ir import (
+    FUNCTIONS,
     REDUCE_OPS,
     Access,
     Cascade,
@@ -40,6 +41,7 @@ from simulator.cascade.ir import (
     Num,
     Op,
     Read,
+    VarValue,
     bind_sizes,
     eval_index,
     index_vars,
@@ -50,18 +52,15 @@ from simulator.cascade.references import reference_outputs
 from simulator.cascade.shapes import resolve_shapes
 from simulator.errors import Loc, SpecError
 
+# What each map action computes: the arithmetic operators, then every function of the
+# language's table (its numpy implementation is its definition).
 _UFUNC: dict[str, Callable[..., np.ndarray]] = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
     "div": np.divide,
     "neg": np.negative,
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "abs": np.abs,
-    "max": np.maximum,
-    "min": np.minimum,
+    **{name: f.numpy for name, f in FUNCTIONS.items()},
 }
 _REDUCE: dict[str, Callable[..., np.ndarray]] = {
     "sum": np.sum,
@@ -253,7 +252,7 @@ def _run_unchecked(
         if factors is not None:
             result = _sum_of_products(factors, gather, free, out_free, extents, e.reduced, mask)
     if result is None:
-        values = np.asarray(_eval_expr(expr, gather), dtype=np.float64)
+        values = np.asarray(_eval_expr(expr, gather, index=env), dtype=np.float64)
         full = tuple(extents[v] for v in free)
         if filters or reduced_axes:
             values = np.broadcast_to(values, full)
@@ -296,7 +295,11 @@ def _eval_expr(
     expr: Expr,
     gather: Callable[[Access], np.ndarray],
     binding: Mapping[str, np.ndarray] | None = None,
+    index: Mapping[str, object] | None = None,
 ) -> np.ndarray | float:
+    """The expression's values over the grid: `gather` reads tensors, `binding` holds an
+    operator's arguments, `index` each iteration variable's values (an arange along its
+    axis, or the step a recurrence fixes) for the index variables read as values."""
     if isinstance(expr, Num):
         return expr.value
     if isinstance(expr, Read):
@@ -304,8 +307,12 @@ def _eval_expr(
         if binding is not None and not acc.indices and acc.tensor in binding:
             return binding[acc.tensor]
         return gather(acc)
+    if isinstance(expr, VarValue):
+        if index is None or expr.name not in index:
+            raise SpecError(f"index variable '{expr.name}' has no value here", expr.loc)
+        return index[expr.name]  # type: ignore[return-value]
     assert isinstance(expr, Op)
-    args = [_eval_expr(a, gather, binding) for a in expr.args]
+    args = [_eval_expr(a, gather, binding, index) for a in expr.args]
     return _UFUNC[expr.name](*args)
 
 

@@ -10,13 +10,19 @@ EDGE extensions carried here:
 * index expressions (`m1*M0 + m0`, `m1+1`, `0`, `M1`) -- :class:`Index` trees;
 * rank filters (`A[k : k <= i]`) -- :class:`Cond` on an index position;
 * explicit reductions with another operator (`:: max(m0)`) -- :attr:`Einsum.reduce_op`;
-* iterative ranks (`RM[m1+1, p] = ... until m1 == M1`, initialised by `RM[0, p] = -inf`).
+* iterative ranks (`RM[m1+1, p] = ... until m1 == M1`, initialised by `RM[0, p] = -inf`);
+* index variables read as values (`SLOPE * (m - p)`) -- :class:`VarValue`;
+* element-wise functions by name (`tanh`, `sigmoid`, ...) -- the table :data:`FUNCTIONS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import math
+import types
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from simulator.errors import Loc
 
@@ -195,16 +201,54 @@ class Size:
         return self.name
 
 
-Expr = Num | Read | Op | Size
+@dataclass(frozen=True)
+class VarValue(Size):
+    """An index variable used as a value (`SLOPE * (m - p)`, ALiBi's distance): at each
+    point of the Einsum's iteration space, the variable's value there (0 .. extent-1; an
+    iterative variable's step). The PE's loop counter holds it, so it reads no tensor and
+    costs nothing; the arithmetic around it counts as usual (`m - p` is one add).
+
+    A subclass of :class:`Size` because both are a name read as a number, and what prints
+    or walks an expression (the writer, the rewrite rules) treats them alike; only the
+    value differs -- an extent is one number per cascade, an index one per point, so
+    :func:`bind_sizes` leaves it for the evaluator. The checks make sure the variable is
+    one the Einsum iterates (it indexes its output or one of its reads)."""
+
+    loc: Loc = field(compare=False, default=Loc("<cascade>"))
+
+
+Expr = Num | Read | Op | Size  # Size includes VarValue
 
 
 def bind_sizes(expr: Expr, shapes: Mapping[str, int]) -> Expr:
-    """The expression with every :class:`Size` replaced by its extent (a :class:`Num`)."""
+    """The expression with every extent (:class:`Size`) replaced by its value (a
+    :class:`Num`); index values (:class:`VarValue`) stay, one per point."""
+    if isinstance(expr, VarValue):
+        return expr
     if isinstance(expr, Size):
         return Num(float(shapes[expr.name]))
     if isinstance(expr, Op):
         return Op(expr.name, tuple(bind_sizes(a, shapes) for a in expr.args))
     return expr
+
+
+def is_constant(expr: Expr) -> bool:
+    """Numbers and extents alone (`1 / CAP`, `E * E`): the same value at every point of an
+    Einsum, so computed once rather than per point (no tensor read, no index value)."""
+    if isinstance(expr, VarValue | Read):
+        return False
+    if isinstance(expr, Op):
+        return all(is_constant(a) for a in expr.args)
+    return True
+
+
+def expr_values(expr: Expr) -> Iterator[VarValue]:
+    """Every index variable the expression uses as a value, left to right."""
+    if isinstance(expr, VarValue):
+        yield expr
+    elif isinstance(expr, Op):
+        for arg in expr.args:
+            yield from expr_values(arg)
 
 
 def expr_reads(expr: Expr) -> Iterator[Access]:
@@ -216,21 +260,98 @@ def expr_reads(expr: Expr) -> Iterator[Access]:
             yield from expr_reads(arg)
 
 
-# Primitive operators: how a map action counts in the per-Einsum operation counts.
-MAP_KIND = {
-    "add": "add",
-    "sub": "add",
-    "neg": "add",
-    "mul": "mul",
-    "div": "divide",
-    "max": "max",
-    "min": "max",
-    "exp": "exp",
-    "log": "log",
-    "sqrt": "sqrt",
-    "abs": "max",
-}
-FUNCTION_ARITY = {"exp": 1, "log": 1, "sqrt": 1, "abs": 1, "max": 2, "min": 2}
+# --------------------------------------------------------------------------------------
+# Element-wise functions: what the language knows by name.
+#
+# The language is hardware-independent: it accepts every function of this table, whose
+# numpy implementation is what `evaluate` computes. `ops` counts each call under its own
+# kind (its name); whether an array can run a kind, and at what cost, is the
+# architecture's `operations:` table (`Array.op(kind)`), never this one.
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    return 1.0 / np.sqrt(x)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp(-log(1 + exp(-x))): no overflow and full relative precision at both tails.
+    return np.exp(-np.logaddexp(0.0, -x))
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return x * _sigmoid(x)
+
+
+_ERF = np.vectorize(math.erf, otypes=[float])  # numpy has no erf; math.erf is exact
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return _ERF(x)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+_GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(_GELU_TANH_SCALE * (x + 0.044715 * x**3)))
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, x)
+
+
+@dataclass(frozen=True)
+class Function:
+    """An element-wise function of the language: its arity, what it computes (`numpy`,
+    which the evaluator runs) and its definition in words (`doc`, listed in
+    cascades/README.md). `max` and `min` take two or more arguments (folded pairwise)."""
+
+    name: str
+    arity: int
+    numpy: Callable[..., np.ndarray]
+    doc: str
+
+
+FUNCTIONS: Mapping[str, Function] = types.MappingProxyType(
+    {
+        f.name: f
+        for f in (
+            Function("exp", 1, np.exp, "e^x"),
+            Function("log", 1, np.log, "natural logarithm"),
+            Function("sqrt", 1, np.sqrt, "square root"),
+            Function("abs", 1, np.abs, "|x|"),
+            Function("max", 2, np.maximum, "the larger of a and b"),
+            Function("min", 2, np.minimum, "the smaller of a and b"),
+            Function("rsqrt", 1, _rsqrt, "1 / sqrt(x)"),
+            Function("tanh", 1, np.tanh, "hyperbolic tangent"),
+            Function("sigmoid", 1, _sigmoid, "1 / (1 + exp(-x))"),
+            Function("silu", 1, _silu, "x * sigmoid(x) (swish)"),
+            Function("erf", 1, _erf, "the error function"),
+            Function("gelu", 1, _gelu, "x * (1 + erf(x / sqrt(2))) / 2, the exact GELU"),
+            Function(
+                "gelu_tanh",
+                1,
+                _gelu_tanh,
+                "x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2, GELU's tanh approximation",
+            ),
+            Function("softplus", 1, _softplus, "log(1 + exp(x))"),
+        )
+    }
+)
+
+# Arithmetic operators (the grammar's `+ - * /` and unary `-`): the kind each counts as.
+ARITHMETIC_KIND = {"add": "add", "sub": "add", "neg": "add", "mul": "mul", "div": "divide"}
+
+
+def kind_of(op: str) -> str:
+    """The operation kind a map action counts as: a function is its own kind (`tanh`),
+    an arithmetic operator its unit's (`sub` is an `add`)."""
+    return ARITHMETIC_KIND.get(op, op)
+
 
 # Reduction operators: name -> (primitive map kind, identity).
 REDUCE_OPS = {
@@ -239,7 +360,7 @@ REDUCE_OPS = {
     "prod": ("mul", 1.0),
     "mul": ("mul", 1.0),
     "max": ("max", float("-inf")),
-    "min": ("max", float("inf")),
+    "min": ("min", float("inf")),
 }
 CANONICAL_REDUCE = {
     "sum": "sum",

@@ -3,11 +3,14 @@
 Every point of an Einsum's iteration space performs the map actions of its expression once
 and, when variables are reduced, one reduce action. Kinds: `mac` (a multiply whose product
 is accumulated: a `*` under a `+` reduction, or `x + y*z`), `mul`, `add` (also subtract and
-negate), `max` (also min), `exp`, `divide`, and the rarer `log`, `sqrt`. Copies and
-initialisations cost no arithmetic. An iterative Einsum runs once per step (0 .. bound-1).
-A filtered Einsum counts only the points its filters keep (a masked step of an iterative
-Einsum keeps the previous value and costs nothing); the count is exact and fast at LLM
-sizes (:func:`count_filtered`).
+negate), `divide`, and every element-wise function under its own name (`max`, `min`, `exp`,
+`tanh`, ...: the table `ir.FUNCTIONS`). Numbers, extents and index variables read as
+values cost nothing (an index is the PE's loop counter; `m - p` is one add), and so does
+arithmetic on numbers and extents alone (`1 / CAP`: one value for every point, computed
+once). Copies and initialisations cost no arithmetic. An iterative Einsum runs once per
+step (0 .. bound-1). A filtered Einsum counts only the points its filters keep (a masked
+step of an iterative Einsum keeps the previous value and costs nothing); the count is exact
+and fast at LLM sizes (:func:`count_filtered`).
 
 These are algorithmic counts, independent of hardware; what a kind costs on a PE lives in
 the architecture spec.
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.cascade.ir import (
-    MAP_KIND,
+    FUNCTIONS,
     REDUCE_OPS,
     Cascade,
     Cond,
@@ -39,11 +42,15 @@ from simulator.cascade.ir import (
     Size,
     eval_index,
     index_vars,
+    is_constant,
+    kind_of,
     rank_of,
 )
 from simulator.errors import SpecError
 
-KINDS = ("mac", "mul", "add", "max", "exp", "divide", "log", "sqrt")
+# Every kind, in the order reports list them: the arithmetic units, then the functions.
+_FIRST = ("mac", "mul", "add", "max", "exp", "divide", "log", "sqrt")
+KINDS = _FIRST + tuple(name for name in FUNCTIONS if name not in _FIRST)
 # A filtered iteration space is counted by enumerating every filter variable but one (in
 # numpy blocks of _COUNT_BLOCK) and counting the last one in closed form. At most
 # _COUNT_ENUM_LIMIT combinations are enumerated (about 2 s); causal or windowed attention at
@@ -70,14 +77,21 @@ class EinsumOps:
 
 
 def _map_ops(expr: Expr, ops_by_name: Mapping[str, Expr] | None = None) -> Counter[str]:
-    """Map actions per point; `x + y*z` counts as one mac."""
+    """Map actions per point; `x + y*z` counts as one mac. Numbers, extents and index
+    values (:class:`Size`, :class:`VarValue`) are free, and so is an operation on numbers
+    and extents alone (`1 / CAP` in `X * (1 / CAP)`): the same at every point, it is
+    computed once, not per point."""
     counts: Counter[str] = Counter()
-    if isinstance(expr, Num | Read | Size):
+    if isinstance(expr, Num | Read | Size) or is_constant(expr):
         return counts
     assert isinstance(expr, Op)
     args = expr.args
-    if expr.name == "add" and any(isinstance(a, Op) and a.name == "mul" for a in args):
-        fused = next(i for i, a in enumerate(args) if isinstance(a, Op) and a.name == "mul")
+
+    def per_point_mul(a: Expr) -> bool:
+        return isinstance(a, Op) and a.name == "mul" and not is_constant(a)
+
+    if expr.name == "add" and any(per_point_mul(a) for a in args):
+        fused = next(i for i, a in enumerate(args) if per_point_mul(a))
         mul = args[fused]
         assert isinstance(mul, Op)
         counts["mac"] += 1
@@ -85,7 +99,7 @@ def _map_ops(expr: Expr, ops_by_name: Mapping[str, Expr] | None = None) -> Count
             counts += _map_ops(a)
         counts += _map_ops(args[1 - fused])
         return counts
-    counts[MAP_KIND[expr.name]] += 1
+    counts[kind_of(expr.name)] += 1
     for a in args:
         counts += _map_ops(a)
     return counts

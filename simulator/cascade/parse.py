@@ -30,7 +30,7 @@ from typing import Any
 
 from simulator.cascade.checks import Checker
 from simulator.cascade.ir import (
-    FUNCTION_ARITY,
+    FUNCTIONS,
     REDUCE_OPS,
     Cascade,
     Operator,
@@ -38,7 +38,7 @@ from simulator.cascade.ir import (
     TensorDecl,
 )
 from simulator.cascade.references import ALGORITHMS, check_reference
-from simulator.cascade.transform import expand, parse_body, parse_text
+from simulator.cascade.transform import expand, free_names, parse_body, parse_text
 from simulator.errors import Loc, SpecError
 from simulator.spec import yamlio
 from simulator.spec.yamlio import LocDict, LocList, LocStr
@@ -129,7 +129,13 @@ def _operators(raw: Any, where: Loc) -> dict[str, Operator]:
         kloc = raw.key_locs[key]
         head = _as_str(key, kloc, "an operator head")
         name, params = parse_text(LocStr(str(head), kloc, None), "opdef")
-        if name in FUNCTION_ARITY or name in REDUCE_OPS or name in ops:
+        if name in FUNCTIONS:
+            raise SpecError(
+                f"operator '{name}' is already defined: a built-in function "
+                f"({FUNCTIONS[name].doc}); remove the operator to use it",
+                kloc,
+            )
+        if name in REDUCE_OPS or name in ops:
             raise SpecError(f"operator '{name}' is already defined", kloc)
         if len(set(params)) != len(params):
             raise SpecError(f"operator '{name}' repeats a parameter", kloc)
@@ -151,6 +157,13 @@ def _operators(raw: Any, where: Loc) -> dict[str, Operator]:
                 identity = float(ident)
         body_text = _as_str(body_raw, raw.loc_of(key), f"body of operator '{name}'")
         body = parse_body(body_text)
+        for acc in free_names(body):
+            if acc.tensor not in params:
+                raise SpecError(
+                    f"operator '{name}' reads '{acc.tensor}', which is none of its parameters "
+                    f"({', '.join(params)}); pass it as an argument",
+                    acc.loc,
+                )
         ops[name] = Operator(name, params, body, identity, kloc)
     # Expand operators that call other operators (no recursion allowed).
     expanded: dict[str, Operator] = {}

@@ -3,8 +3,8 @@
 The parser's tree becomes IR expressions and accesses with positions inside the YAML file
 (a lark column becomes a `Loc` of the file through the YAML string's `LocStr`); user
 operators (`operators:` of the cascade file) are expanded inline and built-in functions
-checked for arity. What the statements mean together -- names, ranks, order, iteration --
-is checked by :mod:`simulator.cascade.checks`.
+(the table `ir.FUNCTIONS`) checked for arity. What the statements mean together -- names,
+ranks, order, iteration -- is checked by :mod:`simulator.cascade.checks`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from simulator.cascade.ir import (
-    FUNCTION_ARITY,
+    FUNCTIONS,
     Access,
     Cond,
     Expr,
@@ -237,18 +237,8 @@ def expand(
         return Op(expr.name, tuple(expand(a, ops, params, stack) for a in expr.args))
     if isinstance(expr, _Call):
         args = tuple(expand(a, ops, params, stack) for a in expr.args)
-        if expr.name in FUNCTION_ARITY:
-            arity = FUNCTION_ARITY[expr.name]
-            if expr.name in ("max", "min") and len(args) >= 2:
-                result: Expr = args[0]
-                for arg in args[1:]:
-                    result = Op(expr.name, (result, arg))
-                return result
-            if len(args) != arity:
-                raise SpecError(
-                    f"{expr.name}() takes {arity} argument(s), got {len(args)}", expr.loc
-                )
-            return Op(expr.name, args)
+        if expr.name in FUNCTIONS:
+            return _function_call(expr.name, args, expr.loc)
         if expr.name in ops:
             if expr.name in stack:
                 raise SpecError(f"operator '{expr.name}' calls itself", expr.loc)
@@ -260,11 +250,37 @@ def expand(
                 )
             body = expand(op.body, ops, frozenset(op.params), stack + (expr.name,))
             return substitute(body, dict(zip(op.params, args, strict=True)))
-        known = sorted(set(FUNCTION_ARITY) | set(ops))
+        known = sorted(set(FUNCTIONS) | set(ops))
         raise SpecError(
             f"unknown function or operator '{expr.name}' (known: {', '.join(known)})", expr.loc
         )
     raise TypeError(expr)
+
+
+def _function_call(name: str, args: tuple[Expr, ...], loc: Loc) -> Expr:
+    """A call of a built-in function, its arity checked; `max(a, b, c)` and `min(...)`
+    fold pairwise, so every map action the IR holds takes the arguments its kind counts."""
+    arity = FUNCTIONS[name].arity
+    if name in ("max", "min") and len(args) >= 2:
+        result: Expr = args[0]
+        for arg in args[1:]:
+            result = Op(name, (result, arg))
+        return result
+    if len(args) != arity:
+        raise SpecError(f"{name}() takes {arity} argument(s), got {len(args)}", loc)
+    return Op(name, args)
+
+
+def free_names(expr: Any) -> list[Access]:
+    """The bare lower-case names an expression reads (before operator expansion): an
+    operator's parameters, or else index variables -- which an operator body may not use,
+    since it is expanded inside Einsums that iterate other variables."""
+    if isinstance(expr, Read):
+        acc = expr.access
+        return [acc] if not acc.indices and not acc.tensor[:1].isupper() else []
+    if isinstance(expr, Op | _Call):
+        return [acc for a in expr.args for acc in free_names(a)]
+    return []
 
 
 def substitute(expr: Expr, binding: dict[str, Expr]) -> Expr:

@@ -18,7 +18,7 @@ from simulator.errors import SpecError
 from simulator.plan.facts import CascadeFacts
 from simulator.plan.nest import Nest
 from simulator.plan.phases import PhasePlan
-from simulator.spec.arch import Architecture, Array
+from simulator.spec.arch import Architecture, Array, declare_hint
 from simulator.spec.mapping import Mapping
 
 
@@ -51,12 +51,13 @@ def cycles_per_point(
         if op is None:
             raise SpecError(
                 f"Einsum '{e.name}' needs '{kind}', which the PEs of array "
-                f"'{array.name}' do not support (operations: "
-                f"{', '.join(o.name for o in array.operations)})",
+                f"'{array.name}' do not declare (operations: "
+                f"{', '.join(array.operation_names)}): {declare_hint(kind)}",
                 mapping.binding_loc(e.name),
             )
         total += n * op.cycles
-        per_unit[op.unit] = per_unit.get(op.unit, 0.0) + n * op.cycles
+        for unit, cycles in op.unit_cycles():  # a composite's steps, each on its unit
+            per_unit[unit] = per_unit.get(unit, 0.0) + n * cycles
     if chaining == "pipelined":
         return max(per_unit.values(), default=0.0)
     return total

@@ -7,8 +7,9 @@ inside the containers before it), `!Parallel` holds sibling sub-trees, and a con
 * DRAM (class `DRAM`): access width, and `bandwidth_bytes_per_s`;
 * the global buffer (the `*SRAM*`/`*buffer*` storage outside every spatial container);
 * each PE array: a spatial container whose sub-tree holds a compute component with an
-  `operations` table (cycles per operation, functional unit, Accelergy actions), and the
-  registers (storage) of one PE;
+  `operations` table (cycles per operation, functional unit, Accelergy actions -- or, for an
+  operation the PE computes from its others, `via:` those operations), and the registers
+  (storage) of one PE;
 * the clock (`frequency_hz` or Timeloop's `global_cycle_seconds`) and value width.
 
 Attribute values may be arithmetic expressions over the file's top-level `variables:` and
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,12 +47,33 @@ NODE_KEYS = (
 
 @dataclass(frozen=True)
 class OpCost:
-    """One operation a PE executes: cycles it occupies `unit`, and the actions it triggers."""
+    """One operation a PE executes: cycles it occupies `unit`, and the actions it triggers.
+
+    A composite operation (built `via` others) takes the sum of its steps' cycles, one
+    after another on the PE, and their actions; `unit` is the unit its steps occupy longest
+    and `occupancy` the cycles of each unit its steps use (empty for a primitive: all of
+    `cycles` on `unit`)."""
 
     name: str
     cycles: float
     unit: str
     actions: tuple[tuple[str, float], ...]  # (action component, count) per operation
+    occupancy: tuple[tuple[str, float], ...] = ()
+
+    def unit_cycles(self) -> tuple[tuple[str, float], ...]:
+        """Cycles the operation occupies each functional unit it uses."""
+        return self.occupancy or ((self.unit, self.cycles),)
+
+
+@dataclass(frozen=True)
+class Composite:
+    """An operation a PE computes as a sequence of its other operations, written
+    `tanh: {via: {add: 3, exp: 1, divide: 1}}` in the operation table: its cost is derived
+    from theirs (:meth:`Array.op`), so it prices nothing the tables do not already price,
+    and it follows them when a precision change rescales the primitive operations."""
+
+    name: str
+    parts: tuple[tuple[str, float], ...]  # (operation, count)
 
 
 @dataclass(frozen=True)
@@ -84,6 +107,9 @@ class Array:
     # iterations): at another precision their cycles scale as the MAC's; adders and
     # comparators keep theirs (compute attribute `multiplier_units`; default: the MAC's unit).
     multiplier_units: tuple[str, ...] = ()
+    # Operations computed from the others (`via:`), kept apart from the primitive ones: what
+    # reads `operations` (the units a PE has, their precision scaling) sees the units.
+    composites: tuple[Composite, ...] = ()
 
     def precision(self, name: str) -> Precision | None:
         return next((p for p in self.precisions if p.name == name), None)
@@ -106,10 +132,33 @@ class Array:
         return self.mesh_x * self.mesh_y
 
     def op(self, kind: str) -> OpCost | None:
+        """What one `kind` operation costs on a PE (None: its PEs do not declare it)."""
         for op in self.operations:
             if op.name == kind:
                 return op
-        return None
+        recipe = next((c for c in self.composites if c.name == kind), None)
+        return None if recipe is None else self._compose(recipe)
+
+    def _compose(self, recipe: Composite) -> OpCost:
+        """A composite's cost from its parts (declared and acyclic: checked on load)."""
+        cycles = 0.0
+        actions: dict[str, float] = {}
+        occupancy: dict[str, float] = {}
+        for part, count in recipe.parts:
+            op = self.op(part)
+            assert op is not None, part
+            cycles += count * op.cycles
+            for unit, n in op.actions:
+                actions[unit] = actions.get(unit, 0.0) + count * n
+            for unit, c in op.unit_cycles():
+                occupancy[unit] = occupancy.get(unit, 0.0) + count * c
+        unit = max(occupancy, key=occupancy.__getitem__)
+        return OpCost(recipe.name, cycles, unit, tuple(actions.items()), tuple(occupancy.items()))
+
+    @property
+    def operation_names(self) -> tuple[str, ...]:
+        """Every operation its PEs declare: the primitive ones, then the composites."""
+        return tuple(o.name for o in self.operations) + tuple(c.name for c in self.composites)
 
 
 @dataclass(frozen=True)
@@ -341,6 +390,35 @@ class Architecture:
                 ),
             )
         return arch
+
+
+def declare_hint(kind: str, pronoun: str = "it") -> str:
+    """The spec key that declares an operation, for a one-line error about an operation no
+    array has: the author sees what to write and where."""
+    return (
+        f"declare {pronoun} in the `operations:` of a PE array's compute component, e.g. "
+        f"`{kind}: {{cycles: C, unit: U, actions: {{U: N}}}}`, or `{kind}: {{via: {{OP: N}}}}` "
+        "built from the PE's other operations"
+    )
+
+
+def undeclared(kinds: Sequence[str], arrays: Sequence[Array]) -> list[str]:
+    """The operation kinds (of an Einsum) that no array's PEs declare, in the given order."""
+    return [k for k in kinds if all(a.op(k) is None for a in arrays)]
+
+
+def missing_operations(kinds: Sequence[str], arrays: Sequence[Array]) -> str | None:
+    """Why an Einsum needing `kinds` can run on no array, in words for a one-line error
+    (`it needs tanh, which no PE array declares: declare it ...`); None when every kind is
+    declared by some array (which one runs it is the binder's choice)."""
+    missing = undeclared(kinds, arrays)
+    if not missing:
+        return None
+    pronoun = "it" if len(missing) == 1 else "each"
+    return (
+        f"it needs {', '.join(missing)}, which no PE array declares: "
+        f"{declare_hint(missing[0], pronoun)}"
+    )
 
 
 def precision_change(before: Architecture, after: Architecture) -> str:
@@ -587,7 +665,9 @@ def _int_attr(node: _Node, key: str, default: int | None = None) -> int:
     return result
 
 
-def _operations(node: _Node) -> tuple[OpCost, ...]:
+def _operations(node: _Node) -> tuple[tuple[OpCost, ...], tuple[Composite, ...]]:
+    """A compute component's `operations:` table: the primitive operations (cycles, unit,
+    actions) and the composite ones (`via:` other operations of the same table)."""
     raw = node.attrs.get("operations")
     if not isinstance(raw, LocDict) or not raw:
         raise SpecError(
@@ -595,19 +675,26 @@ def _operations(node: _Node) -> tuple[OpCost, ...]:
             "(e.g. mac: {cycles: 1, unit: mac})",
             node.loc,
         )
-    ops = []
+    ops: list[OpCost] = []
+    composites: list[Composite] = []
+    via_locs: dict[str, tuple[LocDict, Loc]] = {}  # where each composite's parts are written
     for kind, entry in raw.items():
         eloc = raw.loc_of(kind)
         if not isinstance(entry, LocDict):
             raise SpecError(
                 f"operation '{kind}' of '{node.name}' must be a mapping like "
-                "{cycles: 1, unit: mac}",
+                "{cycles: 1, unit: mac} or {via: {exp: 1, add: 1}}",
                 eloc,
             )
+        if "via" in entry:
+            composites.append(_composite(node, str(kind), entry))
+            via_locs[str(kind)] = (entry["via"], eloc)
+            continue
         for key in entry:
             if key not in ("cycles", "unit", "actions"):
                 raise SpecError(
-                    f"unknown key '{key}' in operation '{kind}' (allowed: cycles, unit, actions)",
+                    f"unknown key '{key}' in operation '{kind}' "
+                    "(allowed: cycles, unit, actions; or via alone)",
                     entry.key_locs[key],
                 )
         cycles = expr.evaluate(entry.get("cycles", 1), {}, entry.loc_of("cycles"))
@@ -631,7 +718,71 @@ def _operations(node: _Node) -> tuple[OpCost, ...]:
                 entry.loc_of("actions"),
             )
         ops.append(OpCost(str(kind), float(cycles), unit, actions))
-    return tuple(ops)
+    _check_composites(node, via_locs, {o.name for o in ops}, composites)
+    return tuple(ops), tuple(composites)
+
+
+def _composite(node: _Node, kind: str, entry: LocDict) -> Composite:
+    """`tanh: {via: {add: 3, exp: 1, divide: 1}}`: the operations (and how many of each)
+    a PE runs one after another to compute `kind`."""
+    extra = [k for k in entry if k != "via"]
+    if extra:
+        raise SpecError(
+            f"operation '{kind}' of '{node.name}' is built 'via' other operations, which "
+            f"give its cycles, unit and actions: remove '{extra[0]}'",
+            entry.key_locs[extra[0]],
+        )
+    parts_raw = entry["via"]
+    if not isinstance(parts_raw, LocDict) or not parts_raw:
+        raise SpecError(
+            f"'via' of operation '{kind}' must map operations of '{node.name}' to counts, "
+            "e.g. {exp: 1, add: 1, divide: 1}",
+            entry.loc_of("via"),
+        )
+    parts = []
+    for part, count_raw in parts_raw.items():
+        loc = parts_raw.loc_of(part)
+        count = float(expr.evaluate(count_raw, {}, loc))
+        if not count > 0:
+            raise SpecError(
+                f"operation '{kind}' of '{node.name}' needs a positive count of '{part}'", loc
+            )
+        parts.append((str(part), count))
+    return Composite(kind, tuple(parts))
+
+
+def _check_composites(
+    node: _Node,
+    via_locs: dict[str, tuple[LocDict, Loc]],
+    primitive: set[str],
+    composites: list[Composite],
+) -> None:
+    """Every part of a composite is an operation of the same table, and no composite is
+    built from itself (through others): its cost must be a finite sum of priced steps."""
+    recipes = {c.name: c for c in composites}
+    declared = sorted(primitive | set(recipes))
+    for c in composites:
+        via, _where = via_locs[c.name]
+        for part, _count in c.parts:
+            if part not in primitive and part not in recipes:
+                raise SpecError(
+                    f"operation '{c.name}' of '{node.name}' is built via '{part}', which "
+                    f"'{node.name}' does not declare (it declares {', '.join(declared)})",
+                    via.key_locs.get(part, via.loc),
+                )
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            cycle = " -> ".join(path[path.index(name) :] + (name,))
+            raise SpecError(
+                f"operation '{name}' of '{node.name}' is built from itself ({cycle})",
+                via_locs[name][1],
+            )
+        for part, _count in recipes[name].parts if name in recipes else ():
+            visit(part, path + (name,))
+
+    for c in composites:
+        visit(c.name, ())
 
 
 def _names(node: _Node, key: str) -> tuple[str, ...]:
@@ -765,18 +916,20 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
         for key in ("reduction_latency", "broadcast_latency", "operand_latches"):
             if key in top.attrs:
                 timing[key] = _int_attr(top, key)
+        primitive, composite = _operations(comp)
         arrays.append(
             Array(
                 path[0],
                 mx,
                 my,
                 words,
-                _operations(comp),
+                primitive,
                 comp.name,
                 regs[0].name if regs else "",
                 **timing,
                 precisions=_precisions(comp),
                 multiplier_units=_names(comp, "multiplier_units"),
+                composites=composite,
             )
         )
     if not arrays:

@@ -599,6 +599,7 @@ def import_architecture(
             array = dataclasses.replace(
                 array,
                 operations=match.operations,
+                composites=match.composites,
                 reduction_latency=match.reduction_latency,
                 broadcast_latency=match.broadcast_latency,
                 operand_latches=match.operand_latches,

@@ -189,7 +189,20 @@ def fusemax_mapping(
         for e in cascade.einsums
         if e.kind == "copy" and e.reads()
     }
+    # A prologue: Einsums before the recurrence that walk no chunk (`QS = Q / CAP`) run once
+    # per row, in a phase of their own before the waterfall, their results read like inputs.
+    chunk_ranks = {roles.outer, roles.chunk, roles.chunked}
+    prologue = [
+        n
+        for n in roles.compute
+        if not chunk_ranks & set(einsum_ranks(cascade.einsum(n)))
+        and not roles.ancestors(n)
+        and any(n in roles.ancestors(m) for m in roles.compute)
+    ]
     for t in cascade.inputs:
+        tensors[t] = {"home": "DRAM", "keep": keep_point(loops, tensor_leaves(t))}
+    for n in prologue:
+        t = cascade.einsum(n).output.tensor
         tensors[t] = {"home": "DRAM", "keep": keep_point(loops, tensor_leaves(t))}
     for t in cascade.outputs:
         tensors[t] = {"home": "DRAM", "keep": "stream"}
@@ -208,7 +221,7 @@ def fusemax_mapping(
                 continue
             if whole_tile <= tensor_leaves(t):  # a whole 2D tile: through the buffer
                 tensors[t] = {"home": "buffer", "keep": roles.outer, "copies": 2}
-    einsums = list(roles.compute)
+    einsums = [n for n in roles.compute if n not in prologue]
     down = {
         n for n in einsums if binding[n] == two.name and roles.chunk in reduced_ranks_of(cascade, n)
     }
@@ -224,8 +237,17 @@ def fusemax_mapping(
     else:
         schedule = decoupled_schedule(einsums, binding, two.name)
     phase["schedule"] = schedule
+    phases = [phase]
+    if prologue:
+        first = {
+            "name": "prologue",
+            "loops": [w2, *others, w1],
+            "einsums": {n: {"loops": [w2, *others, w1]} for n in prologue},
+            "schedule": list(prologue),
+        }
+        phases = [first, phase]
     by_array: dict[str, list[str]] = {two.name: [], one.name: []}
-    for n in einsums:
+    for n in roles.compute:
         by_array[binding[n]].append(n)
     return {
         "mapping": {
@@ -243,7 +265,7 @@ def fusemax_mapping(
             "spatial": spatial,
             "binding": {a: ns for a, ns in by_array.items() if ns},
             "tensors": tensors,
-            "phases": [phase],
+            "phases": phases,
         }
     }
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from simulator.bind.auto import DEFAULT_ARCH, STRATEGIES, bind, mapping_yaml
+from simulator.bind.auto import DEFAULT_ARCH, STRATEGIES, bind_candidates, mapping_yaml
 from simulator.bind.facts import load_facts
 from simulator.cascade.ir import Cascade
 from simulator.cascade.parse import load_cascade
@@ -145,6 +145,8 @@ class Specs:
     _cascades: dict[str, Cascade] = field(default_factory=dict)
     _archs: dict[str, Architecture] = field(default_factory=dict)
     _mappings: dict[str, MappingSpec] = field(default_factory=dict)
+    _candidates: dict[str, list[MappingSpec]] = field(default_factory=dict)
+    _chosen: dict[str, MappingSpec] = field(default_factory=dict)
     _tables: dict[str, tuple[EnergyTable, AreaTable]] = field(default_factory=dict)
     _linear: dict[str, tuple[LinearSpec, Cascade]] = field(default_factory=dict)
 
@@ -265,14 +267,19 @@ class Specs:
 
     def auto(self, config: str, workload: Workload) -> MappingSpec:
         """The mapping the automatic binder writes for `config` (`auto:STRATEGY/OPTIONS`)
-        at this workload."""
+        at this workload (the strategy's first candidate, see :meth:`auto_candidates`)."""
+        return self.auto_candidates(config, workload)[0]
+
+    def auto_candidates(self, config: str, workload: Workload) -> list[MappingSpec]:
+        """Every mapping the strategy offers for the point (the fused strategy: its rule's
+        fusion and the kernels one by one); `prepare` keeps the fastest."""
         strategy, pipelined, reuse = parse_auto(config)
         cascade_path, arch_path = self.auto_sources(config, workload)
         key = f"{config}|{cascade_path}|{arch_path}|{workload}"
-        if key not in self._mappings:
+        if key not in self._candidates:
             cascade = self._load_cascade(cascade_path)
             arch = self._load_arch(arch_path)
-            data = bind(
+            datas = bind_candidates(
                 cascade,
                 arch,
                 workload,
@@ -283,10 +290,11 @@ class Specs:
                 reuse=reuse,
             )
             name = auto_name(config)
-            self._mappings[key] = loads_mapping(
-                mapping_yaml(data), f"<{config} mapping of {cascade.name}>", name
-            )
-        return self._mappings[key]
+            self._candidates[key] = [
+                loads_mapping(mapping_yaml(data), f"<{config} mapping of {cascade.name}>", name)
+                for data in datas
+            ]
+        return self._candidates[key]
 
     def mapping(self, name_or_path: str) -> MappingSpec:
         name = ALIASES.get(name_or_path, name_or_path)
@@ -461,11 +469,17 @@ def prepare(
         # chosen for that architecture no longer holds
         spec = specs.config_spec(config, workload, arch_changed=True)
         arch = sized(spec)
+    if is_auto(config) and len(specs.auto_candidates(config, workload)) > 1:
+        spec = _fastest(specs, config, workload, arch)
     cascade = specs.cascade(spec)
+    return cascade, _resolved(spec, cascade, arch, workload), arch
+
+
+def _resolved(spec: MappingSpec, cascade: Cascade, arch: Architecture, workload: Workload):
     compute = [e.name for e in cascade.einsums if e.kind == "compute"]
     context = dict(arch.parameters())
     context.update(rank_shapes(spec, workload))
-    mapping = resolve(
+    return resolve(
         spec,
         workload_fields(workload),
         context,
@@ -473,7 +487,32 @@ def prepare(
         [a.name for a in arch.arrays],
         cascade_names(cascade),
     )
-    return cascade, mapping, arch
+
+
+def _fastest(specs: Specs, config: str, workload: Workload, arch: Architecture) -> MappingSpec:
+    """Of a strategy's candidate mappings at this point and architecture, the one with the
+    least latency (then DRAM traffic) on the analytic engine; one that cannot run the point
+    is passed over, and when none can, the first one's reason stands."""
+    key = f"{config}|{workload}|{arch}"
+    if key not in specs._chosen:
+        best = None
+        first_error: SpecError | None = None
+        for spec in specs.auto_candidates(config, workload):
+            cascade = specs.cascade(spec)
+            try:
+                r = evaluate_mapping(
+                    cascade, _resolved(spec, cascade, arch, workload), arch, workload
+                )
+            except SpecError as err:
+                first_error = first_error or err
+                continue
+            if best is None or (r.latency_s, r.traffic_bytes) < best[0]:
+                best = ((r.latency_s, r.traffic_bytes), spec)
+        if best is None:
+            assert first_error is not None
+            raise first_error
+        specs._chosen[key] = best[1]
+    return specs._chosen[key]
 
 
 def rank_shapes(spec: MappingSpec, workload: Workload) -> dict[str, int]:

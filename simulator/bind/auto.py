@@ -172,6 +172,40 @@ def bind(
     )
 
 
+def bind_candidates(
+    cascade: Cascade,
+    arch: Architecture,
+    workload: Workload,
+    strategy: str,
+    cascade_ref: str,
+    arch_ref: str,
+    *,
+    pipelined: bool = True,
+    reuse: bool = True,
+) -> list[dict[str, Any]]:
+    """The mappings a strategy offers for a point, best first by its rule. The fused
+    strategy offers its rule's fusion and, beside it, the cascade kernel by kernel on the
+    same chip (the unfused strategy's phases): fusing that must re-read a large operand per
+    block of rows (a weight matrix) can move more data than handing one intermediate over
+    through DRAM, and the caller keeps the faster. Other strategies offer one."""
+    first = bind(
+        cascade, arch, workload, strategy, cascade_ref, arch_ref, pipelined=pipelined, reuse=reuse
+    )
+    if strategy != "fused":
+        return [first]
+    try:
+        kernels = bind(cascade, arch, workload, "unfused", cascade_ref, arch_ref)
+    except SpecError:
+        return [first]
+    body = kernels["mapping"]
+    body["label"] = first["mapping"]["label"]
+    body["description"] = (
+        f"{cascade.name} bound by the fused strategy: kernel by kernel (fusing it would move "
+        "more data than handing the intermediates over)"
+    )
+    return [first, kernels]
+
+
 class _Flow(list):
     """A list written in flow style (`[QK, LM]`)."""
 

@@ -165,22 +165,31 @@ def test_running_max_makes_attention_one_pass():
     assert equal(one_pass, new, scale=35)
 
 
-def test_running_max_refuses_terms_read_other_than_by_a_sum():
+def test_running_max_keeps_the_final_scaling_for_terms_read_other_than_by_a_sum():
     # SN is also summed squared: the correction exp(old - new) rescales a sum of terms
-    # exp(x - max), not of their squares, so TOP would mix terms scaled by different maxima.
+    # exp(x - max), not of their squares, so TOP keeps SN scaled by the final maximum while
+    # the sums SD and SNV follow the running one through a copy LSN.
     base = _iterative_max_attention()
     text = to_yaml(base).replace("    AV: [F, P]\n", "    AV: [F, P]\n    TOP: [P]\n")
     text += '    - "TOP[p] = SN[m1, m0, p] * SN[m1, m0, p]"\n'
     c = loads_cascade(text, "t.yaml")
-    assert rewrites(running_max, c) == []
-    # Applying it anyway (the rewrite of the cascade without TOP, TOP added after) changes TOP.
-    (rw,) = rewrites(running_max, base)
-    forced = rw.draft.text().replace("    AV: [F, P]\n", "    AV: [F, P]\n    TOP: [P]\n")
-    forced += '    - "TOP[p] = SN[m1, m0, p] * SN[m1, m0, p]"\n'
+    (rw,) = rewrites(running_max, c)
+    new = apply(rw, c)
+    assert "TOP[p] = SN[m1, m0, p] * SN[m1, m0, p]" in rw.draft.statements
+    assert "SN[m1, m0, p] = exp(QK[m1, m0, p] - RGM[M1, p])" in rw.draft.statements
+    assert "LSN[m1, m0, p] = exp(QK[m1, m0, p] - RGM[m1+1, p])" in rw.draft.statements
+    assert equal(c, new) and equal(c, new, scale=30)
+    # AV needs one pass now, TOP still waits for the final maximum: 2 passes.
+    assert analyze_passes(new).max_passes == 2
+    # What ignoring the condition gives: TOP squaring the terms scaled by the running
+    # maximum (the copy LSN) mixes scales -- TOP changes.
+    forced = rw.draft.text().replace(
+        "TOP[p] = SN[m1, m0, p] * SN[m1, m0, p]", "TOP[p] = LSN[m1, m0, p] * LSN[m1, m0, p]"
+    )
     shapes = resolve_shapes(c)
     inputs = random_inputs(c, shapes, seed=1)
     want = evaluate(c, inputs, shapes)["TOP"]
-    got = evaluate(loads_cascade(forced, "f.yaml"), inputs, shapes)["TOP"]
+    got = evaluate(loads_cascade(forced, "f.yaml"), inputs, resolve_shapes(new))["TOP"]
     assert not np.allclose(want, got)
 
 

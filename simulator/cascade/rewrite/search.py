@@ -10,7 +10,9 @@ rule that made it, reported (never silently dropped, never returned).
 
 Bounds, so any cascade answers: at most MAX_EXPANSIONS candidates are expanded, chains
 are at most MAX_STEPS rules long, and each numerical check runs at the extents the
-cascade's file gives (or `--shape`), which `check_evaluation_size` bounds.
+cascade's file gives (or `--shape`), which `check_evaluation_size` bounds. The search
+stops at the target, or at the floor `pass_floor` finds when the target is below it (a
+result that reads its own rank's statistics: a softmax, a LayerNorm -- 2 passes).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from types import ModuleType
 import numpy as np
 
 from simulator.cascade.evaluate import evaluate, random_inputs
-from simulator.cascade.ir import Cascade
+from simulator.cascade.ir import Cascade, Einsum, rank_of
 from simulator.cascade.passes import PassReport, analyze_passes
 from simulator.cascade.rewrite.draft import Draft, draft_of, without_dead
 from simulator.cascade.rewrite.rules import RULES
@@ -186,6 +188,35 @@ class _State:
         )
 
 
+def _upstream(cascade: Cascade, tensor: str) -> list[Einsum]:
+    """The Einsums `tensor` depends on, its producers included."""
+    seen, todo, found = {tensor}, [tensor], []
+    while todo:
+        for e in cascade.producers(todo.pop()):
+            found.append(e)
+            for acc in e.reads():
+                if acc.tensor not in seen:
+                    seen.add(acc.tensor)
+                    todo.append(acc.tensor)
+    return found
+
+
+def pass_floor(cascade: Cascade) -> int:
+    """2 when a result is indexed by a rank and, as written, depends on a full reduction
+    over that rank (a softmax's or a LayerNorm's output reads its row's statistics, then
+    walks the row again to produce itself), else 1.
+
+    No rule removes such a dependency, so the search stops once it reaches this floor
+    instead of spending its whole budget on a pass count it cannot reach."""
+    for t in cascade.outputs:
+        reduced = [{rank_of(v) for v in e.reduced} for e in _upstream(cascade, t)]
+        for rank in cascade.tensor(t).ranks:
+            comps = set(cascade.group_components(cascade.rank_group(rank)))
+            if rank in comps and any(comps <= r for r in reduced):
+                return 2
+    return 1
+
+
 def _rules(allow_unstable: bool) -> tuple[ModuleType, ...]:
     return tuple(r for r in RULES if r.STABLE or allow_unstable)
 
@@ -210,6 +241,7 @@ def rewrite(
     rejected: list[Rejected] = []
     best, expanded, generated = start, 0, 0
     rules = _rules(allow_unstable)
+    target_passes = max(target_passes, pass_floor(cascade))
     reached = report.max_passes <= target_passes
     while frontier and expanded < MAX_EXPANSIONS and not reached:
         _, _, state = heapq.heappop(frontier)

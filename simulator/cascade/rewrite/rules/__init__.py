@@ -12,6 +12,7 @@ from simulator.cascade.rewrite.rules import (
     partition_rank,
     reassociate_affine,
     running_max,
+    welford_variance,
 )
 
 RULES = (
@@ -21,6 +22,7 @@ RULES = (
     running_max,
     reassociate_affine,
     chunked_variance,
+    welford_variance,
     one_pass_variance,
 )
 

@@ -71,15 +71,35 @@ def _splittable(c: Cascade, rank: str) -> bool:
     return True
 
 
-def candidates(context: Context) -> Iterator[Rewrite]:
+def split_size(context: Context, rank: str) -> int | None:
+    """The chunk extent this rule splits `rank` by, or None where it does not apply."""
+    passes = dict((g, n) for g, n, _ in context.passes.per_rank).get(rank, 1)
+    if passes <= 1 or rank not in context.shapes or not _splittable(context.cascade, rank):
+        return None
+    return chunk(context.shapes[rank])
+
+
+def unchunkable(context: Context, var: str) -> str | None:
+    """The rank of `var` when a rule may work on it one element at a time instead of one
+    chunk at a time: an unpartitioned rank with more than one pass that this rule cannot
+    split (a result is indexed by it, as a softmax's or a LayerNorm's output is, or its
+    extent has no chunk size). Where the rank can be split, the per-chunk form is the one
+    to find (one correction or merge per chunk instead of per element), so the
+    per-element rules stay out of the way and the search stays small."""
+    rank = var.upper()
     c = context.cascade
-    for group, passes, _why in context.passes.per_rank:
-        if passes <= 1 or group not in context.shapes or not _splittable(c, group):
-            continue
-        size = chunk(context.shapes[group])
-        if size is None:
-            continue
-        yield _rewrite(c, group, size)
+    if rank not in c.rank_groups() or rank in dict(c.partitions):
+        return None
+    if dict((g, n) for g, n, _ in context.passes.per_rank).get(rank, 1) <= 1:
+        return None
+    return rank if split_size(context, rank) is None else None
+
+
+def candidates(context: Context) -> Iterator[Rewrite]:
+    for group, _passes, _why in context.passes.per_rank:
+        size = split_size(context, group)
+        if size is not None:
+            yield _rewrite(context.cascade, group, size)
 
 
 def _split_access(c: Cascade, acc: Access, rank: str, views: dict[str, str]) -> Access:

@@ -205,9 +205,10 @@ def dram_bound_values(
         lv, rv, ov = (set(_indexed(acc)) for acc in (left, right, e.output))
         if lv & rv & ov:
             continue  # batched: not one GEMM
-        a = math.prod(full[groups[rank_of(v)]] for v in (ov & lv) - rv)
-        c = math.prod(full[groups[rank_of(v)]] for v in (ov & rv) - lv)
-        b = math.prod(full[groups[rank_of(v)]] for v in (lv & rv) - ov)
+        # each original rank once: the chunks of a partitioned rank (e1, e0 of E) span it
+        a = math.prod(full[g] for g in {groups[rank_of(v)] for v in (ov & lv) - rv})
+        c = math.prod(full[g] for g in {groups[rank_of(v)] for v in (ov & rv) - lv})
+        b = math.prod(full[g] for g in {groups[rank_of(v)] for v in (lv & rv) - ov})
         extra = max(0.0, 2 * a * b * c / math.sqrt(m) - (a * b + b * c))
         parts.append((f"GEMM {e.name}: re-reads", extra * kept.get(e.name, 1.0)))
     spill = 0.0

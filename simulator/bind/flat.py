@@ -58,8 +58,14 @@ def soonest_arrays(
     load = {two.name: sum(einsum_time(cascade, n, two, extents) for n in placed_2d)}
     load[one.name] = 0.0
     out: dict[str, str] = {}
+    def holds(array: Array, name: str) -> bool:
+        """Its PEs' registers hold the Einsum's operands and result (see plan.point)."""
+        e = cascade.einsum(name)
+        need = len(dict.fromkeys(a.tensor for a in e.reads())) + 1
+        return not array.register_component or need <= array.register_words
+
     for name in names:
-        able = [a for a in (one, two) if not supports(a, cascade, name)]
+        able = [a for a in (one, two) if not supports(a, cascade, name) and holds(a, name)]
         if not able:
             lacking = supports(one, cascade, name)
             why = missing_operations(lacking, (two, one)) or (

@@ -137,15 +137,17 @@ def _blocks_of_rows(
     binding.update(soonest_arrays(cascade, others, contractions, two, one, extents))
     row = rows[0] if rows else None
     outer = rows[1:]
-    fibre = next(
-        (
-            r
-            for n in others
-            for r in reduced_ranks(cascade.einsum(n))
-            if r not in steps and r in extents
-        ),
-        None,
-    )
+    # The fibre the other Einsums reduce; a reduction over a chunked rank (`E -> E1 x E0`)
+    # walks its chunk (E0) across the PEs, the chunks (E1) in turn.
+    outer_of = {comps[0]: comps[1] for _r, comps in cascade.partitions if len(comps) == 2}
+    reduced = [
+        outer_of.get(r, r)
+        for n in others
+        for r in reduced_ranks(cascade.einsum(n))
+        if r not in steps and (r in extents or r in outer_of)
+    ]
+    inner_comps = set(outer_of.values())
+    fibre = next((r for r in reduced if r in inner_comps), None) or next(iter(reduced), None)
     factors: dict[str, Any] = {}
     partitions: dict[str, list[str]] = {}
     # The cascade's own chunked ranks (`K[e, m1*M0 + m0]`): a chunk spans the 2D array's

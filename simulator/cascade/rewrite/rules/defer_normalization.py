@@ -92,6 +92,18 @@ def _rewrite(context, consumer, parts, i, num, scale, how) -> Rewrite:
     c = context.cascade
     taken = names_in_use(c)
     others = parts[:i] + parts[i + 1 :]
+    # A numerator that is itself a product (RMSNorm's X * G) becomes an element-wise Einsum
+    # of its own, indexed as the factor it replaces: the contraction keeps two operands (a
+    # GEMM), and the product is computed once per element, not once per term of the sum.
+    pre: list = []
+    declared: list = []
+    part = parts[i]
+    if not isinstance(num, Read) and isinstance(part, Read) and len(factors(num)) > 1:
+        scaled = fresh(part.access.tensor + "N", taken)
+        taken = taken | {scaled}
+        pre = [statement(read(scaled, part.access.indices), num)]
+        declared = [(scaled, c.tensor(part.access.tensor).ranks)]
+        num = read(scaled, part.access.indices)
     if isinstance(num, Read):
         base = (
             num.access.tensor + "".join(sorted(expr_tensors(product(others))))
@@ -116,5 +128,9 @@ def _rewrite(context, consumer, parts, i, num, scale, how) -> Rewrite:
         NAME,
         consumer.name,
         detail,
-        edited(c, {consumer.name: [first, second]}, new_declarations=[(inner, ranks)]),
+        edited(
+            c,
+            {consumer.name: [*pre, first, second]},
+            new_declarations=[*declared, (inner, ranks)],
+        ),
     )

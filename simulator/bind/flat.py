@@ -58,6 +58,7 @@ def soonest_arrays(
     load = {two.name: sum(einsum_time(cascade, n, two, extents) for n in placed_2d)}
     load[one.name] = 0.0
     out: dict[str, str] = {}
+
     def holds(array: Array, name: str) -> bool:
         """Its PEs' registers hold the Einsum's operands and result (see plan.point)."""
         e = cascade.einsum(name)

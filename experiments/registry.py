@@ -11,6 +11,7 @@ from experiments import (
     cascades,
     endtoend,
     flat_rule,
+    fusion,
     llm,
     pareto,
     waterfall,
@@ -29,6 +30,7 @@ def registry() -> tuple[Experiment, ...]:
         bounds.EXPERIMENT,
         flat_rule.EXPERIMENT,
         llm.EXPERIMENT,
+        fusion.EXPERIMENT,
     )
 
 

@@ -184,6 +184,12 @@ def unfused_mapping(
                         tensors.setdefault(t, {"home": "buffer"})
         phase: dict[str, Any] = {"name": f"fibre{i + 1}" if len(groups) > 3 else "softmax"}
         phase["loops"] = loops
+        if fibre is not None and sum(kind == "fibre" for kind, _ in groups) > 1:
+            # each phase spreads its own fibre over the PEs (the mapping-level spatial
+            # names the last one's)
+            phase["einsums"] = {
+                n: {"spatial": [f"{fibre}0"]} for n in names if binding[n] == one.name
+            }
         if local:
             phase["tensors"] = local
         phase["schedule"] = list(names)

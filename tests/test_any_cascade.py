@@ -178,3 +178,81 @@ def test_a_sweep_takes_shapes(run_cli, tmp_path):
     assert code == 0, err
     rows = out.read_text().splitlines()
     assert len(rows) == 3 and "I=256;K=256" in rows[1] and "I=512;K=512" in rows[2]
+
+
+LLAMA_FFN = {"E": 4096, "F": 14336, "O": 4096}  # Llama-3-8B: hidden 4096, FFN 14336
+
+
+@pytest.mark.parametrize("name", ["layernorm-matmul", "rmsnorm-ffn"])
+def test_the_rewritten_cascade_fused_beats_the_written_one_kernel_by_kernel(name, tmp_path):
+    """Issue 26's acceptance point: at 16K tokens, batch 8, Llama-3-8B sizes, the one-pass
+    cascade the rewriter finds, under the fused strategy, moves no more DRAM data and takes
+    no longer than the cascade as written under the unfused strategy (both on FuseMax)."""
+    from simulator.cascade.rewrite.search import rewrite
+    from simulator.cascade.write import to_yaml
+
+    path = CASCADES / f"{name}.yaml"
+    result = rewrite(load_cascade(path))
+    assert result.passes_after.max_passes == 1
+    rewritten = tmp_path / f"{name}-1pass.yaml"
+    rewritten.write_text(to_yaml(result.cascade), encoding="utf-8")
+    w = make_workload("llama3-8b", "16K", {"batch": 8}, shape=LLAMA_FFN)
+    written = evaluate(
+        Specs(cascade_override=str(path), arch_override="fusemax"), "auto:unfused", w
+    )
+    fused = evaluate(
+        Specs(cascade_override=str(rewritten), arch_override="fusemax"), "auto:fused", w
+    )
+    assert fused.traffic_bytes <= written.traffic_bytes
+    assert fused.latency_s <= written.latency_s
+    # and it is the fusion that does it: the kernels of the rewritten cascade one by one
+    # move more (its deferred division runs over F-wide rows, through DRAM)
+    kernels = evaluate(
+        Specs(cascade_override=str(rewritten), arch_override="fusemax"), "auto:unfused", w
+    )
+    assert kernels.traffic_bytes > fused.traffic_bytes
+
+
+def test_the_rewriter_computes_a_repeated_subexpression_once():
+    """Deferring RMSNorm's division at both matmuls of the FFN makes `X * G` at each; the
+    rewritten cascade computes it once and both matmuls read it."""
+    from simulator.cascade.rewrite.search import rewrite
+
+    out = rewrite(load_cascade(CASCADES / "rmsnorm-ffn.yaml")).cascade
+    products = [
+        e.name
+        for e in out.einsums
+        if e.kind == "compute" and not e.reduced and {a.tensor for a in e.reads()} == {"X", "G"}
+    ]
+    assert len(products) == 1, products
+
+
+def test_a_spilled_operand_comes_from_dram_each_time_it_is_read(tmp_path):
+    """A buffer-homed tensor that does not fit gives a share of its values up to DRAM, and
+    every time a reader fetches its tile again (a matmul's row operand, once per tile of
+    output columns) that share crosses DRAM again: holding LayerNorm's normalised rows Y
+    for a block of rows that does not fit costs more the more column blocks read them."""
+    import yaml
+
+    from simulator.bind.auto import bind, mapping_yaml
+
+    cascade_path = CASCADES / "layernorm-matmul.yaml"
+    specs = Specs(cascade_override=str(cascade_path), arch_override="fusemax")
+    spills = []
+    for f in (2048, 8192):
+        w = make_workload("llama3-8b", "4K", {"batch": 1}, shape={"E": 4096, "F": f})
+        arch = specs.architecture(specs.config_spec("auto:fused", w))
+        data = bind(load_cascade(cascade_path), arch, w, "fused", str(cascade_path), "fusemax")
+        body = data["mapping"]
+        body["factors"].update({"P1": 4, "F1": 2})  # blocks of 1024 rows x 512 columns
+        body["tensors"]["Y"] = {"home": "buffer", "keep": "P2", "spill": 0.5}
+        path = tmp_path / f"ln-{f}.yaml"
+        path.write_text(mapping_yaml(yaml.safe_load(mapping_yaml(data))), encoding="utf-8")
+        r = evaluate(specs, str(path), w)
+        spills.append(next(t.spill_bytes for t in r.tensors if t.tensor == "Y"))
+    y_bytes = 4096 * 4096 * 2
+    # Y's tile of a block is read again for every tile of 256 output columns (the 2D array's
+    # side): the share that spilled comes from DRAM that often, after being written once
+    blocks = (2048 // 256, 8192 // 256)
+    for spill, n in zip(spills, blocks, strict=True):
+        assert spill == pytest.approx(0.5 * y_bytes * (1 + n), rel=0.01)

@@ -2,6 +2,7 @@
 
     python -m simulator.bind attention-1pass --arch fusemax --strategy fusemax -o my.yaml
     python -m simulator.bind my-cascade.yaml --strategy unfused --model llama3-8b --seq 32K
+    python -m simulator.bind layernorm-matmul --strategy fused --shape E=4096,F=14336
     python -m simulator.run --mapping my.yaml --seq 64K      # the file is an ordinary mapping
 
 CASCADE and --arch are shipped names or paths. The mapping is generated for a workload
@@ -22,7 +23,7 @@ from simulator.cli import guarded
 from simulator.errors import SpecError
 from simulator.paths import data_dir, resolve_spec
 from simulator.spec.arch_file import load_architecture
-from simulator.spec.workload import PHASES, make_workload
+from simulator.spec.workload import PHASES, make_workload, parse_shape
 from simulator.units import parse_count
 
 
@@ -57,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", help="--phase decode: cached tokens")
     for name in ("batch", "heads", "kv-heads", "embed", "window"):
         p.add_argument(f"--{name}", type=lambda t, n=name: parse_count(t, what=f"--{n}"))
+    p.add_argument(
+        "--shape",
+        action="append",
+        metavar="RANK=N[,RANK=N]",
+        help="extents of cascade ranks no workload field sizes (e.g. --shape E=4096,F=14336)",
+    )
     return p
 
 
@@ -71,7 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         "window": args.window,
     }
     workload = make_workload(
-        args.model, args.seq, overrides, phase=args.phase, context=args.context
+        args.model,
+        args.seq,
+        overrides,
+        phase=args.phase,
+        context=args.context,
+        shape=parse_shape(args.shape),
     )
     out = Path(args.out) if args.out else None
     if out is not None:

@@ -7,14 +7,15 @@ over through DRAM (the paper's unfused baseline), for any cascade.
   ranks the facts give no role takes its rows over X and its columns over Y); several ranks
   in a role are one GEMM dimension (grouped-query attention: the group's `G x P` rows
   share every K/V tile), which is why `no-reuse` does not apply to a grouped cascade;
-* **streamed phases** -- a run of the other Einsums between GEMMs (a library's softmax or
-  normalisation kernel) walks its rows one at a time on the array whose PEs have all their
-  operations (the 1D array first): the rank they reduce (the fibre, `M`) -- or, when they
-  reduce none, their widest rank -- spreads over the PEs in chunks; every other rank is a
-  temporal loop, a recurrence's step innermost so its state stays in the PEs. A fibre read
-  from DRAM, or made in one pass and read in a later one, stays on chip for the row
-  (spilling what does not fit); per-row values stay in registers; what a later phase reads
-  goes back to DRAM;
+* **streamed phases** -- the other Einsums between GEMMs, split into the kernels a library
+  would call (a softmax; LayerNorm's statistics; a matmul's epilogue: a new kernel where an
+  Einsum walks rows the kernel so far does not), each walks its rows one at a time on the
+  array whose PEs have all their operations (the 1D array first): the rank they reduce (the
+  fibre, `M`) -- or, when they reduce none, their widest rank -- spreads over the PEs in
+  chunks; every other rank is a temporal loop, a recurrence's step innermost so its state
+  stays in the PEs. A fibre read from DRAM, or made in one pass and read in a later one,
+  stays on chip for the row (spilling what does not fit); per-row values stay in registers;
+  what a later phase reads goes back to DRAM;
 * **chaining** -- an array whose operations each have their own functional unit chains them
   (`pipelined`: one element per cycle through subtract, exp, ...), as FLAT's softmax unit.
 """
@@ -117,14 +118,12 @@ def unfused_mapping(
     groups: list[tuple[str, list[str]]] = []
     for name in roles.compute:
         if gemm_dims(cascade, name) is not None and not supports(two, cascade, name):
-            if run:
-                groups.append(("fibre", run))
-                run = []
+            groups += [("fibre", k) for k in _kernels(cascade, run)]
+            run = []
             groups.append(("gemm", [name]))
         else:
             run.append(name)
-    if run:
-        groups.append(("fibre", run))
+    groups += [("fibre", k) for k in _kernels(cascade, run)]
     phase_of = {n: i for i, (_k, names) in enumerate(groups) for n in names}
     factors: dict[str, Any] = {}
     partitions: dict[str, list[str]] = {}
@@ -223,6 +222,33 @@ def unfused_mapping(
     body["tensors"] = tensors
     body["phases"] = phases
     return {"mapping": body}
+
+
+def _kernels(cascade: Cascade, names: list[str]) -> list[list[str]]:
+    """A run of Einsums between GEMMs, split where a library starts another kernel: at an
+    Einsum with rows (the ranks it neither reduces, steps through nor spreads as the
+    kernel's fibre) the kernel so far does not walk. A softmax's max, exp, sum and divide
+    share the rows `P` (their fibre `M` spread); LayerNorm's statistics (rows `P`), a
+    weight's column sums (rows `F`) and a matmul's epilogue (rows `F, P`) are three."""
+    kernels: list[list[str]] = []
+    for name in names:
+        if kernels:
+            now = kernels[-1]
+            fibre = _fibre_rank(cascade, [*now, name])
+            walked = [_rows(cascade, m, fibre) for m in now]
+            if _rows(cascade, name, fibre) <= set().union(*walked) or not any(walked):
+                now.append(name)
+                continue
+        kernels.append([name])
+    return kernels
+
+
+def _rows(cascade: Cascade, name: str, fibre: str | None) -> set[str]:
+    e = cascade.einsum(name)
+    steps = {rank_of(v) for v in cascade.iterative_map}
+    return {
+        r for r in einsum_ranks(e) if r not in reduced_ranks(e) and r not in steps and r != fibre
+    }
 
 
 def _fibre_rank(cascade: Cascade, names: list[str]) -> str | None:

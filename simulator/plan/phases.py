@@ -194,9 +194,8 @@ def plan_phase(
                 )
             tallies[tensor].spill += fraction * size * extra
         else:
-            tallies[tensor].spill += (
-                fraction * size * _buffer_accesses(tensor, uses, facts, mapping)
-            )
+            accesses_ = _buffer_accesses(tensor, uses, facts, mapping, nests, comps, extents)
+            tallies[tensor].spill += fraction * size * accesses_
     used = fixed + (
         min(sum(auto_tiles.values()), max(0.0, capacity - fixed)) if auto_tiles else 0.0
     )
@@ -262,14 +261,26 @@ def _resident(tiles: dict[str, float], phase: Phase, facts: CascadeFacts) -> flo
 
 
 def _buffer_accesses(
-    tensor: str, uses: list[tuple[str, bool]], facts: CascadeFacts, mapping: Mapping
-) -> int:
-    """Writes + reads of a buffer-homed tensor (values, in units of its size)."""
+    tensor: str,
+    uses: list[tuple[str, bool]],
+    facts: CascadeFacts,
+    mapping: Mapping,
+    nests: dict[str, Nest],
+    comps: tuple[str, ...],
+    extents: dict[str, int],
+) -> float:
+    """Writes + reads of a buffer-homed tensor (values, in units of its size): each reader
+    reads it as often as its loops fetch its tiles from the buffer (a matmul's operand once
+    per block of the other operand: the part that spilled comes from DRAM every time)."""
     producer = facts.producers.get(tensor)
     readers = [n for n, is_write in uses if not is_write]
+
+    def fetches(n: str) -> int:
+        return transfer_factor(nests[n], comps, "stream", extents) if n in nests else 1
+
     if producer is None:
-        return len(readers)
+        return sum(fetches(n) for n in readers)
     p_array, p_pass = mapping.array_of(producer), facts.passes[producer]
     buffered = [n for n in readers if mapping.array_of(n) != p_array or facts.passes[n] != p_pass]
     writes = 1 if buffered else 0
-    return writes + len(buffered)
+    return writes + sum(fetches(n) for n in buffered)

@@ -9,6 +9,7 @@ reports as a bug of that rule.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -99,6 +100,41 @@ def edited(
         tuple(statements),
         cascade.reference,
     )
+
+
+def without_duplicates(draft: Draft, keep: Iterable[str]) -> Draft:
+    """The draft with each Einsum that computes what an earlier one computes (same indices,
+    same right-hand side, same declared ranks) removed and its readers reading the earlier
+    one's tensor (repeated to a fixpoint). A rule applied at two sites makes a copy at each
+    (deferring LayerNorm's division at both matmuls of an FFN: two `YN = X * G`); the
+    copies would cost their work and traffic twice. A result to `keep` is left alone."""
+    keep = set(keep)
+    ranks = dict(draft.declarations)
+    statements = list(draft.statements)
+    changed = True
+    while changed:
+        changed = False
+        seen: dict[tuple, str] = {}
+        heads = [t.partition(" = ")[0].partition("[")[0] for t in statements]
+        for i, text in enumerate(statements):
+            lhs, sep, rhs = text.partition(" = ")
+            name, bracket, indices = lhs.partition("[")
+            plain = all(v.strip().isidentifier() for v in indices.rstrip("]").split(","))
+            if not sep or not bracket or not plain or heads.count(name) != 1:
+                continue  # a recurrence's steps or its start (`RM[0, p] = 0`): not a copy
+            if name in keep:
+                continue  # a result stays one: read by nothing (reading it would hide it)
+            key = (indices, rhs, ranks.get(name))
+            first = seen.setdefault(key, name)
+            if first == name:
+                continue
+            pattern = re.compile(rf"\b{re.escape(name)}(?=\[)")
+            statements = [pattern.sub(first, t) for j, t in enumerate(statements) if j != i]
+            changed = True
+            break
+    if statements == list(draft.statements):
+        return draft
+    return replace(draft, statements=tuple(statements))
 
 
 def without_dead(cascade: Cascade, keep: Iterable[str]) -> Draft:

@@ -28,7 +28,7 @@ import numpy as np
 from simulator.cascade.evaluate import evaluate, random_inputs
 from simulator.cascade.ir import Cascade, Einsum, rank_of
 from simulator.cascade.passes import PassReport, analyze_passes
-from simulator.cascade.rewrite.draft import Draft, draft_of, without_dead
+from simulator.cascade.rewrite.draft import Draft, draft_of, without_dead, without_duplicates
 from simulator.cascade.rewrite.rules import RULES
 from simulator.cascade.rewrite.rules.base import Context
 from simulator.cascade.shapes import MissingShapes, resolve_shapes
@@ -254,6 +254,9 @@ def rewrite(
                 generated += 1
                 try:
                     built = rw.draft.build()
+                    deduped = without_duplicates(rw.draft, cascade.outputs)
+                    if deduped is not rw.draft:
+                        built = deduped.build()
                     draft = without_dead(built, cascade.outputs)
                     if draft.key() in seen:
                         continue

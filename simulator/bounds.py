@@ -302,7 +302,10 @@ def input_shares(point: PointPlan) -> dict[str, float]:
 def onchip_values(arch) -> float:
     """All the fast memory a schedule may keep data in: the global buffer and the
     registers of every PE of every array (values)."""
-    return arch.buffer_values + sum(a.pes * a.register_words for a in arch.arrays)
+    per_core = sum(a.pes * a.register_words for a in arch.arrays)
+    if arch.core_memory is not None:
+        per_core += arch.core_memory.capacity_bytes / arch.value_bytes
+    return arch.buffer_values + arch.cores * per_core
 
 
 def point_bounds(point: PointPlan) -> Bounds:
@@ -310,6 +313,8 @@ def point_bounds(point: PointPlan) -> Bounds:
     arch = point.arch
     cycles, busiest = compute_bound_cycles(point)
     compute_s = cycles * point.instances / arch.frequency_hz
+    if arch.cores > 1:  # the cores share the work at best evenly
+        compute_s /= arch.cores
     kept = {c.einsum: _kept(c) for c in point.costs if c.useful_points is not None}
     parts = dram_bound_values(
         point.cascade, point.extents, onchip_values(arch), kept, input_shares(point)

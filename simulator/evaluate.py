@@ -97,6 +97,8 @@ def build_result(
         if not total_cycles:
             return 0.0
         useful = c.cycles * c.parallelism / arch.array(c.array).pes
+        if arch.cores > 1:  # every core's copy of the array is available
+            return useful * instances / total_cycles / arch.cores
         return useful * instances / total_cycles
 
     per_einsum = tuple((c.einsum, c.array, share(c)) for c in point.costs)
@@ -124,6 +126,7 @@ def build_result(
         model=workload.label,
         seq_len=workload.seq_len,
         instances=instances,
+        cores=arch.cores,
         latency_s=latency,
         traffic_bytes=traffic,
         cycles=total_cycles,

@@ -73,6 +73,7 @@ class Result:
     # (simulator.bounds): useful work on the busiest array, and the DRAM traffic no buffer
     # of this size avoids; `bound_binds` says which of the two sets the latency bound.
     ops: float = 0.0  # useful operations (the cascade's counts of kept points), all instances
+    cores: int = 1  # copies of the arrays working side by side (Architecture.cores)
     latency_bound_s: float = 0.0
     traffic_bound_bytes: float = 0.0
     compute_bound_s: float = 0.0
@@ -111,7 +112,7 @@ class Result:
                 c.einsum,
                 c.array,
                 c.cycles_per_point,
-                c.cycles * self.instances / total if total else 0.0,
+                c.cycles * self.instances / total / self.cores if total else 0.0,
             )
             for c in self.einsums
         )

@@ -51,6 +51,39 @@ class PointPlan:
     def instances(self) -> int:
         return self.mapping.instances
 
+    def core_instances(self, phase: PlannedPhase) -> float:
+        """The instances' worth of a phase's work the busiest core does. One core: all of
+        them. Several (`Architecture.cores`): a tiled phase deals whole units -- an
+        instance's block of its outermost loop (independent: FlashAttention's blocks of
+        query rows) -- to the cores in waves; a mapped GEMM spreads its tiles over every
+        core (a library's GEMM), an even share."""
+        cores = self.arch.cores
+        if cores == 1:
+            return self.instances
+        if not phase.plan.phase.loops or phase.plan.gemm is not None:
+            return self.instances / cores
+        units = self.parallel_units(phase)
+        return math.ceil(self.instances * units / cores) / units
+
+    def parallel_units(self, phase: PlannedPhase) -> int:
+        """Independent units of work in one instance of a phase: the iterations of its
+        outer loops up to the first whose rank one of its Einsums reduces or steps through
+        (a recurrence's chunks run in order)."""
+        names = {em.einsum for em in phase.plan.phase.einsums}
+        ordered: set[str] = set()
+        for e in self.cascade.einsums:
+            if e.name in names:
+                ordered.update(e.reduced)
+                if e.iterative:
+                    ordered.add(e.iterative)
+        units = 1
+        for loop in phase.plan.phase.loops:
+            rank = next((r for r, comps in self.partitions.items() if loop in comps), loop)
+            if rank.lower() in ordered or loop.lower() in ordered:
+                break
+            units *= self.extents.get(loop, 1)
+        return units
+
     @property
     def costs(self) -> tuple[EinsumCost, ...]:
         return tuple(c for p in self.phases for c in p.costs)

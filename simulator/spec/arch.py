@@ -201,6 +201,12 @@ class Architecture:
     published_energy_table: str | None = None  # the tables the FuseMax artifact's numbers used
     published_area_table: str | None = None
     precision: str = ""  # the value format in use (`precision:` of the top container)
+    # A spatial container above every PE array replicates a core (an SM of a GPU, a tile of
+    # a multi-core accelerator): `cores` copies of the arrays, each with the storage the
+    # container holds beside them (`core_memory`, e.g. shared memory), sharing the global
+    # buffer (an L2) and DRAM. 1: no such container (FuseMax, FLAT).
+    cores: int = 1
+    core_memory: Memory | None = None
 
     def component_attributes(self) -> dict[str, dict[str, float]]:
         """Attributes table expressions may use, per priced component."""
@@ -270,7 +276,10 @@ class Architecture:
             f"{self.buffer.name}.capacity_bytes": self.buffer.capacity_bytes,
             f"{self.buffer.name}.capacity_values": self.buffer_values,
             f"{self.dram.name}.bandwidth_bytes_per_s": self.dram.bandwidth_bytes_per_s,
+            "cores": self.cores,
         }
+        if self.core_memory is not None:
+            out[f"{self.core_memory.name}.capacity_bytes"] = self.core_memory.capacity_bytes
         for a in self.arrays:
             out[f"{a.name}.meshX"] = a.mesh_x
             out[f"{a.name}.meshY"] = a.mesh_y
@@ -890,8 +899,9 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
     computes = [
         n for n in nodes if n.tag == "Component" and n.spatial_path and "operations" in n.attrs
     ]
+    core_path, cores, core_memory = _core_fanout(nodes, computes)
     for comp in computes:
-        path = comp.spatial_path
+        path = comp.spatial_path[len(core_path) :]
         containers = [n for n in nodes if n.tag == "Container" and n.name in path]
         mx = my = 1
         for c in containers:
@@ -901,11 +911,11 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
             n
             for n in nodes
             if n.tag == "Component"
-            and n.spatial_path == path
+            and n.spatial_path == comp.spatial_path
             and n.klass in ("storage", "regfile", "SRAM")
             or (
                 n.tag == "Component"
-                and n.spatial_path == path
+                and n.spatial_path == comp.spatial_path
                 and "depth" in n.attrs
                 and n is not comp
             )
@@ -969,4 +979,47 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
         tables["published_energy_table"],
         tables["published_area_table"],
         precision,
+        cores,
+        core_memory,
     )
+
+
+def _core_fanout(
+    nodes: list[_Node], computes: list[_Node]
+) -> tuple[tuple[str, ...], int, Memory | None]:
+    """The spatial containers above every PE array (the core they replicate), how many
+    cores they make, and the storage a core holds beside its arrays (at most one)."""
+    paths = [c.spatial_path for c in computes]
+    if len(paths) < 2:
+        return (), 1, None
+    prefix: tuple[str, ...] = ()
+    for names in zip(*paths, strict=False):
+        if len(set(names)) != 1:
+            break
+        prefix += (names[0],)
+    if not prefix or any(len(p) == len(prefix) for p in paths):
+        return (), 1, None
+    cores = 1
+    for n in nodes:
+        if n.tag == "Container" and n.name in prefix:
+            cores *= n.mesh[0] * n.mesh[1]
+    local = [
+        n for n in nodes if n.tag == "Component" and n.spatial_path == prefix and "depth" in n.attrs
+    ]
+    if len(local) > 1:
+        raise SpecError(
+            f"a core ('{prefix[-1]}') holds one storage beside its arrays, found "
+            f"{', '.join(n.name for n in local)}",
+            local[1].loc,
+        )
+    memory = None
+    if local:
+        m = local[0]
+        memory = Memory(
+            m.name,
+            m.klass,
+            _int_attr(m, "width"),
+            _int_attr(m, "depth"),
+            _int_attr(m, "datawidth", 16),
+        )
+    return prefix, cores, memory

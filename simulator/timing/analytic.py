@@ -23,7 +23,7 @@ def time_phase(
     memory_s = memory_seconds(point, phase)
     buffer_s = buffer_port_cycles(phase.views, point.arch.buffer) / f
     phase_cycles = schedule_cycles(phase.plan.phase.schedule, cycles, phase.context)
-    compute_s = phase_cycles * point.instances / f
+    compute_s = phase_cycles * point.core_instances(phase) / f
     return PhaseTiming(
         phase.name,
         phase_cycles,

@@ -126,6 +126,11 @@ def time_phase(
     busiest array needs without the cycles it waited for memory (as in the analytic form,
     memory apart)."""
     arch, instances = point.arch, point.instances
+    if arch.cores > 1:
+        raise SpecError(
+            f"the cycle engine simulates one core; architecture '{arch.name}' has "
+            f"{arch.cores} (a fan-out of cores): use --engine analytic"
+        )
     f = arch.frequency_hz
     port_cycles = buffer_port_cycles(phase.views, arch.buffer)
     sim = simulate_phase(

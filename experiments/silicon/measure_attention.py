@@ -1,0 +1,357 @@
+"""Measure attention on a CUDA GPU (the device machine's H100): `h100-attention.csv`.
+
+    python experiments/silicon/measure_attention.py --out experiments/data/h100-attention.csv
+
+Needs PyTorch with CUDA, and Triton for the exp2 ceiling; CI never runs it (the CSV it wrote
+is committed and `python -m simulator.validate` reads that). What it measures:
+
+* **fused prefill**: forward attention in BF16 through `scaled_dot_product_attention`, once
+  per backend it offers (cuDNN, flash, memory-efficient), over head dimension 64/128/256 x
+  1K..64K tokens x full/causal, 32 query heads sharing 8 K/V heads (`enable_gqa`; a backend
+  that cannot group gets K and V expanded before the timed region, said in `note`), the
+  batch sized to 64K tokens so every shape fills the chip;
+* **unfused prefill**: the unfused cascade's phases as separate kernels -- QK^T with the
+  scale (a batched GEMM whose rows are a K/V head's group of query heads x the queries, so
+  K/V are not expanded), the softmax (one kernel reading each row of scores whole, the
+  mask applied inside it where causal), AV -- where the scores fit (fewer requests if
+  needed);
+* **decode**: one query per request, batch 64, 32 query heads, 8 K/V heads, head
+  dimension 128, against 4K..32K cached keys, fused and unfused;
+* **ceilings**: a large BF16 matrix product, a device-to-device copy, an exp2 loop in
+  registers (Triton) -- the only rates the architecture file takes from the device.
+
+Method: inputs are fresh standard-normal BF16 tensors per shape (never zeros); each kernel
+is timed with `triton.testing.do_bench` (CUDA events, L2 flushed between runs, median of
+the runs in its time budget, warm-up first); every backend's output is checked against a
+float32 reference on one K/V head's group (the last 256 queries where the sequence is
+long, so the causal diagonal is covered). The CSV holds the device, driver, torch and CUDA
+versions on every row. Rows are flushed as they are measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+try:
+    import triton
+    import triton.language as tl
+    from triton.testing import do_bench
+except ImportError:  # pragma: no cover - the device machine has Triton
+    triton = None
+
+BACKENDS = {
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+Q_HEADS, KV_HEADS = 32, 8
+PREFILL_TOKENS = 65536  # batch x sequence of every prefill shape
+SEQS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
+HEAD_DIMS = (64, 128, 256)
+DECODE_BATCH, DECODE_CONTEXTS = 64, (4096, 8192, 16384, 32768)
+UNFUSED_SCORE_BYTES = 20e9  # the unfused path runs where its scores fit this
+COLUMNS = (
+    "kind", "impl", "backend", "batch", "q_heads", "kv_heads", "queries", "keys",
+    "head_dim", "causal", "time_s", "flops", "tflops", "rate", "unit", "max_abs_err",
+    "rel_err", "ok", "note", "gpu", "sm_count", "clock_max_mhz", "driver", "torch", "cuda",
+)  # fmt: skip
+
+
+def environment() -> dict[str, str]:
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver, clock = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm",
+             "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip().splitlines()[0].split(", ")  # fmt: skip
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        driver, clock = "unknown", ""
+    return {
+        "gpu": props.name,
+        "sm_count": str(props.multi_processor_count),
+        "clock_max_mhz": clock,
+        "driver": driver,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "",
+    }
+
+
+def bench(fn, budget_ms: float = 300.0) -> float:
+    """Median seconds of `fn` (CUDA events, L2 flushed between runs)."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    once_ms = (time.perf_counter() - start) * 1e3
+    rep = max(budget_ms, 5 * once_ms)
+    return do_bench(fn, warmup=max(25, 2 * once_ms), rep=rep, return_mode="median") / 1e3
+
+
+def attention_flops(b: int, h: int, q: int, k: int, d: int, causal: bool) -> float:
+    """QK^T and AV multiply-adds x 2 (the kept half of the scores when causal, queries
+    aligned to the last keys)."""
+    pairs = q * k
+    if causal:  # query i sees the keys up to k - q + i (bottom-right aligned)
+        pairs = q * (k - q) + q * (q + 1) / 2
+    return 4.0 * b * h * pairs * d
+
+
+def reference(q, k, v, causal: bool, rows: slice) -> torch.Tensor:
+    """float32 attention of one K/V head's group (batch 0, heads 0..G-1) for `rows`."""
+    g = Q_HEADS // KV_HEADS
+    qs = q[0, :g, rows].float()
+    ks, vs = k[0, 0].float(), v[0, 0].float()
+    s = qs @ ks.T / math.sqrt(q.shape[-1])
+    if causal:
+        nq, nk = q.shape[2], k.shape[2]
+        qi = torch.arange(nq, device=q.device)[rows][:, None] + (nk - nq)
+        s = s.masked_fill(torch.arange(nk, device=q.device)[None, :] > qi, float("-inf"))
+    return torch.softmax(s, dim=-1) @ vs
+
+
+def check(out, q, k, v, causal: bool) -> tuple[float, float]:
+    """Largest absolute and the relative (Frobenius) error against float32."""
+    n = q.shape[2]
+    rows = slice(max(0, n - 256), n)
+    g = Q_HEADS // KV_HEADS
+    ref = reference(q, k, v, causal, rows)
+    diff = out[0, :g, rows].float() - ref
+    return float(diff.abs().max()), float(diff.norm() / ref.norm())
+
+
+def sdpa(backend: str, q, k, v, causal: bool):
+    """The fused call, and a note: K/V expanded where the backend cannot group."""
+
+    def call(kk, vv, gqa):
+        with sdpa_kernel(BACKENDS[backend]):
+            return F.scaled_dot_product_attention(q, kk, vv, is_causal=causal, enable_gqa=gqa)
+
+    try:
+        call(k, v, True)
+        return (lambda: call(k, v, True)), ""
+    except RuntimeError:
+        pass
+    rep = Q_HEADS // KV_HEADS
+    ke, ve = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    call(ke, ve, False)  # raises if the backend cannot run the shape at all
+    return (lambda: call(ke, ve, False)), "kv expanded"
+
+
+def softmax_rows(s: torch.Tensor, n_queries: int, causal: bool) -> torch.Tensor:
+    """The unfused softmax phase as one library-style kernel: each row of scores read whole
+    from DRAM (dense, as a library call computes what it is given), the causal mask applied
+    in registers (query i of the row's head keeps keys <= i + keys - queries), the
+    probabilities written back in BF16."""
+    rows, m = s.shape[0] * s.shape[1] * s.shape[2], s.shape[3]
+    p = torch.empty_like(s)
+    block = triton.next_power_of_2(m)
+    _softmax_rows[(rows,)](s, p, m, n_queries, m - n_queries, CAUSAL=causal, BLOCK=block,
+                           num_warps=min(32, max(4, block // 512)))  # fmt: skip
+    return p
+
+
+def unfused(q, k, v, causal: bool):
+    """QK^T (Q scaled first), the softmax (the mask inside it where causal), AV: three
+    kernels, each through DRAM; a K/V head's group of query heads x its queries are the
+    rows of one batched GEMM (no K/V expansion)."""
+    b, h, n, d = q.shape
+    g = h // KV_HEADS
+    qg = q.reshape(b, KV_HEADS, g * n, d)
+    scale = 1.0 / math.sqrt(d)
+
+    def run():
+        s = torch.matmul(qg * scale, k.transpose(-1, -2))  # the scale on Q: n x d, not n x m
+        p = softmax_rows(s, n, causal)
+        del s
+        return torch.matmul(p, v).reshape(b, h, n, d)
+
+    return run
+
+
+def unfused_phases(q, k, v, causal: bool):
+    """The unfused path's three kernels, each timed alone on its own inputs."""
+    b, h, n, d = q.shape
+    g = h // KV_HEADS
+    qg = q.reshape(b, KV_HEADS, g * n, d) * (1.0 / math.sqrt(d))
+    s = torch.matmul(qg, k.transpose(-1, -2))
+    p = softmax_rows(s, n, causal)
+    return {
+        "qk": lambda: torch.matmul(qg, k.transpose(-1, -2)),
+        "softmax": lambda: softmax_rows(s, n, causal),
+        "av": lambda: torch.matmul(p, v),
+    }
+
+
+def row(env, **fields) -> dict[str, str]:
+    out = {c: "" for c in COLUMNS}
+    out.update(env)
+    out.update({k: (f"{v:.6g}" if isinstance(v, float) else str(v)) for k, v in fields.items()})
+    return out
+
+
+def measure_attention(env, writer, flush, kind, b, n, m, d, causal, impls, phases=True):
+    gen = torch.Generator(device="cuda").manual_seed(b * 1_000_003 + n * 7 + d + int(causal))
+    q = torch.randn(b, Q_HEADS, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(b, KV_HEADS, m, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(b, KV_HEADS, m, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    flops = attention_flops(b, Q_HEADS, n, m, d, causal)
+    for impl in impls:
+        note = ""
+        try:
+            if impl == "unfused":
+                fn = unfused(q, k, v, causal)
+                backend = "torch"
+            else:
+                fn, note = sdpa(impl, q, k, v, causal)
+                backend = impl
+            err, rel = check(fn(), q, k, v, causal)
+            t = bench(fn)
+        except Exception as exc:  # noqa: BLE001 - a failed shape is a row, not the end
+            writer.writerow(row(env, kind=kind, impl="unfused" if impl == "unfused" else "fused",
+                                backend=impl, batch=b, q_heads=Q_HEADS, kv_heads=KV_HEADS,
+                                queries=n, keys=m, head_dim=d, causal=int(causal), ok=0,
+                                note=f"failed: {str(exc).splitlines()[0][:120]}"))  # fmt: skip
+            flush()
+            torch.cuda.empty_cache()
+            continue
+        ok = int(rel < 2e-2)  # bf16 operands: 1e-3..1e-2
+        writer.writerow(row(env, kind=kind, impl="unfused" if impl == "unfused" else "fused",
+                            backend=backend, batch=b, q_heads=Q_HEADS, kv_heads=KV_HEADS,
+                            queries=n, keys=m, head_dim=d, causal=int(causal), time_s=t,
+                            flops=flops, tflops=flops / t / 1e12, max_abs_err=err,
+                            rel_err=rel, ok=ok, note=note))  # fmt: skip
+        flush()
+        if impl == "unfused" and phases:
+            for name, phase in unfused_phases(q, k, v, causal).items():
+                tp = bench(phase, 100.0)
+                writer.writerow(row(env, kind=kind, impl=f"unfused-{name}", backend="torch",
+                                    batch=b, q_heads=Q_HEADS, kv_heads=KV_HEADS, queries=n,
+                                    keys=m, head_dim=d, causal=int(causal), time_s=tp, ok=1,
+                                    note="one phase of the unfused path, alone"))  # fmt: skip
+            flush()
+            torch.cuda.empty_cache()
+        print(
+            f"{kind} {impl:9s} b={b} n={n} m={m} d={d} causal={int(causal)}: "
+            f"{t * 1e3:.3f} ms {flops / t / 1e12:.0f} TFLOP/s rel err {rel:.3g} {note}",
+            flush=True,
+        )
+    del q, k, v
+    torch.cuda.empty_cache()
+
+
+if triton is not None:
+
+    @triton.jit
+    def _softmax_rows(s_ptr, p_ptr, m, n_queries, offset, CAUSAL: tl.constexpr,
+                      BLOCK: tl.constexpr):  # fmt: skip
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        base = row.to(tl.int64) * m
+        inside = cols < m
+        x = tl.load(s_ptr + base + cols, mask=inside, other=float("-inf")).to(tl.float32)
+        if CAUSAL:
+            x = tl.where(cols <= row % n_queries + offset, x, float("-inf"))
+        e = tl.exp(x - tl.max(x, axis=0))
+        tl.store(p_ptr + base + cols, (e / tl.sum(e, axis=0)).to(tl.bfloat16), mask=inside)
+
+    @triton.jit
+    def _exp2_loop(x_ptr, y_ptr, n_iter, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        a = tl.load(x_ptr + offs)
+        b = a + 0.25
+        c = a + 0.5
+        d = a + 0.75
+        for _ in range(n_iter):  # four independent chains: the SFU, not latency, bounds it
+            a = tl.math.exp2(a * 0.5)
+            b = tl.math.exp2(b * 0.5)
+            c = tl.math.exp2(c * 0.5)
+            d = tl.math.exp2(d * 0.5)
+        tl.store(y_ptr + offs, a + b + c + d)  # the input stays: every run the same
+
+
+def ceilings(env, writer, flush) -> None:
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    t = bench(lambda: a @ b, 1000.0)
+    writer.writerow(row(env, kind="ceiling", impl="matmul", backend="torch", queries=n,
+                        keys=n, head_dim=n, time_s=t, flops=2.0 * n**3,
+                        rate=2.0 * n**3 / t, unit="flop/s", ok=1,
+                        note="bf16 8192^3 matrix product, random inputs"))  # fmt: skip
+    print(f"matmul {2 * n**3 / t / 1e12:.0f} TFLOP/s", flush=True)
+    a = b = None  # free before the copy
+    size = 1 << 32  # 4 GiB each way
+    src = torch.randn(size // 2, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    t = bench(lambda: dst.copy_(src), 1000.0)
+    writer.writerow(row(env, kind="ceiling", impl="copy", backend="torch", time_s=t,
+                        rate=2.0 * size / t, unit="byte/s", ok=1,
+                        note="device-to-device copy of 4 GiB, bytes read + written"))  # fmt: skip
+    print(f"copy {2 * size / t / 1e12:.2f} TB/s", flush=True)
+    src = dst = None
+    torch.cuda.empty_cache()
+    if triton is None:
+        return
+    block, iters = 1024, 4096
+    programs = int(env["sm_count"]) * 64
+    x = torch.rand(programs * block, device="cuda", dtype=torch.float32)
+    y = torch.empty_like(x)
+    t = bench(lambda: _exp2_loop[(programs,)](x, y, iters, BLOCK=block), 1000.0)
+    count = 4.0 * programs * block * iters
+    writer.writerow(row(env, kind="ceiling", impl="exp2", backend="triton", time_s=t,
+                        rate=count / t, unit="exp2/s", ok=int(bool(torch.isfinite(y).all())),
+                        note="fp32 exp2 chains in registers, 4 per thread"))  # fmt: skip
+    print(f"exp2 {count / t / 1e12:.3f} T/s", flush=True)
+    flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true", help="a few shapes (a smoke test)")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    env = environment()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    seqs = SEQS[:2] if args.quick else SEQS
+    dims = HEAD_DIMS[1:2] if args.quick else HEAD_DIMS
+    with out.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, COLUMNS)
+        writer.writeheader()
+        ceilings(env, writer, fh.flush)
+        for d in dims:
+            for n in seqs:
+                b = max(1, PREFILL_TOKENS // n)
+                # the unfused path where its scores fit: the same batch, else fewer requests
+                bu = min(b, int(UNFUSED_SCORE_BYTES // (Q_HEADS * n * n * 2)))
+                for causal in (False, True):
+                    impls = [*BACKENDS, "unfused"] if bu == b else list(BACKENDS)
+                    measure_attention(env, writer, fh.flush, "prefill", b, n, n, d, causal, impls)
+                    if 1 <= bu < b:
+                        measure_attention(env, writer, fh.flush, "prefill", bu, n, n, d, causal,
+                                          ["unfused"])  # fmt: skip
+        for m in DECODE_CONTEXTS[: 1 if args.quick else None]:
+            measure_attention(env, writer, fh.flush, "decode", DECODE_BATCH, 1, m, 128, False,
+                              [*BACKENDS, "unfused"])  # fmt: skip
+    print(f"wrote {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,630 @@
+"""`python -m simulator.validate`: predictions against attention measured on a real chip.
+
+    python -m simulator.validate --arch h100 --measured experiments/data/h100-attention.csv
+
+The measured file (written by `experiments/silicon/measure_attention.py` on the GPU) holds,
+per shape, the time of each fused backend and of the unfused path, and three ceilings: a
+large matrix product, a device-to-device copy, an exp2 loop. The ceilings replace the
+architecture's peaks (`simulator.spec.sustained`) -- the only numbers taken from the device;
+nothing is fitted per shape. For every measured shape the tool predicts, with the analytic
+engine:
+
+* **fused**: the best of the fused configurations (`FUSED`: the architecture's own
+  FlashAttention mapping, and the automatic fused and FLAT strategies) against the fastest
+  fused backend that passed its accuracy check;
+* **unfused**: the unfused strategy (QK, the softmax, AV through DRAM) against the unfused
+  path, at the batch it ran.
+
+It prints the relative error of each, the array (or DRAM) that bounds the prediction, the
+tensor-core utilisation measured (achieved matrix FLOP/s over the measured matrix ceiling)
+and predicted (the 2D array's busy share), and the summary: mean, median and largest
+absolute relative error per group, the causal/full time ratio and the fused/unfused
+speedup, measured and predicted. `--format json|csv`; `--plot FILE` draws predicted
+against measured (log-log, the y = x line, points labelled by shape).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from simulator.atomic import atomic_path, check_writable, write_text
+from simulator.cli import guarded
+from simulator.configs import Specs, prepare
+from simulator.errors import Loc, SpecError
+from simulator.evaluate import evaluate_mapping
+from simulator.paths import data_dir, is_file
+from simulator.result import Result
+from simulator.spec.sustained import with_sustained
+from simulator.spec.workload import Workload, make_workload
+from simulator.textfmt import table
+from simulator.units import format_count
+
+# The fused configurations tried at every shape: the architecture's FlashAttention mapping
+# (`mappings/<arch>/flash*.yaml`, by mask) and the automatic strategies that fuse.
+FUSED_AUTO = ("auto:fused", "auto:flat")
+UNFUSED = "auto:unfused"
+REQUIRED = ("kind", "impl", "backend", "batch", "q_heads", "kv_heads", "queries", "keys")
+CEILINGS = {"matmul": "mac_per_s", "copy": "dram_bytes_per_s", "exp2": "exp_per_s"}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One measured attention problem."""
+
+    kind: str  # prefill | decode
+    batch: int
+    q_heads: int
+    kv_heads: int
+    queries: int
+    keys: int
+    head_dim: int
+    causal: bool
+
+    @property
+    def label(self) -> str:
+        seq = format_count(self.keys)
+        mask = " causal" if self.causal else ""
+        if self.kind == "decode":
+            return f"decode d{self.head_dim} ctx {seq} b{self.batch}"
+        return f"d{self.head_dim} {seq}{mask} b{self.batch}"
+
+    def workload(self) -> Workload:
+        overrides: dict[str, int | bool | None] = {
+            "batch": self.batch,
+            "heads": self.q_heads,
+            "kv_heads": self.kv_heads,
+            "embed": self.head_dim,
+            "causal": self.causal,
+        }
+        if self.kind == "decode":
+            return make_workload("custom", self.keys, overrides, phase="decode", context=self.keys)
+        return make_workload("custom", self.keys, overrides)
+
+    @property
+    def matmul_flops(self) -> float:
+        """QK^T and AV: 2 x 2 x queries x keys x head_dim per head (the kept pairs where
+        causal, queries aligned to the last keys)."""
+        pairs = self.queries * self.keys
+        if self.causal:
+            pairs = (
+                self.queries * (self.keys - self.queries) + self.queries * (self.queries + 1) / 2
+            )
+        return 4.0 * self.batch * self.q_heads * pairs * self.head_dim
+
+
+@dataclass(frozen=True)
+class Measurement:
+    shape: Shape
+    impl: str  # fused | unfused
+    backend: str  # the fastest passing backend (fused), or the unfused path's
+    time_s: float
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measured file: the device, its three ceilings and the fastest time per shape."""
+
+    path: str
+    device: str
+    ceilings: dict[str, float]  # mac_per_s, dram_bytes_per_s, exp_per_s
+    measurements: tuple[Measurement, ...]
+
+
+@dataclass(frozen=True)
+class Validation:
+    """One shape: measured, predicted, and what bounds the prediction."""
+
+    measurement: Measurement
+    config: str  # the configuration whose prediction stands (the best fused one)
+    predicted_s: float
+    bound_by: str  # the array, or DRAM
+    util_2d_predicted: float
+    util_2d_measured: float
+
+    @property
+    def error(self) -> float:
+        """Relative error of the prediction: (predicted - measured) / measured."""
+        return self.predicted_s / self.measurement.time_s - 1.0
+
+    def record(self) -> dict[str, object]:
+        s = self.measurement.shape
+        return {
+            "shape": s.label,
+            "kind": s.kind,
+            "impl": self.measurement.impl,
+            "batch": s.batch,
+            "q_heads": s.q_heads,
+            "kv_heads": s.kv_heads,
+            "queries": s.queries,
+            "keys": s.keys,
+            "head_dim": s.head_dim,
+            "causal": int(s.causal),
+            "measured_backend": self.measurement.backend,
+            "measured_s": self.measurement.time_s,
+            "config": self.config,
+            "predicted_s": self.predicted_s,
+            "rel_error": self.error,
+            "bound_by": self.bound_by,
+            "util_2d_measured": self.util_2d_measured,
+            "util_2d_predicted": self.util_2d_predicted,
+        }
+
+
+# --------------------------------------------------------------------------------------
+# Reading the measured file
+
+
+def read_measured(path: str | Path) -> Measured:
+    """The measured CSV: rows that passed their accuracy check (`ok` = 1) only."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(f"cannot read the measured file: {err.strerror}", Loc(str(p))) from None
+    reader = csv.DictReader(text.splitlines())
+    missing = [c for c in (*REQUIRED, "time_s", "ok", "rate") if c not in (reader.fieldnames or ())]
+    if missing:
+        raise SpecError(f"measured file lacks column(s) {', '.join(missing)}", Loc(str(p), 1))
+    ceilings: dict[str, float] = {}
+    fastest: dict[tuple[Shape, str], Measurement] = {}
+    device = ""
+    for line, row in enumerate(reader, start=2):
+        loc = Loc(str(p), line)
+        if row.get("ok") != "1":
+            continue
+        device = device or row.get("gpu", "")
+        if row["kind"] == "ceiling":
+            if row["impl"] in CEILINGS:
+                rate = _number(row["rate"], "rate", loc)
+                # the matrix product's rate is in FLOP/s: two per multiply-accumulate
+                ceilings[CEILINGS[row["impl"]]] = rate / 2 if row["impl"] == "matmul" else rate
+            continue
+        if row["impl"] not in ("fused", "unfused"):
+            continue  # the unfused path's phases, timed alone: read by the docs, not here
+        shape = Shape(
+            row["kind"],
+            int(_number(row["batch"], "batch", loc)),
+            int(_number(row["q_heads"], "q_heads", loc)),
+            int(_number(row["kv_heads"], "kv_heads", loc)),
+            int(_number(row["queries"], "queries", loc)),
+            int(_number(row["keys"], "keys", loc)),
+            int(_number(row["head_dim"], "head_dim", loc)),
+            row.get("causal") == "1",
+        )
+        m = Measurement(shape, row["impl"], row["backend"], _number(row["time_s"], "time_s", loc))
+        key = (shape, m.impl)
+        if key not in fastest or m.time_s < fastest[key].time_s:
+            fastest[key] = m
+    absent = [name for name in CEILINGS.values() if name not in ceilings]
+    if absent:
+        raise SpecError(
+            f"measured file has no passing ceiling for {', '.join(absent)}", Loc(str(p))
+        )
+    if not fastest:
+        raise SpecError("measured file has no passing attention measurement", Loc(str(p)))
+    return Measured(str(p), device, ceilings, tuple(fastest.values()))
+
+
+def _number(text: str | None, column: str, loc: Loc) -> float:
+    try:
+        value = float(text or "")
+    except ValueError:
+        raise SpecError(f"column '{column}' is not a number: {text!r}", loc) from None
+    if not value > 0:
+        raise SpecError(f"column '{column}' must be positive, got {text!r}", loc)
+    return value
+
+
+# --------------------------------------------------------------------------------------
+# Predicting
+
+
+def fused_configs(arch: str, shape: Shape) -> tuple[str, ...]:
+    """The fused configurations tried at a shape: the architecture's FlashAttention mapping
+    for its mask (if the architecture ships one), then the automatic fused strategies."""
+    own = f"{Path(arch).stem}/flash-causal" if shape.causal else f"{Path(arch).stem}/flash"
+    shipped = is_file(data_dir("mappings") / f"{own}.yaml")
+    return ((own,) if shipped else ()) + FUSED_AUTO
+
+
+def predict(specs: Specs, config: str, shape: Shape, ceilings: dict[str, float]) -> Result:
+    """One configuration at one shape, on the architecture running at the measured rates."""
+    workload = shape.workload()
+    cascade, mapping, arch = prepare(specs, config, workload)
+    sustained, _ = with_sustained(arch, **ceilings)
+    return evaluate_mapping(cascade, mapping, sustained, workload)
+
+
+def bound_by(result: Result) -> str:
+    """What sets the prediction: DRAM where the phases' memory time dominates, otherwise the
+    array with the largest busy share."""
+    memory = sum(p.latency_s for p in result.phases if p.memory_s >= p.compute_s)
+    if memory * 2 >= result.latency_s:
+        return "DRAM"
+    return max(result.util, key=lambda u: u[1])[0]
+
+
+def validate(measured: Measured, arch: str, specs: Specs | None = None) -> tuple[Validation, ...]:
+    specs = specs or Specs(arch_override=arch)
+    out = []
+    for m in measured.measurements:
+        configs = fused_configs(arch, m.shape) if m.impl == "fused" else (UNFUSED,)
+        best: tuple[Result, str] | None = None
+        errors: list[str] = []
+        for config in configs:
+            try:
+                r = predict(specs, config, m.shape, measured.ceilings)
+            except SpecError as err:
+                errors.append(f"{config}: {err}")
+                continue
+            if best is None or r.latency_s < best[0].latency_s:
+                best = (r, config)
+        if best is None:
+            raise SpecError(f"no configuration predicts {m.shape.label}: {'; '.join(errors)}")
+        r, config = best
+        out.append(
+            Validation(
+                m,
+                config,
+                r.latency_s,
+                bound_by(r),
+                r.util_2d,
+                m.shape.matmul_flops / m.time_s / (2 * measured.ceilings["mac_per_s"]),
+            )
+        )
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------
+# Summaries
+
+
+@dataclass(frozen=True)
+class Summary:
+    group: str
+    shapes: int
+    mean: float  # absolute relative errors
+    median: float
+    largest: float
+
+
+# (name, kind, implementation, fewest keys) of each summarised group
+GROUPS = (
+    ("fused prefill, S >= 4K", "prefill", "fused", 4096),
+    ("fused prefill, all", "prefill", "fused", 0),
+    ("fused decode", "decode", "fused", 0),
+    ("unfused prefill", "prefill", "unfused", 0),
+    ("unfused decode", "decode", "unfused", 0),
+)
+
+
+def summaries(rows: Sequence[Validation]) -> tuple[Summary, ...]:
+    out = []
+    for name, kind, impl, min_keys in GROUPS:
+        errors = [
+            abs(r.error)
+            for r in rows
+            if r.measurement.shape.kind == kind
+            and r.measurement.impl == impl
+            and r.measurement.shape.keys >= min_keys
+        ]
+        if errors:
+            out.append(
+                Summary(
+                    name,
+                    len(errors),
+                    statistics.mean(errors),
+                    statistics.median(errors),
+                    max(errors),
+                )
+            )
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A ratio of two times, measured and predicted: causal / full at one shape, or the
+    fused kernel's speedup over the unfused path (per request, each at its own batch)."""
+
+    what: str  # causal/full | fused speedup
+    shape: str
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+def _key(s: Shape) -> tuple[str, int, int, int]:
+    return (s.kind, s.head_dim, s.queries, s.keys)
+
+
+def causal_ratios(rows: Sequence[Validation], min_seq: int = 8192) -> tuple[Pair, ...]:
+    """Causal over full time of the fused kernels at the same shape, from `min_seq` keys."""
+    fused = {(_key(r.measurement.shape), r.measurement.shape.causal, r.measurement.shape.batch): r
+             for r in rows if r.measurement.impl == "fused"}  # fmt: skip
+    out = []
+    for (key, causal, batch), r in sorted(fused.items()):
+        full = fused.get((key, False, batch))
+        if not causal or full is None or key[0] != "prefill" or key[3] < min_seq:
+            continue
+        out.append(
+            Pair(
+                "causal/full",
+                r.measurement.shape.label,
+                r.measurement.time_s / full.measurement.time_s,
+                r.predicted_s / full.predicted_s,
+            )
+        )
+    return tuple(out)
+
+
+def speedups(rows: Sequence[Validation]) -> tuple[Pair, ...]:
+    """The fused kernel's speedup over the unfused path, per request, at every shape where
+    both ran (the unfused path may have run fewer requests: its scores must fit)."""
+    fused = {(_key(r.measurement.shape), r.measurement.shape.causal): r
+             for r in rows if r.measurement.impl == "fused"}  # fmt: skip
+    out = []
+    for u in rows:
+        s = u.measurement.shape
+        f = fused.get((_key(s), s.causal))
+        if u.measurement.impl != "unfused" or f is None:
+            continue
+        bu, bf = s.batch, f.measurement.shape.batch
+        out.append(
+            Pair(
+                "fused speedup",
+                f.measurement.shape.label,
+                (u.measurement.time_s / bu) / (f.measurement.time_s / bf),
+                (u.predicted_s / bu) / (f.predicted_s / bf),
+            )
+        )
+    return tuple(out)
+
+
+def utilisation_by_head_dim(
+    rows: Sequence[Validation], min_seq: int = 4096
+) -> tuple[tuple[int, float, float], ...]:
+    """(head dimension, measured, predicted) mean tensor-core utilisation of the fused
+    kernels at full (non-causal) prefill from `min_seq` keys."""
+    dims = sorted({r.measurement.shape.head_dim for r in rows})
+    out = []
+    for d in dims:
+        picked = [
+            r
+            for r in rows
+            if r.measurement.impl == "fused"
+            and r.measurement.shape.kind == "prefill"
+            and r.measurement.shape.head_dim == d
+            and not r.measurement.shape.causal
+            and r.measurement.shape.keys >= min_seq
+        ]
+        if picked:
+            out.append(
+                (
+                    d,
+                    statistics.mean(r.util_2d_measured for r in picked),
+                    statistics.mean(r.util_2d_predicted for r in picked),
+                )
+            )
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------
+# Output
+
+
+def render_table(measured: Measured, arch: str, rows: Sequence[Validation]) -> str:
+    head = [
+        f"{measured.device or 'measured'} ({measured.path}) against arch '{arch}' at its "
+        f"measured ceilings: matrix {2 * measured.ceilings['mac_per_s'] / 1e12:.4g} TFLOP/s, "
+        f"copy {measured.ceilings['dram_bytes_per_s'] / 1e12:.4g} TB/s, "
+        f"exp2 {measured.ceilings['exp_per_s'] / 1e12:.4g} T/s; analytic engine",
+        "",
+    ]
+    shape_rows = [
+        (
+            r.measurement.impl,
+            r.measurement.shape.label,
+            r.measurement.backend,
+            f"{r.measurement.time_s * 1e3:.4g}",
+            r.config,
+            f"{r.predicted_s * 1e3:.4g}",
+            f"{100 * r.error:+.1f}%",
+            r.bound_by,
+            f"{100 * r.util_2d_measured:.0f}%",
+            f"{100 * r.util_2d_predicted:.0f}%",
+        )
+        for r in rows
+    ]
+    parts = [
+        "\n".join(head)
+        + table(
+            [
+                "impl",
+                "shape",
+                "measured by",
+                "measured ms",
+                "predicted by",
+                "predicted ms",
+                "error",
+                "bound by",
+                "TC util meas",
+                "TC util pred",
+            ],
+            shape_rows,
+        ),  # fmt: skip
+        table(
+            ["group", "shapes", "mean |error|", "median |error|", "largest |error|"],
+            [
+                (
+                    s.group,
+                    s.shapes,
+                    f"{100 * s.mean:.1f}%",
+                    f"{100 * s.median:.1f}%",
+                    f"{100 * s.largest:.1f}%",
+                )
+                for s in summaries(rows)
+            ],
+        ),  # fmt: skip
+        table(
+            ["ratio", "shape", "measured", "predicted", "error"],
+            [
+                (
+                    p.what,
+                    p.shape,
+                    f"{p.measured:.3f}",
+                    f"{p.predicted:.3f}",
+                    f"{100 * p.error:+.1f}%",
+                )
+                for p in (*causal_ratios(rows), *speedups(rows))
+            ],
+        ),  # fmt: skip
+        table(
+            ["head dim", "tensor-core util measured", "predicted"],
+            [
+                (d, f"{100 * m:.0f}%", f"{100 * p:.0f}%")
+                for d, m, p in utilisation_by_head_dim(rows)
+            ],
+        ),  # fmt: skip
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def to_json(measured: Measured, arch: str, rows: Sequence[Validation]) -> str:
+    doc = {
+        "device": measured.device,
+        "measured": measured.path,
+        "arch": arch,
+        "ceilings": measured.ceilings,
+        "shapes": [r.record() for r in rows],
+        "summary": [s.__dict__ for s in summaries(rows)],
+        "ratios": [
+            {**p.__dict__, "error": p.error} for p in (*causal_ratios(rows), *speedups(rows))
+        ],
+        "tensor_core_utilisation": [
+            {"head_dim": d, "measured": m, "predicted": p}
+            for d, m, p in utilisation_by_head_dim(rows)
+        ],
+    }
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def to_csv(rows: Sequence[Validation]) -> str:
+    records = [r.record() for r in rows]
+    columns = list(records[0]) if records else []
+    lines = [",".join(columns)]
+    for rec in records:
+        lines.append(",".join(_cell(rec[c]) for c in columns))
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    return f'"{text}"' if "," in text else text
+
+
+def draw(rows: Sequence[Validation], title: str, out: Path) -> list[Path]:
+    """Predicted against measured, log-log, the y = x line, each point labelled by its
+    shape; fused and unfused apart. `out`.png and .pdf."""
+    import matplotlib  # noqa: PLC0415 - only the plot needs it (a second's import)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, ax = plt.subplots(figsize=(7.5, 6.0))
+    values = [v for r in rows for v in (r.measurement.time_s, r.predicted_s)]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="y = x")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.9", label="±10%")
+    styles = {"fused": ("o", "tab:blue"), "unfused": ("s", "tab:orange")}
+    for impl, (marker, color) in styles.items():
+        picked = [r for r in rows if r.measurement.impl == impl]
+        ax.scatter([r.measurement.time_s for r in picked], [r.predicted_s for r in picked],
+                   marker=marker, color=color, s=18, label=impl, zorder=3)  # fmt: skip
+        for r in picked:
+            ax.annotate(r.measurement.shape.label, (r.measurement.time_s, r.predicted_s),
+                        fontsize=4.5, xytext=(3, -3), textcoords="offset points")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured (s)")
+    ax.set_ylabel("predicted (s)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    written = []
+    for suffix in (".png", ".pdf"):
+        path = out.with_name(out.name + suffix)
+        with atomic_path(path) as tmp:
+            meta = {"Software": None} if suffix == ".png" else {"CreationDate": None}
+            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=meta)
+        written.append(path)
+    plt.close(fig)
+    return written
+
+
+def _parser() -> argparse.ArgumentParser:
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise SpecError(f"{self.prog}: {message}")
+
+    p = Parser(
+        prog="python -m simulator.validate",
+        description="Predictions of an architecture against attention measured on the chip "
+        "it describes (experiments/silicon/measure_attention.py wrote the file).",
+    )
+    p.add_argument("--arch", default="h100", help="architecture (shipped name or file)")
+    p.add_argument("--measured", default="experiments/data/h100-attention.csv",
+                   help="the measured CSV")  # fmt: skip
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p.add_argument("-o", "--out", help="write here instead of standard output")
+    p.add_argument("--plot", help="figure stem: predicted vs measured (.png and .pdf)")
+    return p
+
+
+@guarded
+def main(argv: list[str] | None = None) -> int:
+    """Validate an architecture's predictions against measured attention."""
+    args = _parser().parse_args(argv)
+    out = Path(args.out) if args.out else None
+    plot = Path(args.plot) if args.plot else None
+    if out is not None:
+        check_writable(out)
+    if plot is not None:
+        for suffix in (".png", ".pdf"):
+            check_writable(plot.with_name(plot.name + suffix))
+    measured = read_measured(args.measured)
+    arch = args.arch
+    rows = validate(measured, arch)
+    if args.format == "json":
+        text = to_json(measured, arch, rows)
+    elif args.format == "csv":
+        text = to_csv(rows)
+    else:
+        text = render_table(measured, arch, rows)
+    if out is not None:
+        write_text(out, text)
+    else:
+        sys.stdout.write(text)
+    if plot is not None:
+        title = (
+            f"{measured.device or 'measured'}: attention, predicted ({Path(arch).stem}) vs measured"
+        )
+        draw(rows, title, plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,6 +14,7 @@ from experiments import (
     fusion,
     llm,
     pareto,
+    silicon,
     waterfall,
 )
 from experiments.experiment import Experiment
@@ -31,6 +32,7 @@ def registry() -> tuple[Experiment, ...]:
         flat_rule.EXPERIMENT,
         llm.EXPERIMENT,
         fusion.EXPERIMENT,
+        silicon.EXPERIMENT,
     )
 
 

@@ -248,38 +248,39 @@ def bound_by(result: Result) -> str:
     memory = sum(p.latency_s for p in result.phases if p.memory_s >= p.compute_s)
     if memory * 2 >= result.latency_s:
         return "DRAM"
-    return max(result.util, key=lambda u: u[1])[0]
+    return str(max(result.util, key=lambda u: u[1])[0])  # a plain str: rows are pickled
+
+
+def validate_one(specs: Specs, m: Measurement, arch: str, ceilings: dict[str, float]) -> Validation:
+    """One measured shape: the best prediction of its configurations."""
+    configs = fused_configs(arch, m.shape) if m.impl == "fused" else (UNFUSED,)
+    best: tuple[Result, str] | None = None
+    errors: list[str] = []
+    for config in configs:
+        try:
+            r = predict(specs, config, m.shape, ceilings)
+        except SpecError as err:
+            errors.append(f"{config}: {err}")
+            continue
+        if best is None or r.latency_s < best[0].latency_s:
+            best = (r, config)
+    if best is None:
+        raise SpecError(f"no configuration predicts {m.shape.label}: {'; '.join(errors)}")
+    r, config = best
+    return Validation(
+        m,
+        config,
+        r.latency_s,
+        bound_by(r),
+        r.util_2d,
+        m.shape.matmul_flops / m.time_s / (2 * ceilings["mac_per_s"]),
+    )
 
 
 def validate(measured: Measured, arch: str, specs: Specs | None = None) -> tuple[Validation, ...]:
+    """Every measured shape, in the file's order."""
     specs = specs or Specs(arch_override=arch)
-    out = []
-    for m in measured.measurements:
-        configs = fused_configs(arch, m.shape) if m.impl == "fused" else (UNFUSED,)
-        best: tuple[Result, str] | None = None
-        errors: list[str] = []
-        for config in configs:
-            try:
-                r = predict(specs, config, m.shape, measured.ceilings)
-            except SpecError as err:
-                errors.append(f"{config}: {err}")
-                continue
-            if best is None or r.latency_s < best[0].latency_s:
-                best = (r, config)
-        if best is None:
-            raise SpecError(f"no configuration predicts {m.shape.label}: {'; '.join(errors)}")
-        r, config = best
-        out.append(
-            Validation(
-                m,
-                config,
-                r.latency_s,
-                bound_by(r),
-                r.util_2d,
-                m.shape.matmul_flops / m.time_s / (2 * measured.ceilings["mac_per_s"]),
-            )
-        )
-    return tuple(out)
+    return tuple(validate_one(specs, m, arch, measured.ceilings) for m in measured.measurements)
 
 
 # --------------------------------------------------------------------------------------

@@ -626,7 +626,7 @@ def _walk(
         klass = str(node.get("class", "")) if node.tag == "Component" else ""
         if node.tag == "Component" and not klass:
             raise SpecError(f"component '{name}' needs a 'class'", nloc)
-        if node.tag == "Container" and mesh != (1, 1):
+        if node.tag == "Container" and (mesh != (1, 1) or "spatial" in node):
             path = path + (name,)
             instances *= mesh[0] * mesh[1]
         out.append(_Node(node.tag, name, klass, attrs, mesh, nloc, path, instances))

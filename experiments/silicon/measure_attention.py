@@ -22,7 +22,9 @@ is committed and `python -m simulator.validate` reads that). What it measures:
 
 Method: inputs are fresh standard-normal BF16 tensors per shape (never zeros); each kernel
 is timed with `triton.testing.do_bench` (CUDA events, L2 flushed between runs, median of
-the runs in its time budget, warm-up first); every backend's output is checked against a
+the runs in its time budget, warm-up first), full and causal on the same inputs in three
+alternating rounds, the median of the rounds kept (`note` gives their spread: the chip's
+clock drifts with its temperature between shapes); every backend's output is checked against a
 float32 reference on one K/V head's group (the last 256 queries where the sequence is
 long, so the causal diagonal is covered). The CSV holds the device, driver, torch and CUDA
 versions on every row. Rows are flushed as they are measured.
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import statistics
 import subprocess
 import sys
 import time
@@ -60,6 +63,7 @@ SEQS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 HEAD_DIMS = (64, 128, 256)
 DECODE_BATCH, DECODE_CONTEXTS = 64, (4096, 8192, 16384, 32768)
 UNFUSED_SCORE_BYTES = 20e9  # the unfused path runs where its scores fit this
+ROUNDS = 3  # alternating full/causal timing rounds per shape (median kept)
 COLUMNS = (
     "kind", "impl", "backend", "batch", "q_heads", "kv_heads", "queries", "keys",
     "head_dim", "causal", "time_s", "flops", "tflops", "rate", "unit", "max_abs_err",
@@ -201,52 +205,74 @@ def row(env, **fields) -> dict[str, str]:
     return out
 
 
-def measure_attention(env, writer, flush, kind, b, n, m, d, causal, impls, phases=True):
-    gen = torch.Generator(device="cuda").manual_seed(b * 1_000_003 + n * 7 + d + int(causal))
+def measure_attention(env, writer, flush, kind, b, n, m, d, causals, impls, rounds=ROUNDS):
+    """Each implementation at one shape, full and causal on the same inputs: checked once
+    each, then timed in `rounds` alternating rounds (full, causal, full, ...), the median
+    written -- the chip's clock and temperature drift between shapes, and a ratio of two
+    times should not see it. The memory-efficient backend (never the fastest) gets one
+    round."""
+    gen = torch.Generator(device="cuda").manual_seed(b * 1_000_003 + n * 7 + d)
     q = torch.randn(b, Q_HEADS, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(b, KV_HEADS, m, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn(b, KV_HEADS, m, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    flops = attention_flops(b, Q_HEADS, n, m, d, causal)
     for impl in impls:
-        note = ""
+        fused = impl != "unfused"
+        common = dict(kind=kind, impl="fused" if fused else "unfused", batch=b, q_heads=Q_HEADS,
+                      kv_heads=KV_HEADS, queries=n, keys=m, head_dim=d)  # fmt: skip
+        runs = {}
+        for causal in causals:
+            try:
+                if fused:
+                    fn, note = sdpa(impl, q, k, v, causal)
+                else:
+                    fn, note = unfused(q, k, v, causal), ""
+                err, rel = check(fn(), q, k, v, causal)
+                runs[causal] = (fn, note, err, rel, [])
+            except Exception as exc:  # noqa: BLE001 - a failed shape is a row, not the end
+                writer.writerow(row(env, **common, backend=impl if fused else "torch",
+                                    causal=int(causal), ok=0,
+                                    note=f"failed: {str(exc).splitlines()[0][:120]}"))  # fmt: skip
+                flush()
+                torch.cuda.empty_cache()
         try:
-            if impl == "unfused":
-                fn = unfused(q, k, v, causal)
-                backend = "torch"
-            else:
-                fn, note = sdpa(impl, q, k, v, causal)
-                backend = impl
-            err, rel = check(fn(), q, k, v, causal)
-            t = bench(fn)
-        except Exception as exc:  # noqa: BLE001 - a failed shape is a row, not the end
-            writer.writerow(row(env, kind=kind, impl="unfused" if impl == "unfused" else "fused",
-                                backend=impl, batch=b, q_heads=Q_HEADS, kv_heads=KV_HEADS,
-                                queries=n, keys=m, head_dim=d, causal=int(causal), ok=0,
-                                note=f"failed: {str(exc).splitlines()[0][:120]}"))  # fmt: skip
+            for _ in range(1 if impl == "efficient" else rounds):
+                for fn, *_rest, times in runs.values():
+                    times.append(bench(fn))
+        except Exception as exc:  # noqa: BLE001
+            for causal in runs:
+                writer.writerow(row(env, **common, backend=impl if fused else "torch",
+                                    causal=int(causal), ok=0,
+                                    note=f"failed: {str(exc).splitlines()[0][:120]}"))  # fmt: skip
             flush()
             torch.cuda.empty_cache()
             continue
-        ok = int(rel < 2e-2)  # bf16 operands: 1e-3..1e-2
-        writer.writerow(row(env, kind=kind, impl="unfused" if impl == "unfused" else "fused",
-                            backend=backend, batch=b, q_heads=Q_HEADS, kv_heads=KV_HEADS,
-                            queries=n, keys=m, head_dim=d, causal=int(causal), time_s=t,
-                            flops=flops, tflops=flops / t / 1e12, max_abs_err=err,
-                            rel_err=rel, ok=ok, note=note))  # fmt: skip
-        flush()
-        if impl == "unfused" and phases:
-            for name, phase in unfused_phases(q, k, v, causal).items():
-                tp = bench(phase, 100.0)
-                writer.writerow(row(env, kind=kind, impl=f"unfused-{name}", backend="torch",
-                                    batch=b, q_heads=Q_HEADS, kv_heads=KV_HEADS, queries=n,
-                                    keys=m, head_dim=d, causal=int(causal), time_s=tp, ok=1,
-                                    note="one phase of the unfused path, alone"))  # fmt: skip
+        for causal, (_fn, note, err, rel, times) in runs.items():
+            t = statistics.median(times)
+            spread = (max(times) - min(times)) / t
+            flops = attention_flops(b, Q_HEADS, n, m, d, causal)
+            rounds_note = f"median of {len(times)} rounds, spread {spread:.1%}"
+            writer.writerow(row(env, **common, backend=impl if fused else "torch",
+                                causal=int(causal), time_s=t, flops=flops,
+                                tflops=flops / t / 1e12, max_abs_err=err, rel_err=rel,
+                                ok=int(rel < 2e-2),  # bf16 operands: 1e-3..1e-2
+                                note="; ".join(x for x in (note, rounds_note) if x)))  # fmt: skip
             flush()
-            torch.cuda.empty_cache()
-        print(
-            f"{kind} {impl:9s} b={b} n={n} m={m} d={d} causal={int(causal)}: "
-            f"{t * 1e3:.3f} ms {flops / t / 1e12:.0f} TFLOP/s rel err {rel:.3g} {note}",
-            flush=True,
-        )
+            print(
+                f"{kind} {impl:9s} b={b} n={n} m={m} d={d} causal={int(causal)}: "
+                f"{t * 1e3:.3f} ms {flops / t / 1e12:.0f} TFLOP/s rel err {rel:.3g} "
+                f"spread {spread:.1%} {note}",
+                flush=True,
+            )
+            if not fused:
+                for name, phase in unfused_phases(q, k, v, causal).items():
+                    tp = bench(phase, 100.0)
+                    writer.writerow(row(env, **{**common, "impl": f"unfused-{name}"},
+                                        backend="torch", causal=int(causal), time_s=tp, ok=1,
+                                        note="one phase of the unfused path, alone"))  # fmt: skip
+                flush()
+                torch.cuda.empty_cache()
+        del runs
+        torch.cuda.empty_cache()
     del q, k, v
     torch.cuda.empty_cache()
 
@@ -340,14 +366,14 @@ def main(argv: list[str] | None = None) -> int:
                 b = max(1, PREFILL_TOKENS // n)
                 # the unfused path where its scores fit: the same batch, else fewer requests
                 bu = min(b, int(UNFUSED_SCORE_BYTES // (Q_HEADS * n * n * 2)))
-                for causal in (False, True):
-                    impls = [*BACKENDS, "unfused"] if bu == b else list(BACKENDS)
-                    measure_attention(env, writer, fh.flush, "prefill", b, n, n, d, causal, impls)
-                    if 1 <= bu < b:
-                        measure_attention(env, writer, fh.flush, "prefill", bu, n, n, d, causal,
-                                          ["unfused"])  # fmt: skip
+                impls = [*BACKENDS, "unfused"] if bu == b else list(BACKENDS)
+                measure_attention(env, writer, fh.flush, "prefill", b, n, n, d, (False, True),
+                                  impls)  # fmt: skip
+                if 1 <= bu < b:
+                    measure_attention(env, writer, fh.flush, "prefill", bu, n, n, d,
+                                      (False, True), ["unfused"])  # fmt: skip
         for m in DECODE_CONTEXTS[: 1 if args.quick else None]:
-            measure_attention(env, writer, fh.flush, "decode", DECODE_BATCH, 1, m, 128, False,
+            measure_attention(env, writer, fh.flush, "decode", DECODE_BATCH, 1, m, 128, (False,),
                               [*BACKENDS, "unfused"])  # fmt: skip
     print(f"wrote {out}", flush=True)
     return 0

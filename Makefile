@@ -12,7 +12,7 @@ test:
 lint:
 	$(PYTHON) -m ruff check simulator tests experiments
 	$(PYTHON) -m ruff format --check simulator tests experiments
-	lint-imports --config pyproject.toml
+	lint-imports
 
 bench:
 	$(PYTHON) -m experiments.bench
@@ -21,7 +21,7 @@ bench:
 # files and command-line values, freshly drawn (the unit suite runs 300, the same each time).
 FUZZ_CASES ?= 10000
 fuzz:
-	FUZZ_CASES=$(FUZZ_CASES) $(PYTHON) -m pytest tests/test_spec_fuzz.py -p no:cacheprovider -p no:logging -q
+	FUZZ_CASES=$(FUZZ_CASES) $(PYTHON) -m pytest tests/test_spec_fuzz.py -p no:cacheprovider -p no:logging
 
 experiments:
 	$(PYTHON) -m experiments

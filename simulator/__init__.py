@@ -15,4 +15,11 @@ layers are import-linter contracts in pyproject.toml):
   interop), then the command-line tools (`run`, `sweep`, `trace`, `export`).
 """
 
+import sys as _sys
+
 __version__ = "0.1.0"
+
+if _sys.argv[:1] == ["-m"]:  # `python -m simulator.X` is starting: a command-line run
+    from simulator.cli import install_interrupt_hook
+
+    install_interrupt_hook()

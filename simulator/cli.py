@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from types import TracebackType
 
 from simulator.errors import BoundBreach, SpecError
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3  # a result that breaks its own lower bound: a bug of the tool
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+INTERRUPTED = "interrupted: no partial result file was left"
 
 
 def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
@@ -26,7 +30,30 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
             return EXIT_INTERNAL
         except BrokenPipeError:  # `... | head` closed the pipe: not an error of ours
             return 0
+        except KeyboardInterrupt:  # files being written were removed as the stack unwound
+            print(INTERRUPTED, file=sys.stderr)
+            return EXIT_INTERRUPTED
 
     wrapper.__doc__ = main.__doc__
     wrapper.__name__ = main.__name__
     return wrapper
+
+
+def install_interrupt_hook() -> None:
+    """Ctrl-C before an entry point's `main` runs -- while its modules are still being
+    imported -- ends like Ctrl-C inside it: one line and exit status 130, no traceback.
+    Installed by the package when Python runs one of its modules (`python -m simulator.X`)."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            print(INTERRUPTED, file=sys.stderr)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(EXIT_INTERRUPTED)
+        previous(kind, value, tb)
+
+    sys.excepthook = hook

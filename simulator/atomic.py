@@ -36,13 +36,25 @@ def atomic_path(path: Path) -> Iterator[Path]:
             tmp.unlink()
 
 
+def output_path(given: str | Path, default_name: str) -> Path:
+    """Where a command writes: `given`, or `default_name` inside it when `given` is an
+    existing folder (`--out results/` writes `results/<default_name>`)."""
+    path = Path(given)
+    return path / default_name if path.is_dir() else path
+
+
 def check_writable(path: Path) -> None:
-    """Fail early, in one line, when `path` cannot be written (a folder, a file where its
-    folder should be, a read-only place): before hours of sweeping, not after."""
+    """Fail early, in one line, when `path` cannot be written (a folder, a missing folder,
+    a file where its folder should be, a read-only place): before hours of sweeping, not
+    after. No folder is created: a typo in a path is an error, not a new tree."""
     if path.is_dir():
         raise SpecError(f"cannot write {path}: it is a directory")
+    parent = path.parent
+    if not parent.exists():
+        raise SpecError(f"cannot write {path}: folder {parent} does not exist")
+    if not parent.is_dir():
+        raise SpecError(f"cannot write {path}: {parent} is not a folder")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         probe = partial_name(path)
         probe.open("w").close()
         probe.unlink()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
 from collections.abc import Callable
 from types import TracebackType
@@ -57,3 +59,17 @@ def install_interrupt_hook() -> None:
         previous(kind, value, tb)
 
     sys.excepthook = hook
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends (Linux)
+
+
+def die_with_parent(parent: int) -> None:
+    """Initializer of a worker process: end with the process that started it (a sweep
+    killed with SIGKILL leaves no worker computing on). Linux only; elsewhere a no-op."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before the call took effect
+        os._exit(1)

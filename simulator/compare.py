@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.atomic import atomic_path, check_writable
+from simulator.atomic import atomic_path, check_writable, output_path
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cli import guarded
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         context=args.context,
         shape=parse_shape(args.shape),
     )
-    out = Path(args.out) if args.out else None
+    out = output_path(args.out, "compare") if args.out else None
     if out is not None:
         for suffix in (".png", ".pdf"):
             check_writable(out.with_name(out.name + suffix))

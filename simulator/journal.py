@@ -10,16 +10,22 @@ last one and is dropped on reading. `--resume` reads the journal back, refuses i
 line when it belongs to another sweep, and computes only the points without a row; the
 journal is deleted once the CSV is written.
 
+A running sweep holds an OS lock on `.OUT.lock` for its whole life (released by the
+kernel however the process ends): a second sweep on the same `--out` is one line naming
+the holder's PID, `--resume` included, so two sweeps never compute into one journal.
+
 Rows go through JSON exactly: a sweep row holds ints, floats (JSON keeps `repr`'s
 round-trip digits, and NaN/Infinity), strings and None.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -172,3 +178,42 @@ def _drop_cut_line(path: Path) -> None:
     if data and not data.endswith(b"\n"):
         with open(path, "r+b") as handle:
             handle.truncate(data.rfind(b"\n") + 1)
+
+
+def lock_path(out: Path) -> Path:
+    return out.with_name(f".{out.name}.lock")
+
+
+@contextmanager
+def held(out: Path) -> Iterator[None]:
+    """Hold `out`'s sweep lock while the block runs; one line naming the holder's PID when
+    another process holds it."""
+    path = lock_path(out)
+    while True:
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the block
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise SpecError(
+                f"{out} is being written by a running sweep (PID {holder}): wait for it to "
+                "end, or give another --out"
+            ) from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        handle.close()  # the holder before us removed the file as we opened it: again
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        handle.close()

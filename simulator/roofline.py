@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.atomic import atomic_path, check_writable
+from simulator.atomic import atomic_path, check_writable, output_path
 from simulator.cli import guarded
 from simulator.configs import ALIASES, STANDARD, Specs, evaluate
 from simulator.errors import SpecError
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = [ALIASES.get(c.strip(), c.strip()) for c in args.accel.split(",") if c.strip()]
     if not configs:
         raise SpecError("--accel names no configuration")
-    out = Path(args.out)
+    out = output_path(args.out, "roofline")
     for suffix in (".png", ".pdf"):
         check_writable(out.with_name(out.name + suffix))
     specs = Specs()

@@ -33,8 +33,8 @@ from typing import Any
 from tqdm import tqdm
 
 from simulator import journal
-from simulator.atomic import check_writable, write_text
-from simulator.cli import guarded
+from simulator.atomic import check_writable, output_path, write_text
+from simulator.cli import die_with_parent, guarded
 from simulator.configs import Specs
 from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
 from simulator.errors import BoundBreach, SpecError
@@ -149,7 +149,8 @@ def run_local(
             sink.finished(evaluate_points(spec, chunk, *extra))
         return
     queue = deque(chunks)
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    pool_args = {"initializer": die_with_parent, "initargs": (os.getpid(),)}
+    with ProcessPoolExecutor(max_workers=jobs, **pool_args) as pool:
         running: dict[Future, list[Point]] = {}
 
         def submit() -> None:
@@ -306,9 +307,24 @@ def main(argv: list[str] | None = None) -> int:
     check(spec, specs, cascades)  # unknown configurations, models, specs, names: first
     if args.resume and not args.out:
         raise SpecError("--resume continues a sweep written with --out: give its --out")
-    out = Path(args.out) if args.out else None
+    out = output_path(args.out, "sweep.csv") if args.out else None
     if out is not None:
         check_writable(out)
+    if out is None:
+        return _sweep(args, spec, cascade, arch, cascades, None)
+    with journal.held(out):  # one sweep per --out at a time
+        return _sweep(args, spec, cascade, arch, cascades, out)
+
+
+def _sweep(
+    args: argparse.Namespace,
+    spec: SweepSpec,
+    cascade: str | None,
+    arch: str | None,
+    cascades: dict[str, str],
+    out: Path | None,
+) -> int:
+    """The sweep itself, its journal and CSV at `out` (None: standard output)."""
     timing = TimingOptions(max_sim_s=args.max_sim_s)
     todo = points(spec)
     extra = (cascade, arch, timing, cascades)
@@ -409,13 +425,12 @@ def _parameters_digest(spec: SweepSpec, extra: tuple) -> str:
 
 
 def _specs_digest(args: argparse.Namespace, cascade, arch, spec: SweepSpec) -> str:
-    """Every spec file the sweep may read: the shipped folders, the overrides, the sweep
-    file and a linear-layer file."""
+    """Every spec file the sweep may read: the shipped folders, the overrides and a
+    linear-layer file. Not the sweep file: what it says is in the parameters' digest (its
+    parsed grid and rules), so a comment edited there does not refuse a --resume."""
     files = [data_dir(kind) for kind in KINDS]
     files += [Path(f) for f in (cascade, arch, spec.linear) if f and is_file(Path(f))]
     files += [Path(f) for f in _cascade_files(spec).values()]
-    if args.spec:
-        files.append(resolve_sweep(args.spec))
     return journal.files_digest(files)
 
 

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.atomic import check_writable, write_text
+from simulator.atomic import check_writable, output_path, write_text
 from simulator.bounds import point_bounds
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
@@ -187,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Outputs checked before the simulation: a typo costs a second, not a run.
     if args.out:
+        args.out = str(output_path(args.out, "trace.png"))
         _check_figure_path(Path(args.out))
     if args.csv:
+        args.csv = str(output_path(args.csv, "trace.csv"))
         check_writable(Path(args.csv))
     workload = make_workload(args.model, args.seq, {"batch": 1, "heads": 1})
     config = args.mapping or ALIASES.get(args.accel, args.accel)

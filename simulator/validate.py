@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.atomic import atomic_path, check_writable, write_text
+from simulator.atomic import atomic_path, check_writable, output_path, write_text
 from simulator.cli import guarded
 from simulator.configs import Specs, prepare
 from simulator.errors import Loc, SpecError
@@ -599,8 +599,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Validate an architecture's predictions against measured attention."""
     args = _parser().parse_args(argv)
-    out = Path(args.out) if args.out else None
-    plot = Path(args.plot) if args.plot else None
+    out = output_path(args.out, f"validate.{args.format}") if args.out else None
+    plot = output_path(args.plot, "validate") if args.plot else None
     if out is not None:
         check_writable(out)
     if plot is not None:

@@ -60,3 +60,143 @@ def test_ctrl_c_is_one_line_and_130(tmp_path, name, delay):
         pytest.skip(f"{name} finished within {delay} s")
     assert (rc, err) == (130, "interrupted: no partial result file was left\n")
     assert all(f.endswith(".journal") for f in files), files
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    "args, wrote",
+    [
+        (["-m", "simulator.compare", "--cascades", "attention-1pass", "--seq", "1K",
+          "--strategies", "unfused", "--engine", "analytic", "--out", "OUT"],
+         ["compare.pdf", "compare.png"]),
+        (["-m", "simulator.sweep", "--grid", "seq=1K", "accel=unfused", "--engine", "analytic",
+          "--out", "OUT"],
+         ["sweep.csv"]),
+        (["-m", "simulator.cascade", "rewrite", "softmax", "-o", "OUT"],
+         ["softmax-rewritten.yaml"]),
+    ],
+)  # fmt: skip
+def test_an_existing_folder_as_out_writes_inside_it(tmp_path, args, wrote):
+    out = tmp_path / "results"
+    out.mkdir()
+    r = _run([a.replace("OUT", str(out)) for a in args], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == wrote
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-m", "simulator.compare", "--cascades", "attention-1pass", "--seq", "1K", "--out",
+         "MISSING/cmp"],
+        ["-m", "simulator.sweep", "--grid", "seq=1K", "--out", "MISSING/x.csv"],
+        ["-m", "simulator.cascade", "rewrite", "attention-3pass", "-o", "MISSING/x.yaml"],
+        ["-m", "simulator.validate", "--out", "MISSING/v.txt"],
+    ],
+)  # fmt: skip
+def test_a_missing_folder_is_one_line_and_nothing_created(tmp_path, args):
+    missing = tmp_path / "no" / "such"
+    r = _run([a.replace("MISSING", str(missing)) for a in args], tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "does not exist" in r.stderr, r.stderr
+    assert not (tmp_path / "no").exists()
+
+
+LONG_SWEEP = [
+    "-m", "simulator.sweep", "--grid", "pe_dim=32,64,128,256", "model=bert,xlm,t5,trxl",
+    "seq=1K,4K,16K,64K,256K", "--engine", "cycle", "--jobs", "1", "--no-progress",
+]  # fmt: skip
+
+
+def test_two_sweeps_never_share_an_out(tmp_path):
+    """A running sweep holds its --out: a second one (with --resume too) is one line naming
+    the holder's PID, and changes nothing; once the first ends, the out is free again."""
+    from simulator.journal import lock_path
+    from simulator.sweep import main as sweep_main
+
+    out = tmp_path / "s.csv"
+    first = subprocess.Popen(
+        [sys.executable, *LONG_SWEEP, "--out", str(out)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not lock_path(out).exists() or not lock_path(out).read_text().strip():
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        for extra in ([], ["--resume"]):
+            r = _run([*LONG_SWEEP, "--out", str(out), *extra], tmp_path)
+            assert r.returncode == 2
+            assert r.stderr == (
+                f"error: {out} is being written by a running sweep (PID {first.pid}): wait "
+                "for it to end, or give another --out\n"
+            )
+    finally:
+        first.kill()
+        first.wait()
+    # killed: the kernel released the lock; the journal stays for --resume
+    assert sweep_main(["--grid", "seq=1K", "--engine", "analytic", "--no-progress",
+                       "--out", str(tmp_path / "t.csv")]) == 0  # fmt: skip
+    assert not lock_path(tmp_path / "t.csv").exists()
+
+
+def test_a_comment_in_the_sweep_file_does_not_refuse_a_resume(tmp_path):
+    from simulator.sweep import _parameters_digest, _specs_digest, build_parser, sweep_spec
+    from simulator.timing.options import TimingOptions
+
+    text = "sweep:\n  grid:\n    model: [bert]\n    seq: [1K, 4K]\n"
+    digests = []
+    for body in (text, "# a comment added\n" + text.replace("[bert]", "[bert]   # BERT")):
+        path = tmp_path / "s.yaml"
+        path.write_text(body)
+        args = build_parser().parse_args(["--spec", str(path)])
+        spec = sweep_spec(args)
+        extra = (None, None, TimingOptions(), {})
+        digests.append((_specs_digest(args, None, None, spec), _parameters_digest(spec, extra)))
+    assert digests[0] == digests[1]
+
+
+def test_a_killed_sweep_leaves_no_worker(tmp_path):
+    """kill -9 of a sweep with two workers: both workers end with it."""
+    p = subprocess.Popen(
+        [sys.executable, *LONG_SWEEP[:-3], "--jobs", "2", "--no-progress",
+         "--out", str(tmp_path / "s.csv")],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    workers: list[int] = []
+    while len(workers) < 2:
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.1)
+        workers = _children(p.pid)
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(w) for w in workers):
+        assert time.monotonic() < deadline, f"workers still running: {workers}"
+        time.sleep(0.1)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

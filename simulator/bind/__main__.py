@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from simulator.atomic import check_writable, write_text
+from simulator.atomic import check_writable, output_path, write_text
 from simulator.bind.auto import DEFAULT_ARCH, STRATEGIES, bind, mapping_yaml, reference
 from simulator.cascade.parse import load_cascade
 from simulator.cli import guarded
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         context=args.context,
         shape=parse_shape(args.shape),
     )
-    out = Path(args.out) if args.out else None
+    out = output_path(args.out, "mapping.yaml") if args.out else None
     if out is not None:
         check_writable(out)
     cascade_path = resolve_spec("cascades", args.cascade)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.atomic import write_text
+from simulator.atomic import check_writable, output_path, write_text
 from simulator.cascade.evaluate import (
     Comparison,
     compare,
@@ -348,6 +348,9 @@ def _rewritten_draft(result: RewriteResult, source: str, out: str | None):
 
 def cmd_rewrite(args: argparse.Namespace) -> int:
     cascade = _load(args.file)
+    if args.output:  # checked before the search: a typo costs a second, not a search
+        args.output = str(output_path(args.output, f"{cascade.name}-rewritten.yaml"))
+        check_writable(Path(args.output))
     overrides = parse_shape_arg(args.shape) if args.shape else None
     if args.target_passes is not None and args.target_passes < 1:
         raise SpecError(f"--target-passes must be 1 or more, got {args.target_passes}")

@@ -420,7 +420,7 @@ def headline_section(rows: Sequence[AttnRow], ctx: Context) -> str:
 
 
 def tolerance_section(rows: Sequence[AttnRow], ctx: Context) -> str:
-    """Every attention point against the tolerances of issues 3 (performance) and 4 (energy)."""
+    """Every attention point against the reproduction tolerances (performance, energy)."""
     table = []
     for config, label in _configs(rows):
         worst_perf = (0.0, "")
@@ -463,8 +463,8 @@ def tolerance_section(rows: Sequence[AttnRow], ctx: Context) -> str:
             "### Every attention point against the tolerances",
             "",
             "Worst absolute relative error over the points of the run: latency, traffic, "
-            "util_2d, util_1d (tolerance of issue 3) and energy with the published accounting "
-            "(issue 4; the published +Cascade energies at 256K and 1M are held to 5%: they come "
+            "util_2d, util_1d (the performance tolerance) and energy with the published "
+            "accounting (the published +Cascade energies at 256K and 1M are held to 5%: they come "
             "from an older mapping revision, see arch/tables/README.md).",
             "",
             md_table(

@@ -110,7 +110,7 @@ def bench_experiments() -> float:
 
 def bench_compare() -> float:
     """`python -m simulator.compare` with five cascades at 128K tokens (every strategy
-    tried on each, cycle engine), wall time including interpreter start (issue 15)."""
+    tried on each, cycle engine), wall time including interpreter start."""
     cascades = ",".join(
         [
             "attention-1pass",
@@ -125,7 +125,7 @@ def bench_compare() -> float:
     return _best_of(3, lambda: subprocess.run(cmd, check=True, capture_output=True))
 
 
-# Extreme inputs (issue 18): each answers or stops with one line within 2 s of wall time.
+# Extreme inputs: each answers or stops with one line within 2 s of wall time.
 EXTREME_INPUTS = (
     ["--seq", "10T"],
     ["--seq", "10T", "--engine", "analytic"],

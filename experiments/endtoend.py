@@ -332,8 +332,8 @@ def render(
             "",
             "`results/end2end-{flat,proposal}.csv`: the linear layers mapped within the "
             f"artifact's constraints (`mappings/linear/{ARTIFACT_LINEAR}.yaml`) on FLAT's "
-            "and FuseMax's chip; worst relative error over the points of the run (issue 6 "
-            "holds them to 3%):",
+            "and FuseMax's chip; worst relative error over the points of the run (held to "
+            "3%):",
             "",
             md_table(
                 ["file", "quantity", "chip of", "worst abs. error", "where"],

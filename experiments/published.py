@@ -40,12 +40,12 @@ PUBLISHED_LAYERS = {
     "binding": "proposal",
 }
 
-# Tolerances the earlier issues hold every attention point to (tests/test_reference_*.py):
-# latency, traffic and utilisations (issue 3); energy with the published accounting (issue 4).
+# The reproduction tolerances every attention point is held to (tests/test_reference_*.py):
+# latency, traffic and utilisations; energy with the published accounting.
 PERF_TOLERANCE = {"unfused": 0.05, "flat": 0.02, "cascade": 0.005, "arch": 0.005, "binding": 0.005}
 ENERGY_TOLERANCE = {"unfused": 0.05, "flat": 0.05, "cascade": 0.03, "arch": 0.03, "binding": 0.03}
 # The published +Cascade energies at 256K and 1M come from an older mapping revision (see
-# arch/tables/README.md); issue 4 holds them to 5%.
+# arch/tables/README.md); they are held to 5%.
 ENERGY_TOLERANCE_EXCEPTIONS = {("cascade", "256K"): 0.05, ("cascade", "1M"): 0.05}
 
 
@@ -80,9 +80,9 @@ def load_published(folder: Path = REFERENCE_DIR) -> Published:
     return Published(tables)
 
 
-# The paper's pass counts and minimum live footprints (section III; fusemax-reference.md
-# section 4) for the shipped cascades it discusses: cascade -> (rank, tensor, passes over the
-# rank, live footprint of the tensor's fibre).
+# The paper's pass counts and minimum live footprints (FuseMax paper, section III) for the
+# shipped cascades it discusses: cascade -> (rank, tensor, passes over the rank, live
+# footprint of the tensor's fibre).
 PAPER_PASSES = {
     "cascade1-dot": ("K", "A", 2, "K"),
     "cascade2-reassociated": ("K", "A", 1, "1"),

@@ -23,7 +23,7 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
 
     def wrapper(argv: list[str] | None = None) -> int:
         try:
-            return main(argv)
+            return main(negative_values(sys.argv[1:] if argv is None else list(argv)))
         except SpecError as err:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_USAGE
@@ -39,6 +39,26 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
     wrapper.__doc__ = main.__doc__
     wrapper.__name__ = main.__name__
     return wrapper
+
+
+def negative_values(argv: list[str]) -> list[str]:
+    """`--seq -4K` as `--seq=-4K`: argparse takes a value that starts with '-' for an option
+    (and says only "expected one argument"); joined, the option's own check says what is
+    wrong with the value ("must be positive")."""
+    out: list[str] = []
+    for token in argv:
+        if (
+            out
+            and out[-1].startswith("--")
+            and "=" not in out[-1]
+            and len(token) > 1
+            and token[0] == "-"
+            and (token[1].isdigit() or token[1] == ".")
+        ):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
 
 
 def install_interrupt_hook() -> None:

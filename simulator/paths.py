@@ -24,6 +24,18 @@ def is_file(path: str | Path) -> bool:
         return False
 
 
+def _not_a_file(path: Path) -> str:
+    """What `path` is when it exists but is no regular file ('' when it does not exist)."""
+    try:
+        if path.is_dir():
+            return "a folder"
+        if path.exists():
+            return "a device or pipe" if not path.is_file() else ""
+    except (OSError, ValueError):
+        return ""
+    return ""
+
+
 def data_dir(kind: str) -> Path:
     """The folder holding the shipped specs of `kind` (one of KINDS)."""
     if kind not in KINDS:
@@ -43,6 +55,9 @@ def resolve_spec(kind: str, name_or_path: str) -> Path:
     for candidate in (base / name_or_path, base / f"{name_or_path}.yaml"):
         if is_file(candidate):
             return candidate
+    what = _not_a_file(direct)
+    if what:
+        raise SpecError(f"{what}, not a spec file", Loc(name_or_path))
     shipped = ", ".join(sorted(p.stem for p in base.glob("*.yaml")))
     raise SpecError(f"no such file (shipped {kind}: {shipped})", Loc(name_or_path))
 

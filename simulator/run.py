@@ -571,7 +571,9 @@ def main(argv: list[str] | None = None) -> int:
         "window": args.window,
         "causal": args.causal,
     }
-    model = args.model or ("custom" if args.heads and args.embed and not args.model else "bert")
+    if args.model is not None and not args.model.strip():
+        raise SpecError("--model is empty: name a model (bert, llama3-8b, ...) or custom")
+    model = args.model or ("custom" if args.heads and args.embed else "bert")
     workload = make_workload(
         model,
         args.seq,

@@ -181,6 +181,9 @@ def render_summary(r: WaterfallResult, arrays: list[str], epochs: int) -> str:
     return "\n".join(lines)
 
 
+MAX_EPOCHS = 256  # epochs a trace records and draws (each one is a column of bars)
+
+
 @guarded
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m simulator.trace`."""
@@ -194,6 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         check_writable(Path(args.csv))
     workload = make_workload(args.model, args.seq, {"batch": 1, "heads": 1})
     config = args.mapping or ALIASES.get(args.accel, args.accel)
+    if args.epochs > MAX_EPOCHS:
+        print(
+            f"--epochs {args.epochs}: tracing the first {MAX_EPOCHS} (a trace draws at most "
+            f"{MAX_EPOCHS}; the rest are simulated or extrapolated as usual)",
+            file=sys.stderr,
+        )
+        args.epochs = MAX_EPOCHS
     t = trace_point(Specs(), config, workload, args.epochs, args.pe_dim)
     r, arrays, events, mapping, program = t.result, t.arrays, t.events, t.mapping, t.program
     traced = min(args.epochs, r.epochs)

@@ -200,3 +200,52 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+@pytest.mark.parametrize(
+    "module, args, message",
+    [
+        ("run", ["--model", "", "--seq", "1K"], "--model is empty"),
+        ("run", ["--seq", "-4K"], "--seq: '-4K' is not a count"),
+        ("run", ["--seq", "1K", "--mapping", "FOLDER"], "a folder, not a spec file"),
+        ("cascade", ["passes", "/dev/null"], "/dev/null: a device or pipe, not a spec file"),
+        ("cascade", ["passes", "FOLDER"], "a folder, not a spec file"),
+        ("run", ["--seq", "1K", "--pe-dim", "3", "--accel", "binding"], "--pe-dim"),
+    ],
+)
+def test_messages_say_what_is_wrong(tmp_path, capsys, module, args, message):
+    from simulator.cascade.__main__ import main as cascade_main
+    from simulator.run import main as run_main
+
+    main = {"run": run_main, "cascade": cascade_main}[module]
+    assert main([a.replace("FOLDER", str(tmp_path)) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_trace_says_it_draws_256_epochs_at_most(tmp_path, capsys):
+    from simulator.trace import main as trace_main
+
+    assert trace_main(["--seq", "256K", "--epochs", "100000000"]) == 0
+    captured = capsys.readouterr()
+    assert "--epochs 100000000: tracing the first 256" in captured.err
+    assert "traced 256" in captured.out
+
+
+def test_cascade_list_cuts_descriptions_at_words(capsys):
+    from simulator.cascade.__main__ import main as cascade_main
+    from simulator.cascade.parse import load_cascade
+
+    from .conftest import CASCADES
+
+    assert cascade_main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()[2:]
+    described = {line.split()[0]: line.split(None, 3)[3] for line in lines if len(line.split()) > 3}
+    assert described
+    for name, shown in described.items():
+        full = " ".join(load_cascade(CASCADES / f"{name}.yaml").description.split())
+        if shown.endswith("..."):
+            kept = shown[:-3]
+            assert full.startswith(kept) and full[len(kept)] == " ", (name, shown)
+        else:
+            assert full.startswith(shown), (name, shown)

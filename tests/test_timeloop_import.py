@@ -141,7 +141,7 @@ def test_the_artifacts_accelergy_tables_import_complete():
     check_tables(
         ert.bind(attrs), art.bind(attrs), arch.required_actions(), set(arch.priced_components())
     )
-    # the artifact's MAC: 17.16 pJ per compute (fusemax-reference.md section 6)
+    # the artifact's MAC: 17.16 pJ per compute (the FuseMax artifact's energy table)
     assert ert.energy("PE2D.mac", "compute") == pytest.approx(17.16, abs=0.01)
 
 

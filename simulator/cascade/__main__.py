@@ -306,7 +306,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 path.stem,
                 report.max_passes,
                 len([e for e in cascade.einsums if e.kind == "compute"]),
-                cascade.description.split(".")[0][:60],
+                _first_words(cascade.description, 60),
             )
         )
     print(
@@ -344,6 +344,14 @@ def _rewritten_draft(result: RewriteResult, source: str, out: str | None):
     if result.unstable:
         header.append(f"Uses {', '.join(result.unstable)}: may lose precision (--allow-unstable).")
     return replace(result.draft, name=name, description=description), header
+
+
+def _first_words(text: str, width: int) -> str:
+    """The first sentence of `text`, cut at a word boundary to `width` characters."""
+    first = " ".join(text.split(".")[0].split())
+    if len(first) <= width:
+        return first
+    return first[: width - 3].rsplit(" ", 1)[0] + "..."
 
 
 def cmd_rewrite(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """Passes and minimum live footprint: properties of a cascade that hold for every mapping.
 
-Definition (FuseMax paper, section III; `fusemax-reference.md` section 4). A pass over a
+Definition (FuseMax paper, section III). A pass over a
 fibre of rank R is a traversal of its elements. When an Einsum must traverse an R fibre
 again after *all* of it has been reduced (a read-read dependency through a full reduction
 over R), every schedule makes one more pass. An N-pass cascade has a chain of N-1 such

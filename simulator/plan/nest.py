@@ -121,7 +121,8 @@ def resolve_extents(
                     raise SpecError(
                         f"{where}: {rank}={out[rank]} is not divisible by "
                         f"{' x '.join(c for c in comps if c != missing[0])} = {rest};"
-                        " choose a sequence length the tiles divide",
+                        " the tiles come from the mapping's factors (an array's size: --pe-dim)"
+                        " -- choose sizes that divide it, or a sequence length they divide",
                         loc,
                     )
                 out[missing[0]] = out[rank] // rest

@@ -276,6 +276,8 @@ def make_workload(
             raise SpecError(f"unknown workload field '{key}'")
         if isinstance(value, bool) or value < 0 or (value == 0 and key != "window"):
             raise SpecError(f"--{key.replace('_', '-')} must be positive, got {value}")
+    if model is not None and not model.strip():
+        raise SpecError("--model is empty: name a model (bert, llama3-8b, ...) or custom")
     name = (model or "custom").lower()
     if name == "custom":
         missing = [f for f in ("heads", "embed") if f not in given]

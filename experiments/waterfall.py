@@ -14,6 +14,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})  # TrueType in PDFs
 import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.compare import md_table  # noqa: E402

@@ -28,6 +28,7 @@ from simulator.cascade.passes import analyze_passes
 from simulator.cli import guarded
 from simulator.configs import Specs, evaluate
 from simulator.errors import SpecError
+from simulator.figures import pyplot
 from simulator.paths import resolve_spec
 from simulator.result import Result
 from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
@@ -208,10 +209,7 @@ def render_csv(recs: list[dict]) -> str:
 def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
     """Grouped bars, one panel per metric (latency, DRAM traffic, energy, 2D utilisation):
     cascades along x, one bar per strategy."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cascades = list(dict.fromkeys(r.cascade for r in rows))
     strategies = list(dict.fromkeys(r.strategy for r in rows))

@@ -24,6 +24,7 @@ from simulator.atomic import atomic_path, check_writable, output_path
 from simulator.cli import guarded
 from simulator.configs import ALIASES, STANDARD, Specs, evaluate
 from simulator.errors import SpecError
+from simulator.figures import pyplot
 from simulator.result import Result
 from simulator.spec.arch import Architecture
 from simulator.spec.workload import default_sequence_lengths, make_workload
@@ -64,10 +65,7 @@ def draw(
     """Points (label, result: anything with traffic_bytes, intensity and throughput) on
     log-log axes with the roof and the slope; `out`.png/.pdf (`lines`: join each label's
     points, in order)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     peak, bandwidth = roof
     fig, ax = plt.subplots(figsize=(6.4, 4.0))

@@ -24,6 +24,7 @@ from simulator.bounds import point_bounds
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
 from simulator.errors import BoundBreach, SpecError
+from simulator.figures import pyplot
 from simulator.plan.point import plan_point
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload, make_workload
@@ -99,7 +100,7 @@ def plot_waterfall(
 ):
     """Draw the events on a matplotlib axis, one row per array, coloured by epoch; returns
     the legend handles and labels (one per epoch). `end` fixes the cycle window."""
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     epochs = sorted({e.epoch for e in events})
     colours = plt.get_cmap(cmap)
@@ -137,10 +138,7 @@ LEGEND_EPOCHS = 16
 
 
 def draw(events: list[TraceEvent], arrays: list[str], title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     end = max((e.end for e in events), default=1)
     fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, end / 60)), 1.4 + 0.9 * len(arrays)))

@@ -39,6 +39,7 @@ from simulator.cli import guarded
 from simulator.configs import Specs, prepare
 from simulator.errors import Loc, SpecError
 from simulator.evaluate import evaluate_mapping
+from simulator.figures import pyplot
 from simulator.paths import data_dir, is_file
 from simulator.result import Result
 from simulator.spec.sustained import with_sustained
@@ -538,10 +539,7 @@ def _cell(value: object) -> str:
 def draw(rows: Sequence[Validation], title: str, out: Path) -> list[Path]:
     """Predicted against measured, log-log, the y = x line, each point labelled by its
     shape; fused and unfused apart. `out`.png and .pdf."""
-    import matplotlib  # noqa: PLC0415 - only the plot needs it (a second's import)
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7.5, 6.0))
     values = [v for r in rows for v in (r.measurement.time_s, r.predicted_s)]

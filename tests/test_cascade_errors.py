@@ -170,8 +170,11 @@ def test_the_trace_cli_checks_its_outputs_first(tmp_path, run_cli):
     argv = ["--seq", "1K"]
     code, _out, err = run_cli(trace_main, [*argv, "--out", str(tmp_path / "x.txt")])
     assert code == 2 and "a figure needs one of the suffixes" in err and err.count("\n") == 1
-    code, _out, err = run_cli(trace_main, [*argv, "--csv", str(tmp_path)])
-    assert code == 2 and "is a directory" in err and err.count("\n") == 1
+    code, _out, err = run_cli(trace_main, [*argv, "--csv", str(tmp_path / "no" / "x.csv")])
+    assert code == 2 and "does not exist" in err and err.count("\n") == 1
+    assert not (tmp_path / "no").exists()
+    code, _out, err = run_cli(trace_main, [*argv, "--csv", str(tmp_path)])  # a folder: inside
+    assert code == 0 and (tmp_path / "trace.csv").stat().st_size > 0
     png, table = tmp_path / "w.png", tmp_path / "w.csv"
     code, out, err = run_cli(
         trace_main, [*argv, "--epochs", "100000", "--out", str(png), "--csv", str(table)]

@@ -249,3 +249,32 @@ def test_cascade_list_cuts_descriptions_at_words(capsys):
             assert full.startswith(kept) and full[len(kept)] == " ", (name, shown)
         else:
             assert full.startswith(shown), (name, shown)
+
+
+def _fonts(pdf: Path) -> set[str]:
+    """The font subtypes a PDF embeds (its /Subtype names of font objects)."""
+    import re
+
+    data = pdf.read_bytes()
+    return set(re.findall(rb"/Subtype\s*/(Type3|TrueType|Type1|CIDFontType2|CIDFontType0)", data))
+
+
+def test_every_figure_embeds_truetype_fonts(tmp_path):
+    """No Type 3 font in any figure's PDF: the experiments' figures and every tool's."""
+    out = tmp_path / "exp"
+    r = _run(["-m", "experiments", "--out", str(out), "--only", "attention,waterfall,silicon",
+              "--models", "bert", "--seqs", "1K,4K", "--no-progress"], tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for args in (
+        ["-m", "simulator.compare", "--cascades", "attention-1pass,attention-3pass", "--seq",
+         "1K", "--engine", "analytic", "--out", str(tmp_path / "cmp")],
+        ["-m", "simulator.roofline", "--seqs", "1K,4K", "-o", str(tmp_path / "roof")],
+        ["-m", "simulator.trace", "--seq", "1K", "--out", str(tmp_path / "trace.pdf")],
+    ):  # fmt: skip
+        r = _run(args, tmp_path)
+        assert r.returncode == 0, r.stderr
+    pdfs = sorted(tmp_path.rglob("*.pdf"))
+    assert len(pdfs) >= 8
+    for pdf in pdfs:
+        fonts = _fonts(pdf)
+        assert fonts and b"Type3" not in fonts, (pdf.name, fonts)

@@ -1,0 +1,23 @@
+"""matplotlib for the tools that draw (I/O edge): headless, fonts a paper can embed.
+
+Imported inside the drawing functions, so a command that draws nothing starts without
+matplotlib (a second of import). PDFs and PostScript embed their text as TrueType (Type 42)
+fonts, not Type 3: conference checks reject Type 3.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EMBEDDABLE_FONTS = {"pdf.fonttype": 42, "ps.fonttype": 42}
+
+
+def pyplot() -> Any:
+    """`matplotlib.pyplot`, on the Agg backend, with TrueType fonts in PDFs."""
+    import matplotlib  # noqa: PLC0415 - only drawing needs it
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams.update(EMBEDDABLE_FONTS)
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt

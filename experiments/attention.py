@@ -281,28 +281,33 @@ def figures(rows: Sequence[AttnRow], ctx: Context) -> list[Path]:
     out = ctx.out
     paths = []
     paths += plots.grouped_bars(
-        _series_util(rows, ctx, "util_1d"), pts, "Utilization 1D", out / "fig6a", ctx.compare
+        _series_util(rows, ctx, "util_1d"), pts, "1D array utilization", out / "fig6a", ctx.compare
     )
     paths += plots.grouped_bars(
-        _series_util(rows, ctx, "util_2d"), pts, "Utilization 2D", out / "fig6b", ctx.compare
+        _series_util(rows, ctx, "util_2d"), pts, "2D array utilization", out / "fig6b", ctx.compare
     )
     _, bars, published, categories = fig7_bars(rows, ctx)
+    names = dict(_configs(rows))
+    spelled = "\n".join(f"{v}: {names.get(k, k)}" for k, v in FIG7_SHORT.items())
     paths += plots.stacked_breakdown(
-        bars, published, categories, "Proportion Active", out / "fig7", ctx.compare
-    )
+        bars, published, categories, "2D array: share active", out / "fig7", ctx.compare,
+        note=spelled,
+    )  # fmt: skip
     paths += plots.grouped_bars(
         _series_relative(rows, ctx, "latency", "latency_s", invert=True),
         pts,
-        "Speedup",
+        "Speedup over Unfused",
         out / "fig8",
         ctx.compare,
+        title="Attention: speedup over Unfused",
     )
     paths += plots.grouped_bars(
         _series_relative(rows, ctx, "energy", "energy_pj", invert=False),
         pts,
-        "Energy Use",
+        "Energy relative to Unfused",
         out / "fig9",
         ctx.compare,
+        title="Attention: energy relative to Unfused",
     )
     return paths
 

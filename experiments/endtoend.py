@@ -270,16 +270,18 @@ def draw(
     paths = plots.grouped_bars(
         relative_series(ours, published, labels, "latency_s", invert=True),
         pts,
-        "Speedup",
+        "Speedup over Unfused",
         out / "fig10",
         compare,
+        title="End-to-end layer (attention + linear layers): speedup over Unfused",
     )
     paths += plots.grouped_bars(
         relative_series(ours, published, labels, "energy_pj", invert=False),
         pts,
-        "Energy Use",
+        "Energy relative to Unfused",
         out / "fig11",
         compare,
+        title="End-to-end layer (attention + linear layers): energy relative to Unfused",
     )
     return paths
 

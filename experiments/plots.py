@@ -28,6 +28,10 @@ CONFIG_COLOURS = ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00")
 # The legend groups the configurations after the first two under the proposal's name.
 GROUP_HEADING = ("FuseMax", 2)  # (heading, index of the first configuration under it)
 PUBLISHED_MARKER = {"marker": "_", "color": "black", "markersize": 7, "markeredgewidth": 1.2}
+# Figures are drawn at the size they print: a two-column paper's text width (a figure*),
+# or one column; no text under 7 pt at that size.
+WIDE_IN, NARROW_IN = 7.0, 3.4
+TEXT_PT, SMALL_PT = 8, 7
 
 Point = tuple[str, str]  # (model label, sequence-length label), e.g. ("BERT", "1K")
 
@@ -49,7 +53,7 @@ def _style(ax) -> None:
         ax.spines[side].set_visible(False)
     for side in ("left", "bottom"):
         ax.spines[side].set_color("#bbbbbb")
-    ax.tick_params(axis="both", labelsize=11, length=0)
+    ax.tick_params(axis="both", labelsize=SMALL_PT, length=0)
 
 
 def _legend(
@@ -77,7 +81,7 @@ def _legend(
         loc="center left",
         bbox_to_anchor=(1.0, 0.5),
         frameon=False,
-        fontsize=11,
+        fontsize=SMALL_PT,
         handlelength=1.5,
     )
 
@@ -101,17 +105,20 @@ def _model_labels(ax, points: Sequence[Point], centre: dict[Point, float]) -> No
     models: dict[str, list[float]] = {}
     for model, seq in points:
         models.setdefault(model, []).append(centre[(model, seq)])
-    ax.set_xticks([centre[p] for p in points], [seq for _, seq in points])
+    crowded = len(points) > 12  # at 7 pt, more labels than this overlap side by side
+    ax.set_xticks(
+        [centre[p] for p in points], [seq for _, seq in points], rotation=90 if crowded else 0
+    )
     for model, xs in models.items():
         ax.annotate(
             model,
             xy=((min(xs) + max(xs)) / 2, 0),
             xycoords=("data", "axes fraction"),
-            xytext=(0, -17),
+            xytext=(0, -24 if crowded else -12),
             textcoords="offset points",
             ha="center",
             va="top",
-            fontsize=11,
+            fontsize=TEXT_PT,
         )
 
 
@@ -124,10 +131,12 @@ def grouped_bars(
     ymax: float | None = None,
     colours: Sequence[str] = CONFIG_COLOURS,
     log: bool = False,
+    title: str = "",
 ) -> list[Path]:
     """The paper's bar chart: one group per (model, seq), one bar per configuration
-    (`colours`: theirs; `log`: a logarithmic axis, without the paper's legend heading)."""
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(points) + 2.4), 2.3))
+    (`colours`: theirs; `log`: a logarithmic axis, without the paper's legend heading;
+    `title`: what the figure shows, so it reads without its caption)."""
+    fig, ax = plt.subplots(figsize=(WIDE_IN, 2.4))
     centre, width = _positions(points, len(series))
     offset0 = -(len(series) - 1) / 2 * width
     for i, s in enumerate(series):
@@ -139,7 +148,9 @@ def grouped_bars(
             py = [s.published[p] for p in points if p in s.published]
             ax.plot(px, py, linestyle="none", **PUBLISHED_MARKER)
     _style(ax)
-    ax.set_ylabel(ylabel, fontsize=11)
+    ax.set_ylabel(ylabel, fontsize=TEXT_PT)
+    if title:
+        ax.set_title(title, fontsize=TEXT_PT, loc="left")
     ax.set_xlim(min(centre.values()) - 0.6, max(centre.values()) + 0.6)
     if ymax is not None:
         ax.set_ylim(0, ymax)
@@ -150,8 +161,8 @@ def grouped_bars(
         ax.set_yscale("log")
     else:
         ax.yaxis.set_major_locator(MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]))
-    fig.subplots_adjust(left=0.8 / fig.get_figwidth(), right=1 - 2.0 / fig.get_figwidth())
-    fig.subplots_adjust(bottom=0.27, top=0.95)
+    fig.subplots_adjust(left=0.6 / fig.get_figwidth(), right=1 - 1.25 / fig.get_figwidth())
+    fig.subplots_adjust(bottom=0.3 if len(points) > 12 else 0.22, top=0.88 if title else 0.95)
     paths = save_figure(fig, path_stem)
     plt.close(fig)
     return paths
@@ -164,11 +175,13 @@ def stacked_breakdown(
     ylabel: str,
     path_stem: Path,
     compare: bool = False,
+    note: str = "",
 ) -> list[Path]:
     """Figure 7's shape: per sequence length, one stacked bar per configuration (short
-    label), stacked by Einsum category. `bars` = (group, short label, {category: value})."""
+    label), stacked by Einsum category. `bars` = (group, short label, {category: value});
+    `note` (the short labels spelled out) under the legend."""
     colours = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(bars) + 2.6), 2.6))
+    fig, ax = plt.subplots(figsize=(WIDE_IN, 2.6))
     groups: list[str] = []
     xs: list[float] = []
     x = 0.0
@@ -190,7 +203,7 @@ def stacked_breakdown(
                 ref_bottom += ref[cat]
                 ax.plot([xpos], [ref_bottom], linestyle="none", **PUBLISHED_MARKER)
     _style(ax)
-    ax.set_ylabel(ylabel, fontsize=11)
+    ax.set_ylabel(ylabel, fontsize=TEXT_PT)
     ax.set_xticks(xs, [short for _, short, _ in bars], rotation=90)
     ax.set_xlim(min(xs) - 0.7, max(xs) + 0.7)
     seen: dict[str, list[float]] = {}
@@ -201,19 +214,25 @@ def stacked_breakdown(
             group,
             xy=((min(pos) + max(pos)) / 2, 0),
             xycoords=("data", "axes fraction"),
-            xytext=(0, -28),
+            xytext=(0, -20),
             textcoords="offset points",
             ha="center",
             va="top",
-            fontsize=11,
+            fontsize=TEXT_PT,
         )
     handles = [Patch(color=colours(k)) for k in range(len(categories))]
     names = list(categories)
     if compare:
         handles.append(Line2D([], [], linestyle="none", **PUBLISHED_MARKER))
         names.append("published")
-    ax.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
-    fig.subplots_adjust(left=0.8 / fig.get_figwidth(), right=1 - 1.4 / fig.get_figwidth())
+    ax.legend(
+        handles, names, loc="center left", bbox_to_anchor=(1.0, 0.55), frameon=False,
+        fontsize=SMALL_PT,
+    )  # fmt: skip
+    if note:
+        ax.annotate(note, xy=(1.0, 0.0), xycoords="axes fraction", xytext=(6, -20),
+                    textcoords="offset points", fontsize=SMALL_PT, va="top")  # fmt: skip
+    fig.subplots_adjust(left=0.6 / fig.get_figwidth(), right=1 - 1.3 / fig.get_figwidth())
     fig.subplots_adjust(bottom=0.3, top=0.95)
     paths = save_figure(fig, path_stem)
     plt.close(fig)
@@ -232,7 +251,7 @@ def pareto_lines(
     styles = ("-", "--", ":", "-.")
     markers = ("o", "x", ".", "+")
     colours = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(4.2, 3.4))
+    fig, ax = plt.subplots(figsize=(NARROW_IN, 2.8))
     for k, (model, pts) in enumerate(lines.items()):
         pts = sorted(pts)
         ax.plot(
@@ -250,9 +269,10 @@ def pareto_lines(
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.grid(True, which="major", color="#cccccc", linewidth=0.8)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.legend(title="Model", fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=TEXT_PT)
+    ax.set_ylabel(ylabel, fontsize=TEXT_PT)
+    ax.tick_params(axis="both", labelsize=SMALL_PT)
+    ax.legend(title="Model", fontsize=SMALL_PT, title_fontsize=SMALL_PT)
     fig.tight_layout()
     paths = save_figure(fig, path_stem)
     plt.close(fig)

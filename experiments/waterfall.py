@@ -70,21 +70,22 @@ def _window(rows: Sequence[WaterfallRow]) -> int:
 
 def figures(rows: Sequence[WaterfallRow], ctx: Context) -> list[Path]:
     end = _window(rows)
-    fig, axes = plt.subplots(len(rows), 1, figsize=(14, 1.1 + 1.3 * len(rows)), sharex=True)
+    fig, axes = plt.subplots(len(rows), 1, figsize=(7.0, 1.4 + 1.3 * len(rows)), sharex=True)
     for ax, r in zip(axes, rows, strict=True):
         handles, labels = plot_waterfall(ax, list(r.events), list(r.arrays), end, "tab20")
         ax.set_title(
             f"{r.label}: {r.tiles_in_flight} tile(s) in flight, {r.cycles} cycles for "
             f"{r.epochs} epochs",
-            fontsize=9,
+            fontsize=8,
             loc="left",
         )
-    axes[-1].set_xlabel(f"cycle (BERT, {SEQ} tokens, one batch x head instance)")
+        ax.tick_params(axis="both", labelsize=7)
+    axes[-1].set_xlabel(f"cycle (BERT, {SEQ} tokens, one batch x head instance)", fontsize=8)
     axes[-1].legend(
         handles,
         labels,
-        fontsize=6,
-        ncol=min(len(labels), 16),
+        fontsize=7,
+        ncol=min(len(labels), 8),
         loc="upper center",
         bbox_to_anchor=(0.5, -0.45),
         frameon=False,

@@ -28,7 +28,7 @@ from simulator.cascade.passes import analyze_passes
 from simulator.cli import guarded
 from simulator.configs import Specs, evaluate
 from simulator.errors import SpecError
-from simulator.figures import pyplot
+from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot
 from simulator.paths import resolve_spec
 from simulator.result import Result
 from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
@@ -219,7 +219,7 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
         ("energy (J)", lambda r: (r.energy_pj or 0.0) * 1e-12),
         ("2D utilisation", lambda r: r.util_2d),
     ]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4 + 2.2 * len(cascades), 3.4))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(WIDE_IN, 3.2))
     width = 0.8 / max(1, len(strategies))
     colours = plt.get_cmap("tab10")
     for ax, (title, value) in zip(axes, metrics, strict=True):
@@ -231,12 +231,19 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
                     xs.append(i + (j - (len(strategies) - 1) / 2) * width)
                     ys.append(value(row.result))
             ax.bar(xs, ys, width, label=strategy, color=colours(j))
-        ax.set_xticks(range(len(cascades)), cascades, rotation=30, ha="right", fontsize=7)
-        ax.set_title(title, fontsize=9)
-        if title != "2D utilisation":
-            ax.set_yscale("log")
-    axes[0].legend(fontsize=7, frameon=False)
-    fig.suptitle(workload.describe(), fontsize=9)
+        ax.set_xticks(range(len(cascades)), cascades, rotation=30, ha="right", fontsize=SMALL_PT)
+        ax.tick_params(axis="y", labelsize=SMALL_PT)
+        ax.set_title(title, fontsize=TEXT_PT)
+        # linear axes from zero: bar heights compare as the numbers do
+        missing = [
+            i for i, c in enumerate(cascades)
+            if not any(r.cascade == c and r.result is not None for r in rows)
+        ]  # fmt: skip
+        for i in missing:
+            ax.annotate("not bound", (i, 0), ha="center", va="bottom", rotation=90,
+                        fontsize=SMALL_PT, color="#888888")  # fmt: skip
+    axes[0].legend(fontsize=SMALL_PT, frameon=False)
+    fig.suptitle(workload.describe(), fontsize=TEXT_PT)
     fig.tight_layout()
     written = []
     for suffix in (".png", ".pdf"):

@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 EMBEDDABLE_FONTS = {"pdf.fonttype": 42, "ps.fonttype": 42}
+# Drawn at the size they print: a two-column paper's text width, no text under 7 pt.
+WIDE_IN = 7.0
+TEXT_PT, SMALL_PT = 8, 7
 
 
 def pyplot() -> Any:

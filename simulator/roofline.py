@@ -24,7 +24,7 @@ from simulator.atomic import atomic_path, check_writable, output_path
 from simulator.cli import guarded
 from simulator.configs import ALIASES, STANDARD, Specs, evaluate
 from simulator.errors import SpecError
-from simulator.figures import pyplot
+from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot
 from simulator.result import Result
 from simulator.spec.arch import Architecture
 from simulator.spec.workload import default_sequence_lengths, make_workload
@@ -68,7 +68,7 @@ def draw(
     plt = pyplot()
 
     peak, bandwidth = roof
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = plt.subplots(figsize=(WIDE_IN, 4.2))
     intensities = [r.intensity for _l, r in points if r.traffic_bytes]
     lo = min(intensities + [peak / bandwidth]) / 4
     hi = max(intensities + [peak / bandwidth]) * 4
@@ -104,10 +104,11 @@ def draw(
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (operations per DRAM byte)", fontsize=9)
-    ax.set_ylabel("attained operations per second", fontsize=9)
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, frameon=False, loc="lower right")
+    ax.set_xlabel("arithmetic intensity (operations per DRAM byte)", fontsize=TEXT_PT)
+    ax.set_ylabel("attained operations per second", fontsize=TEXT_PT)
+    ax.tick_params(axis="both", labelsize=SMALL_PT)
+    ax.set_title(title, fontsize=TEXT_PT)
+    ax.legend(fontsize=SMALL_PT, frameon=False, loc="lower right")
     ax.grid(True, which="major", color="#dddddd", linewidth=0.6)
     fig.tight_layout()
     written = []

@@ -24,7 +24,7 @@ from simulator.bounds import point_bounds
 from simulator.cli import guarded
 from simulator.configs import ALIASES, Specs, prepare
 from simulator.errors import BoundBreach, SpecError
-from simulator.figures import pyplot
+from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot
 from simulator.plan.point import plan_point
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload, make_workload
@@ -116,14 +116,14 @@ def plot_waterfall(
                 edgecolors="black",
                 linewidth=0.4,
             )
-            if ev.end - ev.start >= end / 150:
+            if ev.end - ev.start >= end / 60:  # room for a 7 pt label at 7 in
                 ax.text(
                     (ev.start + ev.end) / 2,
                     row,
                     ev.einsum,
                     ha="center",
                     va="center",
-                    fontsize=6,
+                    fontsize=SMALL_PT,
                     rotation=90 if ev.end - ev.start < end / 40 else 0,
                     clip_on=True,
                 )
@@ -140,17 +140,17 @@ LEGEND_EPOCHS = 16
 def draw(events: list[TraceEvent], arrays: list[str], title: str, path: Path) -> None:
     plt = pyplot()
 
-    end = max((e.end for e in events), default=1)
-    fig, ax = plt.subplots(figsize=(max(8.0, min(24.0, end / 60)), 1.4 + 0.9 * len(arrays)))
+    fig, ax = plt.subplots(figsize=(WIDE_IN, 1.6 + 0.7 * len(arrays)))
     handles, labels = plot_waterfall(ax, events, arrays)
     # the legend names the first epochs' colours (they repeat): a long trace keeps it short
     handles, labels = handles[:LEGEND_EPOCHS], labels[:LEGEND_EPOCHS]
-    ax.set_xlabel("cycle")
-    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("cycle", fontsize=TEXT_PT)
+    ax.tick_params(axis="both", labelsize=SMALL_PT)
+    ax.set_title(title, fontsize=TEXT_PT)
     ax.legend(
         handles,
         labels,
-        fontsize=6,
+        fontsize=SMALL_PT,
         ncol=min(len(labels), 8),
         loc="upper center",
         bbox_to_anchor=(0.5, -0.35),

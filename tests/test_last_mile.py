@@ -278,3 +278,46 @@ def test_every_figure_embeds_truetype_fonts(tmp_path):
     for pdf in pdfs:
         fonts = _fonts(pdf)
         assert fonts and b"Type3" not in fonts, (pdf.name, fonts)
+
+
+def test_every_figure_is_legible_at_print_size(tmp_path, monkeypatch):
+    """Every figure is drawn at most 7 in wide (a two-column paper's text width) with no
+    text under 7 pt: legible where it prints, not only on a screen."""
+    import matplotlib.figure
+    import matplotlib.text
+
+    from experiments.__main__ import main as experiments_main
+    from simulator.compare import main as compare_main
+    from simulator.roofline import main as roofline_main
+    from simulator.trace import main as trace_main
+    from simulator.validate import main as validate_main
+
+    seen: dict[str, tuple[float, float]] = {}
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, fname, *args, **kwargs):
+        sizes = [
+            t.get_fontsize()
+            for t in fig.findobj(matplotlib.text.Text)
+            if t.get_visible() and t.get_text().strip()
+        ]
+        seen[Path(str(fname)).name] = (fig.get_figwidth(), min(sizes))
+        return original(fig, fname, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    out = tmp_path / "exp"
+    assert experiments_main(["--out", str(out), "--only", "attention,end2end,pareto,waterfall",
+                             "--models", "bert,xlm", "--seqs", "1K,64K", "--jobs", "1",
+                             "--no-progress"]) == 0  # fmt: skip
+    assert compare_main(["--cascades", "attention-1pass,attention-3pass", "--seq", "1K",
+                         "--engine", "analytic", "--out", str(tmp_path / "cmp")]) == 0  # fmt: skip
+    assert roofline_main(["--seqs", "1K,4K", "-o", str(tmp_path / "roof")]) == 0
+    assert trace_main(["--seq", "4K", "--out", str(tmp_path / "trace.png")]) == 0
+    from .test_silicon import _small_csv
+
+    small = _small_csv(tmp_path)
+    assert validate_main(["--measured", str(small), "--plot", str(tmp_path / "v")]) == 0
+    assert len(seen) >= 16
+    wide = {name: w for name, (w, _pt) in seen.items() if w > 7.0 + 1e-9}
+    small_text = {name: pt for name, (_w, pt) in seen.items() if pt < 7}
+    assert not wide and not small_text, (wide, small_text)

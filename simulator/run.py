@@ -35,7 +35,7 @@ from simulator.configs import (
     shipped_configs,
 )
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
-from simulator.errors import SpecError
+from simulator.errors import SimulationLimit, SpecError
 from simulator.progress import SimulationProgress
 from simulator.result import Result
 from simulator.spec.arch import precision_change
@@ -208,9 +208,35 @@ def _seconds(text: str) -> float:
     return parse_seconds(text, what="--max-sim-s")
 
 
+# Seconds one phase's cycle simulation may take when --max-sim-s is not given: past it,
+# the configuration shows the analytic engine's numbers with a note (any size answers in
+# about a second); --max-sim-s sets another limit, past which the simulation is refused.
+DEFAULT_MAX_SIM_S = 2.0
+
+
 def timing_options(args: argparse.Namespace) -> TimingOptions:
     """The cycle engine's wall-clock limit and progress bars, from the command line."""
-    return TimingOptions(max_sim_s=args.max_sim_s, progress=SimulationProgress())
+    limit = args.max_sim_s if args.max_sim_s is not None else DEFAULT_MAX_SIM_S
+    return TimingOptions(max_sim_s=limit, progress=SimulationProgress())
+
+
+def analytic_past_budget(specs: Specs, workload, kwargs: dict, notes: list[str]):
+    """`evaluate` for one configuration that, when the cycle simulation would outrun the
+    default budget, gives the analytic engine's numbers and says so in `notes`."""
+
+    def run(config: str) -> Result:
+        try:
+            return evaluate(specs, config, workload, **kwargs)
+        except SimulationLimit as err:
+            why = str(err).split(":", 2)[-1].split(";")[0].strip()
+            notes.append(
+                f"{config}: the cycle simulation outruns the {DEFAULT_MAX_SIM_S:g} s default "
+                f"budget ({why}); shown: the analytic engine's numbers (--max-sim-s SECONDS "
+                "simulates longer)"
+            )
+            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
+
+    return run
 
 
 def _bandwidth(text: str) -> float:
@@ -238,10 +264,12 @@ def compare(
     precision: str | int | None = None,
     timing: TimingOptions = UNLIMITED,
     optional: bool = False,
+    fallback: bool = False,
 ) -> tuple[list[Row], list[str]]:
     """Evaluate configurations, their speedups and energy ratios to unfused and FLAT.
     `optional`: the configurations are the default set, and one that cannot run the point
-    is left out with a note instead of stopping the others."""
+    is left out with a note instead of stopping the others. `fallback`: a configuration
+    whose cycle simulation outruns the time limit shows its analytic numbers, noted."""
     kwargs = dict(
         timing=timing,
         precision=precision,
@@ -251,9 +279,14 @@ def compare(
         accounting=accounting,
         engine=engine,
     )
-    results, failed, notes = evaluate_each(
-        configs, lambda c: evaluate(specs, c, workload, **kwargs), optional
+    budget_notes: list[str] = []
+    one = (
+        analytic_past_budget(specs, workload, kwargs, budget_notes)
+        if fallback
+        else (lambda c: evaluate(specs, c, workload, **kwargs))
     )
+    results, failed, notes = evaluate_each(configs, one, optional)
+    notes = [*budget_notes, *notes]
     baselines: dict[str, Result | None] = {}
     # Automatically bound configurations compare with the baselines bound the same way;
     # the paper's configurations with the paper's baselines.
@@ -269,9 +302,10 @@ def compare(
             and (specs.arch_override is None or auto)
         ):
             try:
-                found = evaluate(specs, config, workload, **kwargs)
+                found = one(config)
             except SpecError as err:
                 notes.append(f"no {base} baseline at this point: {err}")
+            notes += [n for n in budget_notes if n not in notes]
         baselines[base] = found
     rows = []
     for r in results:
@@ -644,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
         precision,
         timing_options(args),
         optional,
+        fallback=args.max_sim_s is None and args.engine == "cycle",
     )
     if precision is not None:
         notes = [*_precision_notes(specs, configs, workload, args, precision), *notes]

@@ -321,3 +321,16 @@ def test_every_figure_is_legible_at_print_size(tmp_path, monkeypatch):
     wide = {name: w for name, (w, _pt) in seen.items() if w > 7.0 + 1e-9}
     small_text = {name: pt for name, (_w, pt) in seen.items() if pt < 7}
     assert not wide and not small_text, (wide, small_text)
+
+
+def test_any_size_answers_within_seconds(tmp_path):
+    """A point whose cycle simulation never reaches a steady state (minutes at 1K tokens
+    with 256 heads of width 8) answers within seconds by default: the analytic engine's
+    numbers for it, and a note saying so."""
+    start = time.monotonic()
+    r = _run(["-m", "simulator.run", "--seq", "1K", "--embed", "8", "--heads", "256",
+              "--accel", "binding"], tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - start < 20
+    assert "+Binding" in r.stdout
+    assert "outruns the 2 s default budget" in r.stdout and "analytic engine's numbers" in r.stdout

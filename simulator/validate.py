@@ -53,6 +53,16 @@ FUSED_AUTO = ("auto:fused", "auto:flat")
 UNFUSED = "auto:unfused"
 REQUIRED = ("kind", "impl", "backend", "batch", "q_heads", "kv_heads", "queries", "keys")
 CEILINGS = {"matmul": "mac_per_s", "copy": "dram_bytes_per_s", "exp2": "exp_per_s"}
+# The H100 measurements committed with the project (a source checkout; a wheel ships no
+# experiments: give --measured).
+DEFAULT_MEASURED_NAME = "experiments/data/h100-attention.csv"
+
+
+def default_measured() -> Path:
+    path = Path(__file__).resolve().parent.parent / DEFAULT_MEASURED_NAME
+    if not is_file(path):
+        raise SpecError(f"no {DEFAULT_MEASURED_NAME} beside this installation: give --measured")
+    return path
 
 
 @dataclass(frozen=True)
@@ -588,8 +598,7 @@ def _parser() -> argparse.ArgumentParser:
         "it describes (experiments/silicon/measure_attention.py wrote the file).",
     )
     p.add_argument("--arch", default="h100", help="architecture (shipped name or file)")
-    p.add_argument("--measured", default="experiments/data/h100-attention.csv",
-                   help="the measured CSV")  # fmt: skip
+    p.add_argument("--measured", help=f"the measured CSV (default: {DEFAULT_MEASURED_NAME})")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.add_argument("-o", "--out", help="write here instead of standard output")
     p.add_argument("--plot", help="figure stem: predicted vs measured (.png and .pdf)")
@@ -607,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     if plot is not None:
         for suffix in (".png", ".pdf"):
             check_writable(plot.with_name(plot.name + suffix))
-    measured = read_measured(args.measured)
+    measured = read_measured(args.measured or default_measured())
     arch = args.arch
     rows = validate(measured, arch)
     if args.format == "json":

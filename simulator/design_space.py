@@ -381,7 +381,8 @@ def _design_columns(d: Design, arch) -> dict[str, Any]:
     return {
         "accel": d.config,
         "model": d.workload.label,
-        "seq": d.workload.seq_len,
+        # decode: the cached keys a step attends (the sequence length is no input of it)
+        "seq": d.workload.keys if d.workload.phase == "decode" else d.workload.seq_len,
         "pe_dim": two.mesh_x if two else None,
         "pe_dim_1d": one.mesh_x if one else None,
         "buffer_bytes": arch.buffer.capacity_bytes,

@@ -334,3 +334,30 @@ def test_any_size_answers_within_seconds(tmp_path):
     assert time.monotonic() - start < 20
     assert "+Binding" in r.stdout
     assert "outruns the 2 s default budget" in r.stdout and "analytic engine's numbers" in r.stdout
+
+
+def test_decode_sweep_rows_show_the_cache(tmp_path):
+    from simulator.sweep import main as sweep_main
+
+    out = tmp_path / "d.csv"
+    grid = ["model=llama3-8b", "phase=decode", "context=4K,32K"]
+    assert (
+        sweep_main(["--grid", *grid, "--engine", "analytic", "--no-progress", "--out", str(out)])
+        == 0
+    )
+    import csv as _csv
+
+    rows = list(_csv.DictReader(out.read_text().splitlines()))
+    assert [(r["seq"], r["context"]) for r in rows] == [("4096", "4096"), ("32768", "32768")]
+
+
+def test_roofline_leaves_out_what_cannot_run(tmp_path, capsys):
+    """The default set at lengths FLAT's buffer cannot hold: FLAT is left out with a note,
+    as simulator.run does; named with --accel, it is an error."""
+    from simulator.roofline import main as roofline_main
+
+    assert roofline_main(["--seqs", "1K,64M", "--engine", "analytic", "-o",
+                          str(tmp_path / "r")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "note: flat left out at 64M" in out and "+Binding" in out
+    assert roofline_main(["--seqs", "64M", "--accel", "flat", "-o", str(tmp_path / "r")]) == 2

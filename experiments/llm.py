@@ -135,7 +135,14 @@ def figures(rows: Sequence[LlmRow], ctx: Context) -> list[Path]:
     # the paper's colours: Unfused red, FLAT blue, FuseMax (+Binding) orange
     colours = (plots.CONFIG_COLOURS[0], plots.CONFIG_COLOURS[1], plots.CONFIG_COLOURS[4])
     return plots.grouped_bars(
-        series, pts, "speedup over\nUnfused", ctx.out / "llm-attention", colours=colours, log=True
+        series,
+        pts,
+        "speedup over\nUnfused",
+        ctx.out / "llm-attention",
+        colours=colours,
+        log=True,
+        title=f"LLM attention: prefill at 4K-128K tokens; dec. = decode of one token against "
+        f"a {DECODE_CONTEXT} cache",
     )
 
 

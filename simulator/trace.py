@@ -141,17 +141,18 @@ def draw(events: list[TraceEvent], arrays: list[str], title: str, path: Path) ->
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(WIDE_IN, 1.6 + 0.7 * len(arrays)))
-    handles, labels = plot_waterfall(ax, events, arrays)
+    handles, labels = plot_waterfall(ax, events, arrays, cmap="tab20")
     # the legend names the first epochs' colours (they repeat): a long trace keeps it short
+    repeat = " (colours repeat every 20 epochs)" if len(labels) > 20 else ""  # tab20
     handles, labels = handles[:LEGEND_EPOCHS], labels[:LEGEND_EPOCHS]
-    ax.set_xlabel("cycle", fontsize=TEXT_PT)
+    ax.set_xlabel("cycle" + repeat, fontsize=TEXT_PT)
     ax.tick_params(axis="both", labelsize=SMALL_PT)
     ax.set_title(title, fontsize=TEXT_PT)
     ax.legend(
         handles,
         labels,
         fontsize=SMALL_PT,
-        ncol=min(len(labels), 8),
+        ncol=min(len(labels), 6),
         loc="upper center",
         bbox_to_anchor=(0.5, -0.35),
         frameon=False,

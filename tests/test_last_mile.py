@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,6 +34,12 @@ ENTRY_POINTS = {
     "rewrite": ["-m", "simulator.cascade", "rewrite", "attention-3pass", "--target-passes", "1",
                 "-o", "OUT/a1.yaml"],
     "validate": ["-m", "simulator.validate", "--out", "OUT/v.txt"],
+    "trace": ["-m", "simulator.trace", "--seq", "64K", "--epochs", "200", "--out", "OUT/t.png"],
+    "roofline": ["-m", "simulator.roofline", "--seqs", "1K..1M", "-o", "OUT/r"],
+    "export": ["-m", "simulator.export", "timeloop", "--accel", "binding", "--seq", "4K", "-o",
+               "OUT/tl"],
+    "bind": ["-m", "simulator.bind", "attention-1pass", "--strategy", "fused", "-o",
+             "OUT/m.yaml"],
 }  # fmt: skip
 
 
@@ -59,7 +66,7 @@ def test_ctrl_c_is_one_line_and_130(tmp_path, name, delay):
     if rc is None:
         pytest.skip(f"{name} finished within {delay} s")
     assert (rc, err) == (130, "interrupted: no partial result file was left\n")
-    assert all(f.endswith(".journal") for f in files), files
+    assert all(f.endswith(".journal") or f == "tl" for f in files), files
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -361,3 +368,17 @@ def test_roofline_leaves_out_what_cannot_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "note: flat left out at 64M" in out and "+Binding" in out
     assert roofline_main(["--seqs", "64M", "--accel", "flat", "-o", str(tmp_path / "r")]) == 2
+
+
+def test_report_and_specs_speak_of_the_project_only():
+    """No tracker issue numbers and no file outside the repository in what users read:
+    the report's text (written by experiments/*.py) and the specs' comments."""
+    from .conftest import ROOT
+
+    files = [*ROOT.glob("experiments/*.py")]
+    for folder in ("arch", "mappings", "cascades"):
+        files += [*(ROOT / folder).rglob("*.yaml"), *(ROOT / folder).rglob("*.md")]
+    pattern = re.compile(r"\bissues? \d+|fusemax-reference", re.I)
+    hits = [f"{f.relative_to(ROOT)}: {m.group(0)}" for f in files for m in
+            pattern.finditer(f.read_text())]  # fmt: skip
+    assert not hits, hits

@@ -102,9 +102,12 @@ def draw(
             color=COLOURS[i % len(COLOURS)],
             label=label,
         )
-        for r in (mine[:1] + mine[-1:]) if mine else []:  # where each line starts and ends
-            ax.annotate(format_count(r.seq_len), (r.intensity, r.throughput), fontsize=SMALL_PT,
-                        xytext=(4, -8), textcoords="offset points")  # fmt: skip
+        ends = (mine[:1] + mine[-1:]) if lines and mine else []
+        for r in ends:  # where each line starts and ends (points of a Result: its length)
+            if getattr(r, "seq_len", None):
+                xy = (r.intensity, r.throughput)
+                ax.annotate(format_count(r.seq_len), xy, fontsize=SMALL_PT, xytext=(4, -8),
+                            textcoords="offset points")  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (operations per DRAM byte)", fontsize=TEXT_PT)

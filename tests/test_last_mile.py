@@ -57,8 +57,11 @@ def _interrupt(args: list[str], out: Path, delay: float) -> tuple[int | None, st
     return p.returncode, err, sorted(x.name for x in out.iterdir())
 
 
-@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
-@pytest.mark.parametrize("delay", [0.25, 2.0])
+@pytest.mark.parametrize(
+    "name, delay",
+    [(name, 0.25) for name in sorted(ENTRY_POINTS)]
+    + [(name, 2.0) for name in ("compare", "rewrite", "sweep", "validate")],
+)
 def test_ctrl_c_is_one_line_and_130(tmp_path, name, delay):
     """Ctrl-C while the modules load (0.25 s) or while working (2 s): one line, exit 130,
     no result file (a sweep keeps its journal, for --resume)."""
@@ -266,30 +269,11 @@ def _fonts(pdf: Path) -> set[str]:
     return set(re.findall(rb"/Subtype\s*/(Type3|TrueType|Type1|CIDFontType2|CIDFontType0)", data))
 
 
-def test_every_figure_embeds_truetype_fonts(tmp_path):
-    """No Type 3 font in any figure's PDF: the experiments' figures and every tool's."""
-    out = tmp_path / "exp"
-    r = _run(["-m", "experiments", "--out", str(out), "--only", "attention,waterfall,silicon",
-              "--models", "bert", "--seqs", "1K,4K", "--no-progress"], tmp_path)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    for args in (
-        ["-m", "simulator.compare", "--cascades", "attention-1pass,attention-3pass", "--seq",
-         "1K", "--engine", "analytic", "--out", str(tmp_path / "cmp")],
-        ["-m", "simulator.roofline", "--seqs", "1K,4K", "-o", str(tmp_path / "roof")],
-        ["-m", "simulator.trace", "--seq", "1K", "--out", str(tmp_path / "trace.pdf")],
-    ):  # fmt: skip
-        r = _run(args, tmp_path)
-        assert r.returncode == 0, r.stderr
-    pdfs = sorted(tmp_path.rglob("*.pdf"))
-    assert len(pdfs) >= 8
-    for pdf in pdfs:
-        fonts = _fonts(pdf)
-        assert fonts and b"Type3" not in fonts, (pdf.name, fonts)
-
-
 def test_every_figure_is_legible_at_print_size(tmp_path, monkeypatch):
-    """Every figure is drawn at most 7 in wide (a two-column paper's text width) with no
-    text under 7 pt: legible where it prints, not only on a screen."""
+    """Every figure the experiments and the tools draw is at most 7 in wide (a two-column
+    paper's text width) with no text under 7 pt -- legible where it prints, not only on a
+    screen -- and its PDF embeds TrueType fonts, no Type 3 (conference checks reject
+    them)."""
     import matplotlib.figure
     import matplotlib.text
 
@@ -313,13 +297,13 @@ def test_every_figure_is_legible_at_print_size(tmp_path, monkeypatch):
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
     out = tmp_path / "exp"
-    assert experiments_main(["--out", str(out), "--only", "attention,end2end,pareto,waterfall",
-                             "--models", "bert,xlm", "--seqs", "1K,64K", "--jobs", "1",
-                             "--no-progress"]) == 0  # fmt: skip
+    only = "attention,end2end,pareto,waterfall,bounds,silicon"
+    assert experiments_main(["--out", str(out), "--only", only, "--models", "bert,xlm",
+                             "--seqs", "1K,64K", "--jobs", "1", "--no-progress"]) == 0  # fmt: skip
     assert compare_main(["--cascades", "attention-1pass,attention-3pass", "--seq", "1K",
                          "--engine", "analytic", "--out", str(tmp_path / "cmp")]) == 0  # fmt: skip
     assert roofline_main(["--seqs", "1K,4K", "-o", str(tmp_path / "roof")]) == 0
-    assert trace_main(["--seq", "4K", "--out", str(tmp_path / "trace.png")]) == 0
+    assert trace_main(["--seq", "4K", "--out", str(tmp_path / "trace.pdf")]) == 0
     from .test_silicon import _small_csv
 
     small = _small_csv(tmp_path)
@@ -328,6 +312,11 @@ def test_every_figure_is_legible_at_print_size(tmp_path, monkeypatch):
     wide = {name: w for name, (w, _pt) in seen.items() if w > 7.0 + 1e-9}
     small_text = {name: pt for name, (_w, pt) in seen.items() if pt < 7}
     assert not wide and not small_text, (wide, small_text)
+    pdfs = sorted(tmp_path.rglob("*.pdf"))
+    assert len(pdfs) >= 12
+    for pdf in pdfs:
+        fonts = _fonts(pdf)
+        assert fonts and b"Type3" not in fonts, (pdf.name, fonts)
 
 
 def test_any_size_answers_within_seconds(tmp_path):

@@ -22,13 +22,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.atomic import atomic_path, check_writable, output_path
+from simulator.atomic import check_writable, output_path
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cli import guarded
 from simulator.configs import Specs, evaluate
 from simulator.errors import SpecError
-from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot
+from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.paths import resolve_spec
 from simulator.result import Result
 from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
@@ -245,19 +245,7 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
     axes[0].legend(fontsize=SMALL_PT, frameon=False)
     fig.suptitle(workload.describe(), fontsize=TEXT_PT)
     fig.tight_layout()
-    written = []
-    for suffix in (".png", ".pdf"):
-        path = out.with_name(out.name + suffix)
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=_metadata(suffix))
-        written.append(path)
-    plt.close(fig)
-    return written
-
-
-def _metadata(suffix: str) -> dict:
-    """No timestamps in the files: the same comparison draws the same bytes."""
-    return {"CreationDate": None} if suffix == ".pdf" else {"Software": None}
+    return save_figures(fig, out)
 
 
 @guarded

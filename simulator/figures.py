@@ -7,7 +7,10 @@ fonts, not Type 3: conference checks reject Type 3.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from simulator.atomic import atomic_path
 
 EMBEDDABLE_FONTS = {"pdf.fonttype": 42, "ps.fonttype": 42}
 # Drawn at the size they print: a two-column paper's text width, no text under 7 pt.
@@ -24,3 +27,17 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     return plt
+
+
+def save_figures(fig: Any, stem: Path) -> list[Path]:
+    """`stem`.png and `stem`.pdf, each written whole or not at all, without timestamps (the
+    same figure draws the same bytes); the figure is closed."""
+    written = []
+    for suffix in (".png", ".pdf"):
+        path = stem.with_name(stem.name + suffix)
+        meta = {"CreationDate": None} if suffix == ".pdf" else {"Software": None}
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=meta)
+        written.append(path)
+    pyplot().close(fig)
+    return written

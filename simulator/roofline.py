@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.atomic import atomic_path, check_writable, output_path
+from simulator.atomic import check_writable, output_path
 from simulator.cli import guarded
 from simulator.configs import ALIASES, STANDARD, Specs, evaluate
 from simulator.errors import SpecError
-from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot
+from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.result import Result
 from simulator.spec.arch import Architecture
 from simulator.spec.workload import default_sequence_lengths, make_workload
@@ -117,15 +117,7 @@ def draw(
     ax.legend(fontsize=SMALL_PT, frameon=False, loc="lower right")
     ax.grid(True, which="major", color="#dddddd", linewidth=0.6)
     fig.tight_layout()
-    written = []
-    for suffix in (".png", ".pdf"):
-        path = out.with_name(out.name + suffix)
-        meta = {"CreationDate": None} if suffix == ".pdf" else {"Software": None}
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=meta)
-        written.append(path)
-    plt.close(fig)
-    return written
+    return save_figures(fig, out)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -333,7 +333,7 @@ def _sweep(
         log = journal.journal_path(out)
         header = journal.Header(
             _parameters_digest(spec, extra),
-            _specs_digest(args, cascade, arch, spec),
+            _specs_digest(cascade, arch, spec),
             journal.files_digest([Path(__file__).resolve().parent], "*.py"),
             len(todo),
         )
@@ -424,7 +424,7 @@ def _parameters_digest(spec: SweepSpec, extra: tuple) -> str:
     )
 
 
-def _specs_digest(args: argparse.Namespace, cascade, arch, spec: SweepSpec) -> str:
+def _specs_digest(cascade: str | None, arch: str | None, spec: SweepSpec) -> str:
     """Every spec file the sweep may read: the shipped folders, the overrides and a
     linear-layer file. Not the sweep file: what it says is in the parameters' digest (its
     parsed grid and rules), so a comment edited there does not refuse a --resume."""

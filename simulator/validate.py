@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import statistics
 import sys
@@ -34,12 +35,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.atomic import atomic_path, check_writable, output_path, write_text
+from simulator.atomic import check_writable, output_path, write_text
 from simulator.cli import guarded
 from simulator.configs import Specs, prepare
 from simulator.errors import Loc, SpecError
 from simulator.evaluate import evaluate_mapping
-from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot
+from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.paths import data_dir, is_file
 from simulator.result import Result
 from simulator.spec.sustained import with_sustained
@@ -238,11 +239,15 @@ def _number(text: str | None, column: str, loc: Loc) -> float:
 
 
 def fused_configs(arch: str, shape: Shape) -> tuple[str, ...]:
-    """The fused configurations tried at a shape: the architecture's FlashAttention mapping
-    for its mask (if the architecture ships one), then the automatic fused strategies."""
-    own = f"{Path(arch).stem}/flash-causal" if shape.causal else f"{Path(arch).stem}/flash"
-    shipped = is_file(data_dir("mappings") / f"{own}.yaml")
-    return ((own,) if shipped else ()) + FUSED_AUTO
+    """The fused configurations tried at a shape: the mapping files the architecture ships
+    (`mappings/<arch>/*.yaml`; one computing another attention than the shape's -- a mask
+    it lacks -- refuses the point and is passed over), then the automatic fused
+    strategies. Which file is which is in the files, not here."""
+    folder = data_dir("mappings") / Path(arch).stem
+    own = (
+        sorted(f"{folder.name}/{p.stem}" for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    )
+    return (*own, *FUSED_AUTO)
 
 
 def predict(specs: Specs, config: str, shape: Shape, ceilings: dict[str, float]) -> Result:
@@ -532,18 +537,12 @@ def to_json(measured: Measured, arch: str, rows: Sequence[Validation]) -> str:
 
 def to_csv(rows: Sequence[Validation]) -> str:
     records = [r.record() for r in rows]
-    columns = list(records[0]) if records else []
-    lines = [",".join(columns)]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, list(records[0]) if records else [], lineterminator="\n")
+    writer.writeheader()
     for rec in records:
-        lines.append(",".join(_cell(rec[c]) for c in columns))
-    return "\n".join(lines) + "\n"
-
-
-def _cell(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    text = str(value)
-    return f'"{text}"' if "," in text else text
+        writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in rec.items()})
+    return out.getvalue()
 
 
 def draw(rows: Sequence[Validation], title: str, out: Path) -> list[Path]:
@@ -576,15 +575,7 @@ def draw(rows: Sequence[Validation], title: str, out: Path) -> list[Path]:
     ax.set_title(title + "\n(fused shapes off by more than 10% named)", fontsize=TEXT_PT)
     ax.legend(fontsize=SMALL_PT, loc="upper left")
     fig.tight_layout()
-    written = []
-    for suffix in (".png", ".pdf"):
-        path = out.with_name(out.name + suffix)
-        with atomic_path(path) as tmp:
-            meta = {"Software": None} if suffix == ".png" else {"CreationDate": None}
-            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=meta)
-        written.append(path)
-    plt.close(fig)
-    return written
+    return save_figures(fig, out)
 
 
 def _parser() -> argparse.ArgumentParser:

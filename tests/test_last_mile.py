@@ -166,7 +166,7 @@ def test_a_comment_in_the_sweep_file_does_not_refuse_a_resume(tmp_path):
         args = build_parser().parse_args(["--spec", str(path)])
         spec = sweep_spec(args)
         extra = (None, None, TimingOptions(), {})
-        digests.append((_specs_digest(args, None, None, spec), _parameters_digest(spec, extra)))
+        digests.append((_specs_digest(None, None, spec), _parameters_digest(spec, extra)))
     assert digests[0] == digests[1]
 
 

@@ -32,29 +32,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from simulator.bind.auto import DEFAULT_ARCH, STRATEGIES, bind_candidates, mapping_yaml
-from simulator.bind.facts import load_facts
 from simulator.cascade.ir import Cascade
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.references import attention_kind
 from simulator.errors import SimulationLimit, SpecError
 from simulator.evaluate import evaluate_mapping
+from simulator.mapper.resolve import resolved, workload_fields
+from simulator.mapper.search import DEFAULT_SEARCH_S, Found, SearchOptions, search
 from simulator.paths import data_dir, is_file, resolve_spec
 from simulator.result import Result
+from simulator.rules.auto import DEFAULT_ARCH, STRATEGIES, bind_context
+from simulator.rules.facts import load_facts
 from simulator.spec.arch import Architecture
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.linear import LinearSpec, load_linear
 from simulator.spec.mapping import (
     ALIASES,
     STANDARD,
-    CascadeNames,
     Mapping,
     MappingSpec,
     has_row,
     load_mapping,
-    loads_mapping,
-    mapping_shapes,
-    resolve,
 )
 from simulator.spec.tables import (
     AreaTable,
@@ -136,6 +134,40 @@ def shipped_configs() -> list[str]:
     return [n for n in STANDARD if n in names] + [n for n in names if n not in STANDARD]
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """How a point resizes the architecture (`--pe-dim`, `--buffer-bytes`, `--bandwidth`,
+    further overrides, a value format): the mapper searches on the resized one."""
+
+    pe_dim: int | None = None
+    buffer_bytes: int | None = None
+    bandwidth: float | None = None
+    resize: tuple[tuple[str, int], ...] = ()
+    precision: str | int | None = None
+
+    @staticmethod
+    def of(
+        pe_dim: int | None = None,
+        buffer_bytes: int | None = None,
+        bandwidth: float | None = None,
+        resize: dict[str, int] | None = None,
+        precision: str | int | None = None,
+    ) -> Sizing:
+        return Sizing(
+            pe_dim, buffer_bytes, bandwidth, tuple(sorted((resize or {}).items())), precision
+        )
+
+    def apply(self, arch: Architecture) -> Architecture:
+        arch = arch.with_overrides(
+            self.pe_dim, self.buffer_bytes, self.bandwidth, **dict(self.resize)
+        )
+        if isinstance(self.precision, int):
+            return arch.with_precision(bits=self.precision)
+        if self.precision is not None:
+            return arch.with_precision(self.precision)
+        return arch
+
+
 @dataclass
 class Specs:
     """Reads spec files once per process; optional user overrides of cascade/architecture."""
@@ -145,8 +177,10 @@ class Specs:
     _cascades: dict[str, Cascade] = field(default_factory=dict)
     _archs: dict[str, Architecture] = field(default_factory=dict)
     _mappings: dict[str, MappingSpec] = field(default_factory=dict)
-    _candidates: dict[str, list[MappingSpec]] = field(default_factory=dict)
-    _chosen: dict[str, MappingSpec] = field(default_factory=dict)
+    objective: str = "latency"  # what the mapper optimises (--objective)
+    search_s: float = DEFAULT_SEARCH_S  # the mapper's budget (--search-s)
+    _found: dict[tuple, Found] = field(default_factory=dict)
+    _found_by_spec: dict[int, Found] = field(default_factory=dict)
     _tables: dict[str, tuple[EnergyTable, AreaTable]] = field(default_factory=dict)
     _linear: dict[str, tuple[LinearSpec, Cascade]] = field(default_factory=dict)
 
@@ -177,14 +211,18 @@ class Specs:
         return dataclasses.replace(self, cascade_override=cascade)
 
     def config_spec(
-        self, config: str, workload: Workload, arch_changed: bool = False
+        self,
+        config: str,
+        workload: Workload,
+        arch_changed: bool = False,
+        sizing: Sizing | None = None,
     ) -> MappingSpec:
         """A configuration's mapping at a workload: the file, or the one bound for it --
         also where the file does not cover the point (see the module docstring):
         `arch_changed` says the architecture is not the file's own (another buffer, array or
         value format)."""
         if is_auto(config):
-            return self.auto(config, workload)
+            return self.auto(config, workload, sizing).spec
         spec = self.mapping(config)
         why = self._uncovered(spec, workload, arch_changed)
         if why is None:
@@ -198,9 +236,11 @@ class Specs:
                 f"(auto:STRATEGY), got '{instead}'",
                 spec.data.loc_of("otherwise"),
             )
-        bound = self.auto(instead, workload)
+        found = self.auto(instead, workload, sizing)
         note = f"{spec.label}: {why}; bound by the {parse_auto(instead)[0]} strategy ({instead})"
-        return dataclasses.replace(bound, notes=(*bound.notes, note))
+        bound = dataclasses.replace(found.spec, notes=(*found.spec.notes, note))
+        self._found_by_spec[id(bound)] = found
+        return bound
 
     def runs_model_attention(self, config: str, workload: Workload) -> bool:
         """Does the configuration's own file compute the workload's attention (automatic
@@ -265,36 +305,34 @@ class Specs:
         self.architecture(spec)
         self.cascade(spec)
 
-    def auto(self, config: str, workload: Workload) -> MappingSpec:
-        """The mapping the automatic binder writes for `config` (`auto:STRATEGY/OPTIONS`)
-        at this workload (the strategy's first candidate, see :meth:`auto_candidates`)."""
-        return self.auto_candidates(config, workload)[0]
-
-    def auto_candidates(self, config: str, workload: Workload) -> list[MappingSpec]:
-        """Every mapping the strategy offers for the point (the fused strategy: its rule's
-        fusion and the kernels one by one); `prepare` keeps the fastest."""
+    def auto(self, config: str, workload: Workload, sizing: Sizing | None = None) -> Found:
+        """The mapping the mapper finds for `config` (`auto:STRATEGY/OPTIONS`) at this
+        workload on the architecture sized so (:mod:`simulator.mapper`); searched once per
+        point and process."""
+        sizing = sizing or Sizing()
         strategy, pipelined, reuse = parse_auto(config)
         cascade_path, arch_path = self.auto_sources(config, workload)
-        key = f"{config}|{cascade_path}|{arch_path}|{workload}"
-        if key not in self._candidates:
+        options = SearchOptions(
+            strategy=strategy,
+            pipelined=pipelined,
+            reuse=reuse,
+            objective=self.objective,
+            search_s=self.search_s,
+        )
+        key = (config, str(cascade_path), str(arch_path), sizing, workload, options)
+        if key not in self._found:
             cascade = self._load_cascade(cascade_path)
-            arch = self._load_arch(arch_path)
-            datas = bind_candidates(
-                cascade,
-                arch,
-                workload,
-                strategy,
-                str(cascade_path),
-                str(arch_path),
-                pipelined=pipelined,
-                reuse=reuse,
-            )
-            name = auto_name(config)
-            self._candidates[key] = [
-                loads_mapping(mapping_yaml(data), f"<{config} mapping of {cascade.name}>", name)
-                for data in datas
-            ]
-        return self._candidates[key]
+            arch = sizing.apply(self._load_arch(arch_path))
+            ctx = bind_context(cascade, arch, workload, str(cascade_path), str(arch_path))
+            tables = self.tables(arch) if options.objective in ("energy", "edp") else None
+            found = search(ctx, options, auto_name(config), tables)
+            self._found[key] = found
+            self._found_by_spec[id(found.spec)] = found
+        return self._found[key]
+
+    def found(self, spec: MappingSpec) -> Found | None:
+        """How the mapper found a configuration's mapping (None: a mapping file)."""
+        return self._found_by_spec.get(id(spec))
 
     def mapping(self, name_or_path: str) -> MappingSpec:
         name = ALIASES.get(name_or_path, name_or_path)
@@ -394,11 +432,6 @@ def evaluate_each(
     return results, failed, notes
 
 
-def workload_fields(workload: Workload) -> dict[str, object]:
-    """The names a mapping may use for a workload (`shapes:`, `instances:`, table match)."""
-    return workload.fields()
-
-
 def evaluate(
     specs: Specs,
     config: str,
@@ -421,11 +454,10 @@ def evaluate(
             "--accounting published prices the FuseMax artifact's 16-bit values: another "
             "precision needs the corrected accounting"
         )
-    cascade, mapping, arch = prepare(
-        specs, config, workload, pe_dim, buffer_bytes, bandwidth, resize=resize, precision=precision
-    )
+    sizing = Sizing.of(pe_dim, buffer_bytes, bandwidth, resize, precision)
+    cascade, mapping, arch, found = prepare_found(specs, config, workload, sizing)
     try:
-        return evaluate_mapping(
+        result = evaluate_mapping(
             cascade,
             mapping,
             arch,
@@ -437,6 +469,7 @@ def evaluate(
         )
     except SimulationLimit as err:
         raise SimulationLimit(f"{config}: {err.message}") from None
+    return result if found is None else dataclasses.replace(result, search=found.stats)
 
 
 def prepare(
@@ -451,87 +484,21 @@ def prepare(
     precision: str | int | None = None,
 ) -> tuple[Cascade, Mapping, Architecture]:
     """The cascade, resolved mapping and architecture of a configuration at a point."""
+    sizing = Sizing.of(pe_dim, buffer_bytes, bandwidth, resize, precision)
+    cascade, mapping, arch, _found = prepare_found(specs, config, workload, sizing)
+    return cascade, mapping, arch
 
-    def sized(spec: MappingSpec) -> Architecture:
-        arch = specs.architecture(spec).with_overrides(
-            pe_dim, buffer_bytes, bandwidth, **(resize or {})
-        )
-        if isinstance(precision, int):
-            return arch.with_precision(bits=precision)
-        if precision is not None:
-            return arch.with_precision(precision)
-        return arch
 
-    spec = specs.config_spec(config, workload)
-    arch = sized(spec)
+def prepare_found(
+    specs: Specs, config: str, workload: Workload, sizing: Sizing
+) -> tuple[Cascade, Mapping, Architecture, Found | None]:
+    """:func:`prepare`, and how the mapper found the mapping (None: a mapping file)."""
+    spec = specs.config_spec(config, workload, sizing=sizing)
+    arch = sizing.apply(specs.architecture(spec))
     if not is_auto(config) and arch != specs.own_architecture(spec):
         # another buffer, array or value format than the file's own: a dataflow table
         # chosen for that architecture no longer holds
-        spec = specs.config_spec(config, workload, arch_changed=True)
-        arch = sized(spec)
-    if is_auto(config) and len(specs.auto_candidates(config, workload)) > 1:
-        spec = _fastest(specs, config, workload, arch)
+        spec = specs.config_spec(config, workload, arch_changed=True, sizing=sizing)
+        arch = sizing.apply(specs.architecture(spec))
     cascade = specs.cascade(spec)
-    return cascade, _resolved(spec, cascade, arch, workload), arch
-
-
-def _resolved(spec: MappingSpec, cascade: Cascade, arch: Architecture, workload: Workload):
-    compute = [e.name for e in cascade.einsums if e.kind == "compute"]
-    context = dict(arch.parameters())
-    context.update(rank_shapes(spec, workload))
-    return resolve(
-        spec,
-        workload_fields(workload),
-        context,
-        compute,
-        [a.name for a in arch.arrays],
-        cascade_names(cascade),
-    )
-
-
-def _fastest(specs: Specs, config: str, workload: Workload, arch: Architecture) -> MappingSpec:
-    """Of a strategy's candidate mappings at this point and architecture, the one with the
-    least latency (then DRAM traffic) on the analytic engine; one that cannot run the point
-    is passed over, and when none can, the first one's reason stands."""
-    key = f"{config}|{workload}|{arch}"
-    if key not in specs._chosen:
-        best = None
-        first_error: SpecError | None = None
-        for spec in specs.auto_candidates(config, workload):
-            cascade = specs.cascade(spec)
-            try:
-                r = evaluate_mapping(
-                    cascade, _resolved(spec, cascade, arch, workload), arch, workload
-                )
-            except SpecError as err:
-                first_error = first_error or err
-                continue
-            if best is None or (r.latency_s, r.traffic_bytes) < best[0]:
-                best = ((r.latency_s, r.traffic_bytes), spec)
-        if best is None:
-            assert first_error is not None
-            raise first_error
-        specs._chosen[key] = best[1]
-    return specs._chosen[key]
-
-
-def rank_shapes(spec: MappingSpec, workload: Workload) -> dict[str, int]:
-    """The rank extents a workload gives a configuration: the mapping's `shapes:`, then any
-    explicit rank override of the workload (a plain GEMM's M != P)."""
-    shapes = mapping_shapes(spec, workload_fields(workload))
-    shapes.update(workload.rank_overrides)
-    return shapes
-
-
-def cascade_names(cascade: Cascade) -> CascadeNames:
-    """The ranks, rank components and tensors of a cascade, which a mapping may name."""
-    components = {r for t in cascade.tensors for r in t.ranks} | set(cascade.params)
-    for rank, comps in cascade.partitions:
-        components.add(rank)
-        components.update(comps)
-    tensors = {t.name for t in cascade.tensors} | {e.output.tensor for e in cascade.einsums}
-    reads = tuple(
-        (e.name, tuple(dict.fromkeys(a.tensor for a in e.reads()))) for e in cascade.einsums
-    )
-    producers = tuple((e.output.tensor, e.name) for e in cascade.einsums if e.kind == "compute")
-    return CascadeNames(frozenset(components), frozenset(tensors), reads, producers)
+    return cascade, resolved(spec, cascade, arch, workload), arch, specs.found(spec)

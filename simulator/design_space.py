@@ -24,9 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.configs import ALIASES, Specs, evaluate, rank_shapes
+from simulator.configs import ALIASES, Specs, evaluate
 from simulator.endtoend import evaluate_layer
 from simulator.errors import SpecError
+from simulator.mapper.resolve import rank_shapes
 from simulator.paths import resolve_sweep
 from simulator.result import Result
 from simulator.spec.expr import as_int, names_in

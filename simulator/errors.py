@@ -44,6 +44,11 @@ class SpecError(Exception):
         return f"{self.loc}: {first_line}" if self.loc is not None else first_line
 
 
+class DoesNotFit(SpecError):
+    """A mapping whose tiles do not fit the buffer (the mapper: larger tiles will not
+    either)."""
+
+
 class SimulationLimit(SpecError):
     """A cycle simulation refused past the caller's wall-clock limit (`--max-sim-s`)."""
 

@@ -36,6 +36,25 @@ class PhaseCost:
 
 
 @dataclass(frozen=True)
+class SearchStats:
+    """How the mapper found an automatic configuration's mapping (:mod:`simulator.mapper`)."""
+
+    strategy: str  # the constraint searched under (fused: none)
+    objective: str  # latency | energy | edp | traffic
+    found: str  # the template that won, its knobs and tile factors
+    space: int  # candidate mappings in the space the strategy admits
+    evaluated: int  # planned and timed (infeasible ones included)
+    infeasible: int  # did not fit the buffer or could not run the point
+    pruned: int  # not evaluated: the best was already within `stop_within` of the bound,
+    # or the evaluation budget ran out
+    budget: int  # evaluations allowed (--search-s x the mapper's fixed rate)
+    bound_s: float  # the least latency bound of the candidates evaluated
+    distance: float  # the best latency over that bound, less one
+    seconds: float = 0.0  # wall-clock time of the search (0 when reused from the cache)
+    cached: bool = False  # reused from the mapper's cache
+
+
+@dataclass(frozen=True)
 class Result:
     accelerator: str  # mapping name (unfused, flat, cascade, arch, binding, ...)
     label: str
@@ -79,6 +98,7 @@ class Result:
     compute_bound_s: float = 0.0
     bound_binds: str = ""
     cascade: str = ""  # the name of the cascade that ran
+    search: SearchStats | None = None  # automatic configurations: how the mapper found it
 
     @property
     def intensity(self) -> float:

@@ -234,7 +234,7 @@ def test_a_spilled_operand_comes_from_dram_each_time_it_is_read(tmp_path):
     for a block of rows that does not fit costs more the more column blocks read them."""
     import yaml
 
-    from simulator.bind.auto import bind, mapping_yaml
+    from simulator.rules.auto import bind, mapping_yaml
 
     cascade_path = CASCADES / "layernorm-matmul.yaml"
     specs = Specs(cascade_override=str(cascade_path), arch_override="fusemax")

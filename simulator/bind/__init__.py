@@ -1,6 +1,5 @@
-"""Automatic binding: a cascade, an architecture and a workload -> a mapping file.
+"""`python -m simulator.bind`: the mapping the mapper finds, written as a mapping file.
 
-Before planning: the binder writes the mapping a user would otherwise write by hand
-(`mappings/*.yaml`); the pipeline then plans, times and prices it like any other.
-`python -m simulator.bind` writes it to a file; `--mapping auto` uses it directly.
+A command-line tool: the search itself is :mod:`simulator.mapper` (over the templates of
+:mod:`simulator.rules`); this package only parses the command line and writes the file.
 """

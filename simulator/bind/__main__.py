@@ -1,13 +1,15 @@
-"""`python -m simulator.bind`: write the mapping the automatic binder generates.
+"""`python -m simulator.bind`: write the mapping the mapper finds.
 
     python -m simulator.bind attention-1pass --arch fusemax --strategy fusemax -o my.yaml
     python -m simulator.bind my-cascade.yaml --strategy unfused --model llama3-8b --seq 32K
-    python -m simulator.bind layernorm-matmul --strategy fused --shape E=4096,F=14336
+    python -m simulator.bind layernorm-matmul --shape E=4096,F=14336 --objective energy
     python -m simulator.run --mapping my.yaml --seq 64K      # the file is an ordinary mapping
 
-CASCADE and --arch are shipped names or paths. The mapping is generated for a workload
-(default BERT at 1M tokens): which row rank goes across the array and whether a rank is
-smaller than the array depend on it; tile factors stay `search`ed at every point.
+CASCADE and --arch are shipped names or paths. The mapping is searched for a workload
+(default BERT at 1M tokens) under a strategy (default `fused`: no constraint), and written
+with its tile factors as found; the header says what the search evaluated and how far the
+mapping is from the point's lower bound. `--rule` writes the strategy's rule instead, its
+tile factors left to `search` at every point.
 """
 
 from __future__ import annotations
@@ -17,11 +19,20 @@ import sys
 from pathlib import Path
 
 from simulator.atomic import check_writable, output_path, write_text
-from simulator.bind.auto import DEFAULT_ARCH, STRATEGIES, bind, mapping_yaml, reference
 from simulator.cascade.parse import load_cascade
 from simulator.cli import guarded
+from simulator.configs import Specs
 from simulator.errors import SpecError
+from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES, SearchOptions, search
 from simulator.paths import data_dir, resolve_spec
+from simulator.rules.auto import (
+    DEFAULT_ARCH,
+    STRATEGIES,
+    bind,
+    bind_context,
+    mapping_yaml,
+    reference,
+)
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import PHASES, make_workload, parse_shape
 from simulator.units import parse_count
@@ -39,8 +50,29 @@ def build_parser() -> argparse.ArgumentParser:
         "on an architecture with a binding strategy.",
     )
     p.add_argument("cascade", help="cascade file or shipped name")
-    p.add_argument("--strategy", choices=STRATEGIES, default="fusemax")
-    p.add_argument("--arch", help="architecture (default: fusemax for fusemax, else flat)")
+    p.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="fused",
+        help="the constraint searched under (default fused: none)",
+    )
+    p.add_argument(
+        "--arch", help="architecture (default: fusemax for fusemax and fused, else flat)"
+    )
+    p.add_argument(
+        "--objective", choices=OBJECTIVES, default="latency", help="what the search minimises"
+    )
+    p.add_argument(
+        "--search-s",
+        type=float,
+        default=DEFAULT_SEARCH_S,
+        help=f"the search's budget in seconds of evaluations (default {DEFAULT_SEARCH_S:g})",
+    )
+    p.add_argument(
+        "--rule",
+        action="store_true",
+        help="write the strategy's rule (tile factors searched at every point) instead",
+    )
     p.add_argument("-o", "--out", help="write the mapping here (default: standard output)")
     p.add_argument(
         "--sequential",
@@ -93,20 +125,38 @@ def main(argv: list[str] | None = None) -> int:
     cascade = load_cascade(cascade_path)
     arch = load_architecture(arch_path)
     folder = out.parent if out is not None else Path.cwd()
-    data = bind(
-        cascade,
-        arch,
-        workload,
-        args.strategy,
-        reference(cascade_path, data_dir("cascades"), folder),
-        reference(arch_path, data_dir("arch"), folder),
-        pipelined=not args.sequential,
-        reuse=not args.no_reuse,
-    )
+    cascade_ref = reference(cascade_path, data_dir("cascades"), folder)
+    arch_ref = reference(arch_path, data_dir("arch"), folder)
+    pipelined, reuse = not args.sequential, not args.no_reuse
+    if args.rule:
+        data = bind(
+            cascade,
+            arch,
+            workload,
+            args.strategy,
+            cascade_ref,
+            arch_ref,
+            pipelined=pipelined,
+            reuse=reuse,
+        )
+        how = f"the {args.strategy} strategy's rule"
+    else:
+        options = SearchOptions(args.strategy, pipelined, reuse, args.objective, args.search_s)
+        tables = None
+        if args.objective in ("energy", "edp"):
+            tables = Specs().tables(arch)
+        ctx = bind_context(cascade, arch, workload, cascade_ref, arch_ref)
+        found = search(ctx, options, f"auto-{args.strategy}", tables)
+        data, s = found.data, found.stats
+        how = (
+            f"the mapper ({args.strategy} strategy, {args.objective}): {s.found}; "
+            f"{s.evaluated} of {s.space} candidates evaluated, {s.distance:.1%} above the "
+            "point's latency bound"
+        )
     header = (
         f"# Generated by python -m simulator.bind {args.cascade} --strategy {args.strategy}"
-        f" for {workload.describe()}.\n# An ordinary mapping file: edit it and run it with "
-        "python -m simulator.run --mapping FILE.\n"
+        f" for {workload.describe()}:\n# {how}.\n# An ordinary mapping file: edit it and run"
+        " it with python -m simulator.run --mapping FILE.\n"
     )
     text = mapping_yaml(data, header)
     if out is None:

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping as TMapping
 
 from simulator.cascade.ir import Cascade
-from simulator.errors import Loc, SpecError
+from simulator.errors import DoesNotFit, Loc, SpecError
 from simulator.plan.facts import CascadeFacts
 from simulator.plan.nest import merged_partitions, resolve_extents
 from simulator.plan.phases import PhasePlan, plan_phase
@@ -105,7 +105,7 @@ def fixed_extents(
     return known, search, partitions
 
 
-def _search_candidates(
+def search_candidates(
     name: str, known: dict[str, int], partitions: dict[str, tuple[str, ...]], loc: Loc | None
 ) -> list[int]:
     for rank, comps in partitions.items():
@@ -161,7 +161,7 @@ def choose_extents(
         plans = _plans(mapping, facts, arch, extents, partitions, instances, mapped)
         _require_fit(plans, arch, mapping)
         return extents, partitions, plans
-    choices = [_search_candidates(n, known, partitions, locs.get(n)) for n in search]
+    choices = [search_candidates(n, known, partitions, locs.get(n)) for n in search]
     if math.prod(len(c) for c in choices) > MAX_SEARCH_POINTS:
         raise SpecError(
             f"search over {', '.join(search)} has too many candidates", locs.get(search[0])
@@ -229,7 +229,7 @@ def _require_fit(plans: list[PhasePlan], arch: Architecture, mapping: Mapping) -
     for plan in plans:
         if not plan.fits:
             need = max(plan.buffer_values, plan.resident_values) * arch.value_bytes
-            raise SpecError(
+            raise DoesNotFit(
                 f"mapping '{mapping.name}' does not fit: phase '{plan.phase.name}' "
                 f"keeps {need:.0f} bytes of tiles in a "
                 f"{arch.buffer.capacity_bytes} byte buffer",

@@ -1,16 +1,16 @@
 """Automatic binding: (cascade, architecture, workload, strategy) -> an ordinary mapping file.
 
-The strategies read the cascade's graph (:mod:`simulator.bind.roles`) and the
+The strategies read the cascade's graph (:mod:`simulator.rules.roles`) and the
 architecture's arrays and operation tables:
 
-* `fusemax` (:mod:`simulator.bind.fusemax`) -- one-pass cascades, fused on a 2D and a 1D
+* `fusemax` (:mod:`simulator.rules.fusemax`) -- one-pass cascades, fused on a 2D and a 1D
   array, the pipelined waterfall where the arrays are coupled;
-* `flat` (:mod:`simulator.bind.flat`) -- FLAT's fused, row-granular dataflow for cascades
+* `flat` (:mod:`simulator.rules.flat`) -- FLAT's fused, row-granular dataflow for cascades
   that normalise whole fibres (3-pass softmax): the contractions on the 2D array, the
   fibre-wide Einsums on the 1D array, fibres kept on chip while they fit;
-* `unfused` (:mod:`simulator.bind.unfused`) -- every GEMM its own phase through the GEMM
+* `unfused` (:mod:`simulator.rules.unfused`) -- every GEMM its own phase through the GEMM
   mapper, the Einsums between them a phase walking one fibre at a time, all through DRAM;
-* `fused` (:mod:`simulator.bind.fused`) -- any cascade in as few phases as its passes
+* `fused` (:mod:`simulator.rules.fused`) -- any cascade in as few phases as its passes
   allow: a one-pass recurrence as FuseMax binds it, FLAT's shape as FLAT binds it, anything
   else over blocks of rows with its fibres on chip while they fit.
 
@@ -22,19 +22,21 @@ tools load it like a hand-written one.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from simulator.bind.facts import BinderFacts, load_facts
-from simulator.bind.flat import flat_mapping
-from simulator.bind.fused import fused_mapping
-from simulator.bind.fusemax import fusemax_mapping
-from simulator.bind.roles import cascade_roles
-from simulator.bind.unfused import unfused_mapping
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.errors import SpecError
+from simulator.rules.facts import BinderFacts, load_facts
+from simulator.rules.flat import flat_mapping
+from simulator.rules.fused import fused_mapping
+from simulator.rules.fusemax import fusemax_mapping
+from simulator.rules.roles import Roles, cascade_roles
+from simulator.rules.unfused import unfused_mapping
 from simulator.spec.arch import Architecture
 from simulator.spec.workload import Workload
 
@@ -110,6 +112,134 @@ def instances_of(shapes: dict[str, str], facts: BinderFacts) -> dict[str, str]:
     return dict(facts.default_instances)
 
 
+@dataclass(frozen=True)
+class BindContext:
+    """What every template of a point reads: the cascade's roles, the ranks the workload
+    sizes and their extents, how often the cascade repeats, how the mapping names its
+    cascade and architecture."""
+
+    cascade: Cascade
+    arch: Architecture
+    workload: Workload
+    roles: Roles
+    shapes: dict[str, str]
+    extents: dict[str, int]
+    instances: dict[str, str]
+    cascade_ref: str
+    arch_ref: str
+    facts: BinderFacts
+
+
+def bind_context(
+    cascade: Cascade,
+    arch: Architecture,
+    workload: Workload,
+    cascade_ref: str,
+    arch_ref: str,
+    facts: BinderFacts | None = None,
+) -> BindContext:
+    """The point's context, every rank an Einsum iterates sized (else one line)."""
+    facts = facts or load_facts()
+    shapes, extents = workload_extents(cascade, workload, facts)
+    check_sized(cascade, extents, facts, workload)
+    return BindContext(
+        cascade,
+        arch,
+        workload,
+        cascade_roles(cascade),
+        shapes,
+        extents,
+        instances_of(shapes, facts),
+        cascade_ref,
+        arch_ref,
+        facts,
+    )
+
+
+def _fusemax(ctx: BindContext, pipelined: bool = True, reuse: bool = True, **knobs: Any):
+    return fusemax_mapping(
+        ctx.cascade,
+        ctx.arch,
+        ctx.roles,
+        dict(ctx.extents),
+        dict(ctx.shapes),
+        ctx.instances,
+        ctx.cascade_ref,
+        ctx.arch_ref,
+        pipelined=pipelined,
+        reuse=reuse,
+        **knobs,
+    )
+
+
+def _fused(ctx: BindContext, pipelined: bool = True, reuse: bool = True, **knobs: Any):
+    return fused_mapping(
+        ctx.cascade,
+        ctx.arch,
+        ctx.roles,
+        dict(ctx.extents),
+        dict(ctx.shapes),
+        ctx.instances,
+        ctx.cascade_ref,
+        ctx.arch_ref,
+        pipelined=pipelined,
+        reuse=reuse,
+        **knobs,
+    )
+
+
+def _flat(ctx: BindContext, reuse: bool = True, **knobs: Any):
+    return flat_mapping(
+        ctx.cascade,
+        ctx.arch,
+        ctx.roles,
+        dict(ctx.extents),
+        dict(ctx.shapes),
+        ctx.instances,
+        ctx.cascade_ref,
+        ctx.arch_ref,
+        reuse=reuse,
+        **knobs,
+    )
+
+
+def _unfused(ctx: BindContext, reuse: bool = True, **knobs: Any):
+    # The unfused strategy's library calls get operands sliced to what is attended.
+    shapes, extents = dict(ctx.shapes), dict(ctx.extents)
+    fields = ctx.workload.fields()
+    for role, quantity in ctx.facts.unfused_sizes:
+        for rank in [r for r, q in shapes.items() if q == role]:
+            shapes[rank] = quantity
+            extents[rank] = int(fields[quantity])  # type: ignore[call-overload]
+    return unfused_mapping(
+        ctx.cascade,
+        ctx.arch,
+        ctx.roles,
+        extents,
+        shapes,
+        ctx.instances,
+        ctx.cascade_ref,
+        ctx.arch_ref,
+        ctx.facts,
+        reuse,
+        **knobs,
+    )
+
+
+# A template: a rule writing the mapping data of one structural choice, given its knobs.
+TEMPLATES: dict[str, Callable[..., dict[str, Any]]] = {
+    "fusemax": _fusemax,
+    "flat": _flat,
+    "unfused": _unfused,
+    "fused": _fused,
+}
+
+
+def template(ctx: BindContext, name: str, **knobs: Any) -> dict[str, Any]:
+    """The mapping data a template writes for the point (tile factors may be `search`)."""
+    return TEMPLATES[name](ctx, **knobs)
+
+
 def bind(
     cascade: Cascade,
     arch: Architecture,
@@ -122,88 +252,16 @@ def bind(
     reuse: bool = True,
     facts: BinderFacts | None = None,
 ) -> dict[str, Any]:
-    """The mapping data `strategy` generates (see module docstring); `cascade_ref` and
-    `arch_ref` are how the mapping names its cascade and architecture."""
+    """The mapping data `strategy`'s rule generates (see module docstring); `cascade_ref`
+    and `arch_ref` are how the mapping names its cascade and architecture."""
     if strategy not in STRATEGIES:
         raise SpecError(f"unknown strategy '{strategy}' (choose from {', '.join(STRATEGIES)})")
-    facts = facts or load_facts()
-    roles = cascade_roles(cascade)
-    shapes, extents = workload_extents(cascade, workload, facts)
-    check_sized(cascade, extents, facts, workload)
-    instances = instances_of(shapes, facts)
-    if strategy == "fusemax":
-        return fusemax_mapping(
-            cascade,
-            arch,
-            roles,
-            extents,
-            shapes,
-            instances,
-            cascade_ref,
-            arch_ref,
-            pipelined=pipelined,
-            reuse=reuse,
-        )
-    if strategy == "fused":
-        return fused_mapping(
-            cascade,
-            arch,
-            roles,
-            extents,
-            shapes,
-            instances,
-            cascade_ref,
-            arch_ref,
-            pipelined=pipelined,
-            reuse=reuse,
-        )
+    ctx = bind_context(cascade, arch, workload, cascade_ref, arch_ref, facts)
     if strategy == "flat":
-        return flat_mapping(
-            cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, reuse=reuse
-        )
-    # The unfused strategy's library calls get operands sliced to what is attended.
-    fields = workload.fields()
-    for role, quantity in facts.unfused_sizes:
-        for rank in [r for r, q in shapes.items() if q == role]:
-            shapes[rank] = quantity
-            extents[rank] = int(fields[quantity])  # type: ignore[call-overload]
-    return unfused_mapping(
-        cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, facts, reuse
-    )
-
-
-def bind_candidates(
-    cascade: Cascade,
-    arch: Architecture,
-    workload: Workload,
-    strategy: str,
-    cascade_ref: str,
-    arch_ref: str,
-    *,
-    pipelined: bool = True,
-    reuse: bool = True,
-) -> list[dict[str, Any]]:
-    """The mappings a strategy offers for a point, best first by its rule. The fused
-    strategy offers its rule's fusion and, beside it, the cascade kernel by kernel on the
-    same chip (the unfused strategy's phases): fusing that must re-read a large operand per
-    block of rows (a weight matrix) can move more data than handing one intermediate over
-    through DRAM, and the caller keeps the faster. Other strategies offer one."""
-    first = bind(
-        cascade, arch, workload, strategy, cascade_ref, arch_ref, pipelined=pipelined, reuse=reuse
-    )
-    if strategy != "fused":
-        return [first]
-    try:
-        kernels = bind(cascade, arch, workload, "unfused", cascade_ref, arch_ref)
-    except SpecError:
-        return [first]
-    body = kernels["mapping"]
-    body["label"] = first["mapping"]["label"]
-    body["description"] = (
-        f"{cascade.name} bound by the fused strategy: kernel by kernel (fusing it would move "
-        "more data than handing the intermediates over)"
-    )
-    return [first, kernels]
+        return template(ctx, "flat", reuse=reuse)
+    if strategy == "unfused":
+        return template(ctx, "unfused", reuse=reuse)
+    return template(ctx, strategy, pipelined=pipelined, reuse=reuse)
 
 
 class _Flow(list):

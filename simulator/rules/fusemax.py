@@ -26,7 +26,7 @@ over rows `P`), as FuseMax's Mapping 1 binds 1-pass attention:
 * **schedule** -- coupled arrays (a reduction into the 1D array and a broadcast back) run
   the pipelined waterfall (`pipeline: {}`, or one tile in flight with `pipelined=False`);
   arrays that only exchange tiles through the buffer overlap whole
-  (:mod:`simulator.bind.schedule`).
+  (:mod:`simulator.rules.schedule`).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from simulator.bind.roles import Roles, einsum_ranks, reduced_ranks, tile
-from simulator.bind.schedule import decoupled_schedule, waterfall_schedule
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
 from simulator.errors import Loc, SpecError
+from simulator.rules.roles import Roles, einsum_ranks, reduced_ranks, tile
+from simulator.rules.schedule import decoupled_schedule, waterfall_schedule
 from simulator.spec.arch import Architecture, Array, missing_operations
 
 

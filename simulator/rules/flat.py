@@ -23,12 +23,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from simulator.bind.fusemax import arrays_of, supports
-from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
-from simulator.bind.unfused import _fibre_array, chained, indexed_vars
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.ops import ops_per_point
 from simulator.errors import SpecError
+from simulator.rules.fusemax import arrays_of, supports
+from simulator.rules.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
+from simulator.rules.unfused import _fibre_array, chained, indexed_vars
 from simulator.spec.arch import Architecture, Array, missing_operations
 
 

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.bind.facts import BinderFacts
-from simulator.bind.fusemax import arrays_of, supports
-from simulator.bind.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
 from simulator.cascade.gemm import ROLES, batched_gemm_shape
 from simulator.cascade.ir import Access, Cascade, index_vars, rank_of
 from simulator.cascade.passes import pass_index
 from simulator.errors import SpecError
+from simulator.rules.facts import BinderFacts
+from simulator.rules.fusemax import arrays_of, supports
+from simulator.rules.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
 from simulator.spec.arch import Architecture, Array, missing_operations
 
 

@@ -1,0 +1,250 @@
+"""The search: the best mapping of the space a strategy admits, by an objective.
+
+Every candidate (:mod:`simulator.mapper.space`) is planned and timed by the analytic engine
+and priced when the objective needs energy -- the same path a hand-written mapping takes --
+so the mapping found is the best the model knows of, not the best by a proxy. Templates
+come in the strategy's order (its own rule first) and tile factors larger first, so the
+rule's own choice is among the first evaluated.
+
+* **Objective** -- `latency` (then DRAM traffic, then energy), `energy` (then latency),
+  `edp` (energy x latency), `traffic` (then latency).
+* **Bounded** -- at most `budget` evaluations (`--search-s` x :data:`EVALS_PER_S`: a count,
+  not a clock, so the same inputs give the same mapping on any machine); the search stops
+  early once the best latency is within `stop_within` of the least latency bound of the
+  candidates evaluated (no mapping can do better than that bound).
+* **Deterministic** -- no randomness, a fixed order, ties broken by the candidate's order.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.errors import BoundBreach, DoesNotFit, SpecError
+from simulator.evaluate import evaluate_mapping
+from simulator.mapper.resolve import resolved
+from simulator.mapper.space import (
+    Template,
+    data_with_factors,
+    templates,
+    tile_choices,
+    with_factors,
+)
+from simulator.result import Result, SearchStats
+from simulator.rules.auto import BindContext, mapping_yaml
+from simulator.spec.mapping import MappingSpec, loads_mapping
+from simulator.spec.tables import AreaTable, EnergyTable
+
+OBJECTIVES = ("latency", "energy", "edp", "traffic")
+DEFAULT_SEARCH_S = 2.0
+# Evaluations per second of --search-s: the budget is a count (deterministic), sized so that
+# the default takes about --search-s on one core of a laptop (an evaluation plans and times
+# one mapping: 2-20 ms).
+EVALS_PER_S = 60
+STOP_WITHIN = 0.001
+# Latencies within this of the least are a tie the latency objective breaks by DRAM traffic
+# (a compute-bound point has many mappings equally fast; the one moving less data is better).
+LATENCY_TIE = 0.002
+# Candidates planned (fitting or not) per evaluation of the budget, at most.
+PLANNED_PER_EVALUATION = 8
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    strategy: str = "fused"
+    pipelined: bool = True
+    reuse: bool = True
+    objective: str = "latency"
+    search_s: float = DEFAULT_SEARCH_S
+    stop_within: float = STOP_WITHIN
+
+    @property
+    def budget(self) -> int:
+        return max(1, math.ceil(self.search_s * EVALS_PER_S))
+
+    def check(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise SpecError(
+                f"unknown objective '{self.objective}' (choose from {', '.join(OBJECTIVES)})"
+            )
+        if not self.search_s > 0 or math.isinf(self.search_s):
+            raise SpecError(f"--search-s must be a positive number of seconds, got {self.search_s}")
+
+
+@dataclass(frozen=True)
+class Found:
+    """The search's answer: the mapping (data and loaded spec) and how it was found."""
+
+    data: dict[str, Any]
+    spec: MappingSpec
+    stats: SearchStats
+
+
+def _dominates(values: dict[str, int], smaller: dict[str, int]) -> bool:
+    return all(values[k] >= v for k, v in smaller.items())
+
+
+def _best(
+    results: list[tuple[int, Template, dict[str, int], Result]], objective: str
+) -> tuple[int, Template, dict[str, int], Result] | None:
+    """The best candidate by the objective (latency: the least traffic among those within
+    :data:`LATENCY_TIE` of the least latency); ties go to the earlier candidate."""
+    if not results:
+        return None
+    if objective == "latency":
+        fastest = min(x[3].latency_s for x in results)
+        near = [x for x in results if x[3].latency_s <= fastest * (1 + LATENCY_TIE)]
+        return min(near, key=lambda x: (x[3].traffic_bytes, x[3].latency_s, x[0]))
+    return min(results, key=lambda x: (*objective_key(x[3], objective), x[0]))
+
+
+def objective_key(result: Result, objective: str) -> tuple[float, ...]:
+    energy = result.energy_pj if result.energy_pj is not None else 0.0
+    if objective == "energy":
+        return (energy, result.latency_s, result.traffic_bytes)
+    if objective == "edp":
+        return (energy * result.latency_s, result.latency_s, result.traffic_bytes)
+    if objective == "traffic":
+        return (result.traffic_bytes, result.latency_s, energy)
+    return (result.latency_s, result.traffic_bytes, energy)
+
+
+def search(
+    ctx: BindContext,
+    options: SearchOptions,
+    name: str,
+    tables: tuple[EnergyTable, AreaTable] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    log: list[tuple[str, Result | SpecError]] | None = None,
+) -> Found:
+    """The best mapping of the space `options.strategy` admits at the context's point;
+    `name` names the configuration in messages and results (`auto-fused`)."""
+    options.check()
+    if options.objective in ("energy", "edp") and tables is None:
+        raise SpecError(
+            f"--objective {options.objective} needs the architecture's energy tables; "
+            f"'{ctx.arch.name}' names none"
+        )
+    start = time.perf_counter()
+    cascade, arch, workload = ctx.cascade, ctx.arch, ctx.workload
+    offered = templates(ctx, options.strategy, options.pipelined, options.reuse)
+    candidates = [(t, _spec(t, {}, name)) for t in offered]
+    space = 0
+    plans: list[tuple[Template, MappingSpec, list[dict[str, int]]]] = []
+    first_error: SpecError | None = None
+    for tmpl, spec in candidates:
+        try:
+            mapping = resolved(spec, cascade, arch, workload)
+            choices = list(tile_choices(cascade, mapping, arch, workload))
+        except SpecError as err:
+            first_error = first_error or err
+            continue
+        space += len(choices)
+        plans.append((tmpl, spec, choices))
+    budget = options.budget
+    evaluated = infeasible = breaches = skipped = 0
+    results: list[tuple[int, Template, dict[str, int], Result]] = []
+    bound = math.inf
+    # Round robin over the templates (each gets its share of the budget), each template's
+    # tile choices larger first; a choice whose every factor is at least that of a choice
+    # that did not fit is skipped unplanned (larger tiles need more buffer).
+    queues = [
+        (tmpl, resolved(spec, cascade, arch, workload), iter(choices), [])
+        for tmpl, spec, choices in plans
+    ]
+    planned = 0
+    while queues and evaluated < budget and planned < PLANNED_PER_EVALUATION * budget:
+        for entry in list(queues):
+            tmpl, mapping, choices, too_big = entry
+            values = next(choices, None)
+            while values is not None and any(_dominates(values, t) for t in too_big):
+                skipped += 1
+                values = next(choices, None)
+            if values is None:
+                queues.remove(entry)
+                continue
+            planned += 1
+            if progress is not None:
+                progress(evaluated, min(space, budget))
+            try:
+                r = evaluate_mapping(cascade, with_factors(mapping, values), arch, workload, tables)
+            except BoundBreach:
+                breaches += 1  # a model bug: set aside (counted), never chosen
+                continue
+            except SpecError as err:
+                infeasible += 1
+                if isinstance(err, DoesNotFit):
+                    too_big.append(values)
+                first_error = first_error or err
+                if log is not None:
+                    log.append((_described(tmpl, values), err))
+                continue
+            evaluated += 1
+            if log is not None:
+                log.append((_described(tmpl, values), r))
+            bound = min(bound, r.latency_bound_s or math.inf)
+            results.append((len(results), tmpl, values, r))
+            if evaluated >= budget:
+                break
+        if (
+            options.objective == "latency"
+            and results
+            and min(x[3].latency_s for x in results) <= bound * (1 + options.stop_within)
+        ):
+            break
+    best = _best(results, options.objective)
+    if best is None:
+        if first_error is not None:
+            raise first_error
+        raise SpecError(f"{name}: no mapping of the {options.strategy} strategy runs the point")
+    _order, tmpl, values, r = best
+    data = data_with_factors(tmpl.data, values)
+    first = offered[0]
+    body = data["mapping"]
+    body["label"] = first.data["mapping"]["label"]
+    found = _described(tmpl, values)
+    body["description"] = (
+        f"{cascade.name} found by the mapper ({options.strategy} strategy, "
+        f"{options.objective}): {found}"
+    )
+    stats = SearchStats(
+        strategy=options.strategy,
+        objective=options.objective,
+        found=found,
+        space=space,
+        evaluated=evaluated + infeasible,
+        infeasible=infeasible,
+        pruned=space - evaluated - infeasible,
+        budget=budget,
+        bound_s=0.0 if math.isinf(bound) else bound,
+        distance=r.latency_s / bound - 1 if bound and not math.isinf(bound) else 0.0,
+        seconds=time.perf_counter() - start,
+    )
+    notes = ()
+    if breaches:
+        notes = (
+            f"{name}: {breaches} candidate mapping(s) came out below their own lower bound "
+            "(a model bug) and were set aside",
+        )
+    spec = loads_mapping(mapping_yaml(data), f"<{name} mapping of {cascade.name}>", name)
+    return Found(data, _with_notes(spec, notes), stats)
+
+
+def _described(tmpl: Template, values: dict[str, int]) -> str:
+    return tmpl.label + "".join(f", {k}={v}" for k, v in values.items())
+
+
+def _spec(tmpl: Template, values: dict[str, int], name: str) -> MappingSpec:
+    data = data_with_factors(tmpl.data, values)
+    return loads_mapping(mapping_yaml(data), f"<{name} mapping ({tmpl.label})>", name)
+
+
+def _with_notes(spec: MappingSpec, notes: tuple[str, ...]) -> MappingSpec:
+    if not notes:
+        return spec
+    return MappingSpec(
+        spec.name, spec.path, spec.data, spec.table, spec.table_path, (*spec.notes, *notes)
+    )

@@ -1,0 +1,155 @@
+"""The mapspace: the mappings the search may evaluate for one (cascade, architecture,
+workload), under a strategy's constraints.
+
+A point of the space is an ordinary mapping -- the mapping language is the mapper's
+representation, so every hand-written file in `mappings/` is a point of it and the mapping
+found is a file a user can read, edit and run again. The space is spanned by
+
+* **templates** -- the structural choices (which Einsums share a phase, which ranks go
+  across each array's PEs and the cores, the array each Einsum runs on, where each tensor
+  lives and which loop it is kept below, the schedule), each written by a rule of
+  :mod:`simulator.rules` from the cascade's graph and the architecture, with its knobs
+  (reuse across a group's heads; pipelined or one tile at a time; whole fibres on chip or
+  through DRAM; output- or weight-stationary contractions; the lanes of a 1D array
+  spreading rows or chunks ...);
+* **tile factors** -- every `search` factor a template leaves takes each value that divides
+  what its rank's other components leave (:func:`tile_choices`), larger tiles first.
+
+A strategy is a constraint on the templates: `fusemax`, `flat` and `unfused` admit what
+those designs can do, `fused` admits every template (the unconstrained search).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.cascade.ir import Cascade
+from simulator.errors import Loc, SpecError
+from simulator.plan.extents import fixed_extents, search_candidates
+from simulator.plan.nest import resolve_extents
+from simulator.rules.auto import BindContext, template
+from simulator.spec.arch import Architecture
+from simulator.spec.mapping import Mapping
+from simulator.spec.workload import Workload
+
+STRATEGIES = ("fusemax", "flat", "unfused", "fused")
+
+
+@dataclass(frozen=True)
+class Template:
+    """One structural choice: the rule that wrote it, its knobs, the mapping data (tile
+    factors may still be `search`)."""
+
+    rule: str
+    knobs: tuple[tuple[str, Any], ...]
+    data: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        if not self.knobs:
+            return self.rule
+        return f"{self.rule} ({', '.join(f'{k}={_text(v)}' for k, v in self.knobs)})"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _offers(strategy: str, pipelined: bool, reuse: bool) -> list[tuple[str, dict[str, Any]]]:
+    """(rule, knobs) of every template a strategy admits, the strategy's own rule first.
+    `pipelined=False` (one tile at a time) and `reuse=False` (no K/V reuse across a group's
+    heads) are constraints: they narrow the knobs, never widen them."""
+    reuses = [True, False] if reuse else [False]
+    fusemax = [("fusemax", {"pipelined": pipelined, "reuse": r}) for r in reuses]
+    flat = [("flat", {"reuse": r}) for r in reuses]
+    unfused = [("unfused", {"reuse": reuse})]
+    if strategy == "fusemax":
+        return fusemax
+    if strategy == "flat":
+        return flat
+    if strategy == "unfused":
+        return unfused
+    soonest = [("flat", {"reuse": r, "soonest": True}) for r in reuses]
+    rule = [("fused", {"pipelined": pipelined, "reuse": reuse})]
+    return rule + fusemax + soonest + flat + unfused
+
+
+def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> list[Template]:
+    """The templates a strategy admits at the point (duplicates dropped). None: the
+    strategy's own rule's reason stands (one line)."""
+    if strategy not in STRATEGIES:
+        raise SpecError(f"unknown strategy '{strategy}' (choose from {', '.join(STRATEGIES)})")
+    out: list[Template] = []
+    seen: set[str] = set()
+    first_error: SpecError | None = None
+    for rule, knobs in _offers(strategy, pipelined, reuse):
+        try:
+            data = template(ctx, rule, **knobs)
+        except SpecError as err:
+            first_error = first_error or err
+            continue
+        key = _structure(data)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(Template(rule, tuple(knobs.items()), data))
+    if not out:
+        assert first_error is not None
+        raise first_error
+    return out
+
+
+def _structure(data: dict[str, Any]) -> str:
+    """A template's mapping without its words (label, description): what it computes."""
+    body = {k: v for k, v in data["mapping"].items() if k not in ("label", "description")}
+    return repr(body)
+
+
+def search_factors(mapping: Mapping) -> list[str]:
+    return [name for name, raw in mapping.factors if str(raw) == "search"]
+
+
+def tile_choices(
+    cascade: Cascade, mapping: Mapping, arch: Architecture, workload: Workload
+) -> Iterator[dict[str, int]]:
+    """Every assignment of the mapping's `search` factors (each a divisor of what its
+    rank's other components leave), larger tiles first; one empty assignment when it has
+    none."""
+    names = search_factors(mapping)
+    if not names:
+        yield {}
+        return
+    known, _search, partitions = fixed_extents(cascade, mapping, arch, workload)
+    known = resolve_extents(
+        known, partitions, mapping.name, Loc(mapping.path), frozenset(mapping.padded)
+    )
+    locs = dict(mapping.factor_locs)
+    choices = [
+        sorted(search_candidates(n, known, partitions, locs.get(n)), reverse=True) for n in names
+    ]
+    # larger tiles first: the product of the factors, then each in order
+    combos = sorted(itertools.product(*choices), key=lambda c: (-math.prod(c), [-v for v in c]))
+    for combo in combos:
+        yield dict(zip(names, combo, strict=True))
+
+
+def with_factors(mapping: Mapping, values: dict[str, int]) -> Mapping:
+    """The mapping with those `search` factors fixed."""
+    if not values:
+        return mapping
+    factors = tuple((n, values.get(n, raw)) for n, raw in mapping.factors)
+    return dataclasses.replace(mapping, factors=factors)
+
+
+def data_with_factors(data: dict[str, Any], values: dict[str, int]) -> dict[str, Any]:
+    """The template's mapping data with those factors fixed (what the mapping file says)."""
+    body = dict(data["mapping"])
+    body["factors"] = {**body.get("factors", {}), **values}
+    return {"mapping": body}

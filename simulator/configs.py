@@ -2,7 +2,8 @@
 
 A configuration is a shipped mapping's name (`binding`), a mapping file, or `auto` -- the
 mapping the automatic binder (:mod:`simulator.bind`) writes for the point:
-`auto[:STRATEGY[/OPTION...]]` with STRATEGY fusemax (default), flat or unfused and options
+`auto[:STRATEGY[/OPTION...]]` with STRATEGY fused (default: the mapper's unconstrained
+search), fusemax, flat or unfused (constraints on it) and options
 `sequential` (no pipelining across tiles) and `no-reuse` (no K/V reuse across a group's
 query heads). Its cascade is `--cascade`, by default the one that runs the model's own
 attention (its K/V heads and mask; the binder's facts name it: one pass for fusemax, the
@@ -104,8 +105,8 @@ def is_auto(config: str) -> bool:
 def parse_auto(config: str) -> tuple[str, bool, bool]:
     """`auto[:STRATEGY[/OPTION...]]` -> (strategy, pipelined, reuse)."""
     rest = config[len("auto:") :] if config.startswith("auto:") else ""
-    strategy, *options = rest.split("/") if rest else ["fusemax"]
-    strategy = strategy or "fusemax"
+    strategy, *options = rest.split("/") if rest else ["fused"]
+    strategy = strategy or "fused"
     if strategy not in STRATEGIES:
         raise SpecError(
             f"unknown binding strategy '{strategy}' in '{config}' "

@@ -36,6 +36,7 @@ from simulator.configs import (
 )
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
 from simulator.errors import SimulationLimit, SpecError
+from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES
 from simulator.progress import SimulationProgress
 from simulator.result import Result
 from simulator.spec.arch import precision_change
@@ -79,7 +80,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--strategy",
         default=None,
-        help="--mapping auto: fusemax (default), flat or unfused",
+        help="--mapping auto: the mapper's constraint -- fused (default: none), fusemax, flat "
+        "or unfused",
+    )
+    p.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="latency",
+        help="--mapping auto: what the mapper minimises (default latency)",
+    )
+    p.add_argument(
+        "--search-s",
+        type=_positive_float("--search-s"),
+        default=DEFAULT_SEARCH_S,
+        help="--mapping auto: the mapper's budget in seconds of evaluations (a fixed count, "
+        f"so results do not depend on the machine; default {DEFAULT_SEARCH_S:g})",
     )
     p.add_argument("--arch", help="architecture file replacing each mapping's own")
     p.add_argument("--cascade", help="cascade file replacing each mapping's own")
@@ -206,6 +221,15 @@ def _bytes(text: str) -> int:
 
 def _seconds(text: str) -> float:
     return parse_seconds(text, what="--max-sim-s")
+
+
+def _positive_float(option: str):
+    """An argparse type: a positive number of seconds, errors naming the option."""
+
+    def parse(text: str) -> float:
+        return parse_seconds(text, what=option)
+
+    return parse
 
 
 # Seconds one phase's cycle simulation may take when --max-sim-s is not given: past it,
@@ -616,7 +640,12 @@ def main(argv: list[str] | None = None) -> int:
         context=args.context,
         shape=parse_shape(args.shape),
     )
-    specs = Specs(cascade_override=args.cascade, arch_override=args.arch)
+    specs = Specs(
+        cascade_override=args.cascade,
+        arch_override=args.arch,
+        objective=args.objective,
+        search_s=args.search_s,
+    )
     if args.strategy is not None and "auto" not in args.mapping:
         raise SpecError("--strategy chooses how --mapping auto binds: add --mapping auto")
     if args.mapping:

@@ -43,7 +43,7 @@ DEFAULT_SEARCH_S = 2.0
 # Evaluations per second of --search-s: the budget is a count (deterministic), sized so that
 # the default takes about --search-s on one core of a laptop (an evaluation plans and times
 # one mapping: 2-20 ms).
-EVALS_PER_S = 60
+EVALS_PER_S = 150
 STOP_WITHIN = 0.001
 # Latencies within this of the least are a tie the latency objective breaks by DRAM traffic
 # (a compute-bound point has many mappings equally fast; the one moving less data is better).

@@ -33,6 +33,7 @@ from simulator.errors import Loc, SpecError
 from simulator.plan.extents import fixed_extents, search_candidates
 from simulator.plan.nest import resolve_extents
 from simulator.rules.auto import BindContext, template
+from simulator.rules.roles import scales
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload
@@ -62,13 +63,28 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _offers(strategy: str, pipelined: bool, reuse: bool) -> list[tuple[str, dict[str, Any]]]:
+def _offers(
+    strategy: str, pipelined: bool, reuse: bool, arch: Architecture
+) -> list[tuple[str, dict[str, Any]]]:
     """(rule, knobs) of every template a strategy admits, the strategy's own rule first.
     `pipelined=False` (one tile at a time) and `reuse=False` (no K/V reuse across a group's
     heads) are constraints: they narrow the knobs, never widen them."""
     reuses = [True, False] if reuse else [False]
-    fusemax = [("fusemax", {"pipelined": pipelined, "reuse": r}) for r in reuses]
-    flat = [("flat", {"reuse": r}) for r in reuses]
+    two = next((a for a in arch.arrays if a.mesh_y > 1), None)
+    parts = scales(math.gcd(two.mesh_x, two.mesh_y)) if two is not None else [1]
+    fusemax = [
+        ("fusemax", {"pipelined": pipelined, "reuse": r, "lanes": lanes, "scale": s})
+        for s in parts
+        for r in reuses
+        for lanes in ("rows", "fill")
+    ]
+    flat = [
+        ("flat", {"reuse": r, "scale": s, "chunk_scale": c, "fibres": f})
+        for s in parts
+        for c in parts[:2]
+        for r in reuses
+        for f in ("fit", "dram")
+    ]
     unfused = [("unfused", {"reuse": reuse})]
     if strategy == "fusemax":
         return fusemax
@@ -76,9 +92,10 @@ def _offers(strategy: str, pipelined: bool, reuse: bool) -> list[tuple[str, dict
         return flat
     if strategy == "unfused":
         return unfused
-    soonest = [("flat", {"reuse": r, "soonest": True}) for r in reuses]
+    soonest = [(rule, {**knobs, "soonest": True}) for rule, knobs in flat]
     rule = [("fused", {"pipelined": pipelined, "reuse": reuse})]
-    return rule + fusemax + soonest + flat + unfused
+    chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]
+    return rule + fusemax + chain + soonest + flat + unfused
 
 
 def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> list[Template]:
@@ -89,7 +106,7 @@ def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> 
     out: list[Template] = []
     seen: set[str] = set()
     first_error: SpecError | None = None
-    for rule, knobs in _offers(strategy, pipelined, reuse):
+    for rule, knobs in _offers(strategy, pipelined, reuse, ctx.arch):
         try:
             data = template(ctx, rule, **knobs)
         except SpecError as err:

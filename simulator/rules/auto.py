@@ -31,6 +31,7 @@ import yaml
 
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.errors import SpecError
+from simulator.rules.chain import chain_mapping
 from simulator.rules.facts import BinderFacts, load_facts
 from simulator.rules.flat import flat_mapping
 from simulator.rules.fused import fused_mapping
@@ -226,12 +227,28 @@ def _unfused(ctx: BindContext, reuse: bool = True, **knobs: Any):
     )
 
 
+def _chain(ctx: BindContext, reuse: bool = True, **knobs: Any):
+    return chain_mapping(
+        ctx.cascade,
+        ctx.arch,
+        ctx.roles,
+        dict(ctx.extents),
+        dict(ctx.shapes),
+        ctx.instances,
+        ctx.cascade_ref,
+        ctx.arch_ref,
+        reuse=reuse,
+        **knobs,
+    )
+
+
 # A template: a rule writing the mapping data of one structural choice, given its knobs.
 TEMPLATES: dict[str, Callable[..., dict[str, Any]]] = {
     "fusemax": _fusemax,
     "flat": _flat,
     "unfused": _unfused,
     "fused": _fused,
+    "chain": _chain,
 }
 
 

@@ -106,10 +106,16 @@ def flat_mapping(
     arch_ref: str,
     reuse: bool = True,
     soonest: bool = False,
+    scale: int = 1,
+    fibres: str = "fit",
+    chunk_scale: int = 1,
 ) -> dict[str, Any]:
     """FLAT's rule (module docstring); `soonest` (the fused strategy): a fibre Einsum runs on
     the array where the block finishes soonest given the Einsums already placed (FuseMax's
-    2D PEs can run a softmax's max and exp), not on the 1D array because it can."""
+    2D PEs can run a softmax's max and exp), not on the 1D array because it can. `scale`:
+    blocks of 1/scale of the 2D array's columns of rows; `chunk_scale`: chunks of the fibre
+    of 1/chunk_scale of its rows; `fibres`: `fit` (on chip when a block's
+    fit, the rule) or `dram` (through DRAM, weight-stationary GEMMs, whatever fits)."""
     two, one = arrays_of(arch)
     gemms = [n for n in roles.compute if _contraction(cascade, n)]
     fibre_einsums = [n for n in roles.compute if n not in gemms]
@@ -178,11 +184,13 @@ def flat_mapping(
         if cascade.einsum(n).output.tensor not in cascade.outputs
         and fibre in cascade.tensor(cascade.einsum(n).output.tensor).ranks
     ]
-    block = min(two.mesh_x, extents.get(row, two.mesh_x)) * extents.get(fibre, 0)
-    onchip = len(handed) * block * arch.value_bytes <= arch.buffer.capacity_bytes
+    block = min(two.mesh_x // scale, extents.get(row, two.mesh_x)) * extents.get(fibre, 0)
+    onchip = (
+        fibres != "dram" and len(handed) * block * arch.value_bytes <= arch.buffer.capacity_bytes
+    )
     # Output-stationary GEMMs hold a tile of rows in the PEs: they need rows to fill the
     # columns (one decoding query does not), else the operand without rows stays put.
-    output_stationary = onchip and extents.get(row, 0) >= two.mesh_x
+    output_stationary = onchip and extents.get(row, 0) >= two.mesh_x // scale
     einsums: dict[str, Any] = {}
     last = cascade.einsum(gemms[-1])
     for n in gemms:
@@ -234,12 +242,12 @@ def flat_mapping(
         "factors": {
             # the cascade's own chunks (`K[e, m1*M0 + m0]`) span the 2D array's rows
             **{
-                comps[1]: tile(two.name, "meshY", two.mesh_y, rank, extents)
+                comps[1]: tile(two.name, "meshY", two.mesh_y, rank, extents, chunk_scale)
                 for rank, comps in cascade.partitions
                 if len(comps) == 2 and comps[1] != fibre
             },
-            r0: tile(two.name, "meshX", two.mesh_x, row, extents),
-            f0: tile(two.name, "meshY", two.mesh_y, fibre, extents),
+            r0: tile(two.name, "meshX", two.mesh_x, row, extents, scale),
+            f0: tile(two.name, "meshY", two.mesh_y, fibre, extents, chunk_scale),
             r1: "search",
         },
         "partitions": {

@@ -39,6 +39,7 @@ from simulator.cascade.ops import ops_per_point
 from simulator.errors import Loc, SpecError
 from simulator.rules.roles import Roles, einsum_ranks, reduced_ranks, tile
 from simulator.rules.schedule import decoupled_schedule, waterfall_schedule
+from simulator.rules.spatial import filling
 from simulator.spec.arch import Architecture, Array, missing_operations
 
 
@@ -130,7 +131,14 @@ def fusemax_mapping(
     arch_ref: str,
     pipelined: bool = True,
     reuse: bool = True,
+    lanes: str = "rows",
+    scale: int = 1,
 ) -> dict[str, Any]:
+    """`lanes`: what the 1D array's PEs spread -- `rows` (the rows across the 2D array's
+    columns, and a spare rank when they are fewer than the PEs), or `fill` (per Einsum, the
+    components that fill the most PEs: a chunk's keys where the rows are few, as a GPU's
+    lanes take a block's scores). `scale`: the tiles span 1/scale of each side of the 2D
+    array (smaller tiles of rows fit where whole sides do not)."""
     why = applies(roles)
     if why:
         raise SpecError(f"cannot bind '{cascade.name}' with the FuseMax strategy: {why}")
@@ -143,8 +151,8 @@ def fusemax_mapping(
     binding = bind_arrays(cascade, roles, two, one, wide)
     loops = [w2, roles.outer, *others, w1] if reuse else [*others, w2, roles.outer, w1]
     factors: dict[str, Any] = {
-        w0: tile(two.name, "meshX", two.mesh_x, wide, extents),
-        roles.chunk: tile(two.name, "meshY", two.mesh_y, roles.chunked or "", extents),
+        w0: tile(two.name, "meshX", two.mesh_x, wide, extents, scale),
+        roles.chunk: tile(two.name, "meshY", two.mesh_y, roles.chunked or "", extents, scale),
         w1: "search",
     }
     spatial = {two.name: [w0, roles.chunk], one.name: [w0]}
@@ -152,7 +160,7 @@ def fusemax_mapping(
     partitions = {wide: [w2, w1, w0]}
     # Few rows (decode's single query) leave most 1D PEs idle: spread the 1D Einsums' widest
     # other rank (the value embedding of the running numerator) over them too.
-    x0 = min(two.mesh_x, extents.get(wide, two.mesh_x))
+    x0 = min(two.mesh_x // scale, extents.get(wide, two.mesh_x))
     if x0 < one.mesh_x:
         taken = {wide, *roles.rows, roles.outer, roles.chunk, roles.chunked}
         spare = [
@@ -229,6 +237,21 @@ def fusemax_mapping(
         v.get("copies") == 2 for v in tensors.values()
     )
     phase: dict[str, Any] = {"name": "fused", "loops": loops}
+    if lanes == "fill":
+        y0 = min(two.mesh_y // scale, extents.get(roles.chunked or "", two.mesh_y))
+        sizes = {w0: x0, roles.chunk: y0}
+        sizes.update({c: int(v) for c, v in factors.items() if isinstance(v, int)})
+        spread = {
+            n: filling(
+                [c for r in einsum_ranks(cascade.einsum(n)) for c in leaves(r)],
+                {**extents, **sizes},
+                one.pes,
+                exclude={*loops, roles.outer},
+            )
+            for n in roles.compute
+            if binding[n] == one.name and n not in prologue
+        }
+        phase["einsums"] = {n: {"spatial": s} for n, s in spread.items()}
     if coupled:
         schedule = waterfall_schedule(roles, einsums, binding, two.name, pipelined, down)
         if schedule is None:

@@ -46,11 +46,22 @@ class Roles:
         return frozenset(n for n in self.compute if einsum in self.ancestors(n))
 
 
-def tile(array: str, dim: str, size: int, rank: str, extents: dict[str, int]) -> str:
-    """A tile factor spanning an array dimension (`PE2D.meshX`), or the whole rank when it
-    is smaller than the array (decode's single query: the array is partly idle)."""
+def tile(
+    array: str, dim: str, size: int, rank: str, extents: dict[str, int], scale: int = 1
+) -> str:
+    """A tile factor spanning an array dimension (`PE2D.meshX`) -- or `1 / scale` of it
+    (`PE2D.meshX / 2`: part of the array, the rest idle) --, or the whole rank when it is
+    smaller than that (decode's single query: the array is partly idle)."""
     extent = extents.get(rank)
-    return f"{array}.{dim}" if extent is None or extent >= size else rank
+    if extent is not None and extent < size // scale:
+        return rank
+    return f"{array}.{dim}" if scale == 1 else f"{array}.{dim} / {scale}"
+
+
+def scales(size: int, most: int = 4) -> list[int]:
+    """The divisors of an array side a template may use part of it by: 1, 2, 4 (those that
+    divide it)."""
+    return [s for s in (1, 2, 4) if s <= most and size % s == 0 and size // s >= 1]
 
 
 def einsum_ranks(e: Einsum) -> tuple[str, ...]:

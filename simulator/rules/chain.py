@@ -1,0 +1,204 @@
+"""The chain template: a cascade that makes one pass over a rank, fused over its chunks.
+
+For a cascade without a recurrence in which contractions hand each other a rank (`X`:
+`QK[m, p] = Q K` then `AV[f, p] = QK[m, p] V`; sigmoid attention's `S = sigmoid(QK ...)`
+between them) and the passes analysis finds one pass over it, every Einsum can walk `X`
+chunk by chunk: reductions over it accumulate across the chunks, nothing waits for a whole
+fibre. As FuseMax's Mapping 1 without the running corrections:
+
+* **spatial** -- a chunk of `X` down the 2D array's rows (`X -> X1 x X0`, X0 = meshY), the
+  widest row rank across its columns (`R -> R2 x R1 x R0`, R0 = meshX, R1 searched); an
+  Einsum on the 1D array spreads the components that fill its PEs;
+* **binding** -- contractions on the 2D array; any other Einsum on the array where the
+  block finishes soonest given those placed;
+* **loops** -- `R2, X1, [other rows], R1`: a chunk of `X` is fetched once per block of rows
+  and serves all of them; an output reduced over `X` accumulates in the buffer over the
+  chunks and is written once per block;
+* **tensors** -- inputs kept where they are reused, an accumulating output for its block; a
+  whole tile handed between the arrays through the buffer, double-buffered (the arrays then
+  overlap whole); a reduction over `X` read by an Einsum that walks no chunk (a
+  normaliser) in the buffer for the block; everything else moves between PEs.
+
+The template applies where those conditions hold; otherwise it says which one fails.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.cascade.ir import Cascade
+from simulator.cascade.passes import analyze_passes
+from simulator.errors import SpecError
+from simulator.rules.flat import soonest_arrays
+from simulator.rules.fusemax import arrays_of, keep_point, supports
+from simulator.rules.roles import Roles, einsum_ranks, reduced_ranks, tile
+from simulator.rules.schedule import decoupled_schedule
+from simulator.rules.spatial import filling
+from simulator.rules.unfused import chained, gemm_dims
+from simulator.spec.arch import Architecture
+
+LABEL = "auto: chain"
+
+
+def streamed_rank(cascade: Cascade, roles: Roles, extents: dict[str, int]) -> str | None:
+    """The rank the chain walks in chunks: reduced by a contraction, made by an earlier
+    Einsum, one pass over it (every fibre of it); the widest such. None: no such rank."""
+    if roles.iterative is not None:
+        return None
+    report = analyze_passes(cascade)
+    multi = {f.rank for f in report.fibers if f.passes > 1}
+    made = set()
+    found: list[str] = []
+    for name in roles.compute:
+        e = cascade.einsum(name)
+        if gemm_dims(cascade, name) is not None:
+            for r in reduced_ranks(e):
+                group = cascade.rank_group(r)
+                if r in made and group not in multi and r in extents:
+                    found.append(r)
+        made |= set(einsum_ranks(e)) - set(reduced_ranks(e))
+    return max(found, key=lambda r: extents[r], default=None)
+
+
+def chain_mapping(
+    cascade: Cascade,
+    arch: Architecture,
+    roles: Roles,
+    extents: dict[str, int],
+    shapes: dict[str, str],
+    instances: dict[str, str],
+    cascade_ref: str,
+    arch_ref: str,
+    reuse: bool = True,
+    scale: int = 1,
+) -> dict[str, Any]:
+    x = streamed_rank(cascade, roles, extents)
+    if x is None:
+        raise SpecError(
+            f"cannot bind '{cascade.name}' with the chain template: it needs a rank that a "
+            "contraction reduces after an earlier Einsum made it, walked in one pass"
+        )
+    two, one = arrays_of(arch)
+    reduced_anywhere = {r for n in roles.compute for r in reduced_ranks(cascade.einsum(n))}
+    last = cascade.einsum(roles.compute[-1])
+    rows = [r for r in einsum_ranks(last) if r not in reduced_anywhere and r != x]
+    rows = [r for r in rows if r in extents]
+    if not rows:
+        raise SpecError(
+            f"cannot bind '{cascade.name}' with the chain template: its last Einsum has no "
+            "row rank (one no Einsum reduces)"
+        )
+    row = max(rows, key=lambda r: (extents[r], -rows.index(r)))
+    # the other rows every Einsum walking `row` walks too (a group's query heads), outer
+    # loops; a rank only the last contraction has (its output columns) stays inside it
+    walking = [set(einsum_ranks(cascade.einsum(n))) for n in roles.compute]
+    walking = [s for s in walking if row in s]
+    others = [r for r in rows if r != row and all(r in s for s in walking)]
+    r2, r1, r0 = f"{row}2", f"{row}1", f"{row}0"
+    x1, x0 = f"{x}1", f"{x}0"
+    partitions: dict[str, list[str]] = {rank: list(c) for rank, c in cascade.partitions}
+    partitions[row] = [r2, r1, r0]
+    partitions[x] = [x1, x0]
+    factors: dict[str, Any] = {
+        r0: tile(two.name, "meshX", two.mesh_x, row, extents, scale),
+        x0: tile(two.name, "meshY", two.mesh_y, x, extents, scale),
+        r1: "search",
+    }
+    for rank, comps in cascade.partitions:
+        if len(comps) == 2 and rank not in (row, x):
+            factors[comps[1]] = extents.get(comps[1]) or tile(
+                two.name, "meshY", two.mesh_y, rank, extents, scale
+            )
+    leaves = {row: [r2, r1, r0], x: [x1, x0]}
+    for rank, comps in cascade.partitions:
+        leaves.setdefault(rank, list(comps))
+
+    def comps(rank: str) -> list[str]:
+        return leaves.get(rank, [rank])
+
+    def tensor_leaves(t: str) -> set[str]:
+        return {c for r in cascade.tensor(t).ranks for c in comps(r)}
+
+    contractions = [
+        n
+        for n in roles.compute
+        if gemm_dims(cascade, n) is not None and not supports(two, cascade, n)
+    ]
+    binding = {n: two.name for n in contractions}
+    rest = [n for n in roles.compute if n not in binding]
+    binding.update(soonest_arrays(cascade, rest, contractions, two, one, extents))
+    loops = [r2, x1, *others, r1] if reuse else [*others, r2, x1, r1]
+    sizes = {
+        r0: min(two.mesh_x // scale, extents[row]),
+        x0: min(two.mesh_y // scale, extents[x]),
+        **{c: int(v) for c, v in factors.items() if isinstance(v, int)},
+        **extents,
+    }
+    einsums: dict[str, Any] = {}
+    for n in roles.compute:
+        mine = [c for r in einsum_ranks(cascade.einsum(n)) for c in comps(r)]
+        if binding[n] == two.name:
+            spatial = [c for c in (r0, x0) if c in mine]
+            if len(spatial) < 2:  # the other side: the widest component that fits it
+                side = (two.mesh_y if r0 in spatial else two.mesh_x) // scale
+                spare = [
+                    c
+                    for c in mine
+                    if c not in spatial and c not in loops and 1 < sizes.get(c, 1) <= side
+                ]
+                spatial += sorted(spare, key=lambda c: -sizes[c])[:1]
+        else:
+            spatial = filling(mine, sizes, one.pes, exclude={*loops, x1})
+        einsums[n] = {"spatial": spatial}
+    tensors: dict[str, dict[str, Any]] = {}
+    aliases = {
+        e.output.tensor: e.reads()[0].tensor
+        for e in cascade.einsums
+        if e.kind == "copy" and e.reads()
+    }
+    producer = {cascade.einsum(n).output.tensor: n for n in roles.compute}
+    for t in cascade.inputs:
+        tensors[t] = {"home": "DRAM", "keep": keep_point(loops, tensor_leaves(t))}
+    for t in cascade.outputs:
+        n = producer.get(t)
+        accumulates = n is not None and x in reduced_ranks(cascade.einsum(n))
+        keep = keep_point(loops, tensor_leaves(t)) if accumulates else "stream"
+        tensors[t] = {"home": "DRAM", "keep": keep}
+    whole_tile = {r0, x0}
+    for n in roles.compute:
+        for acc in cascade.einsum(n).reads():
+            t = aliases.get(acc.tensor, acc.tensor)
+            made = producer.get(t)
+            if made is None or t in tensors:
+                continue
+            over_x = x in reduced_ranks(cascade.einsum(made))
+            if over_x and x not in einsum_ranks(cascade.einsum(n)):
+                # a reduction over the chunks read once they are done: held for the block
+                tensors[t] = {"home": "buffer", "keep": keep_point(loops, tensor_leaves(t))}
+            elif binding[made] != binding[n] and whole_tile <= tensor_leaves(t):
+                tensors[t] = {"home": "buffer", "keep": x1, "copies": 2}
+    on = {a: [n for n in roles.compute if binding[n] == a] for a in (two.name, one.name)}
+    if on[one.name] and any(v.get("copies") == 2 for v in tensors.values()):
+        schedule = decoupled_schedule(list(roles.compute), binding, two.name)
+    else:
+        schedule = list(roles.compute)
+    body: dict[str, Any] = {
+        "label": LABEL,
+        "description": f"{cascade.name} bound by the chain template (one pass over {x})",
+        "cascade": cascade_ref,
+        "architecture": arch_ref,
+        "shapes": shapes,
+        "instances": instances,
+        "factors": factors,
+        "partitions": partitions,
+        "spatial": {
+            two.name: [r0, x0],
+            one.name: filling([r0, x0], sizes, one.pes) or [r0],
+        },
+        "binding": {a: ns for a, ns in on.items() if ns},
+    }
+    if chained(one):
+        body["chaining"] = {one.name: "pipelined"}
+    body["tensors"] = tensors
+    body["phases"] = [{"name": "chain", "loops": loops, "einsums": einsums, "schedule": schedule}]
+    return {"mapping": body}

@@ -419,7 +419,43 @@ def record(row: Row) -> dict:
             }
             for t in r.tensors
         },
+        "search": search_record(r),
     }
+
+
+def search_record(r: Result) -> dict | None:
+    """How the mapper found an automatic configuration's mapping (None: a mapping file)."""
+    s = r.search
+    if s is None:
+        return None
+    return {
+        "strategy": s.strategy,
+        "objective": s.objective,
+        "found": s.found,
+        "space": s.space,
+        "evaluated": s.evaluated,
+        "infeasible": s.infeasible,
+        "pruned": s.pruned,
+        "budget": s.budget,
+        "latency_bound_s": s.bound_s,
+        "distance_to_bound": s.distance,
+        "search_s": s.seconds,
+        "cached": s.cached,
+    }
+
+
+def search_line(r: Result) -> str | None:
+    """One line saying what the mapper searched and found (table output)."""
+    s = r.search
+    if s is None:
+        return None
+    time = "reused from the cache" if s.cached else f"{s.seconds:.2f} s"
+    return (
+        f"{r.label}: the mapper ({s.strategy} strategy, {s.objective}) found {s.found}: "
+        f"{s.distance:.1%} above the latency bound {s.bound_s:.4g} s; {s.evaluated} of "
+        f"{s.space} candidates evaluated ({s.infeasible} did not fit or run), {s.pruned} "
+        f"pruned; {time}"
+    )
 
 
 def _fmt_x(value: float | None) -> str:
@@ -565,6 +601,10 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
             for e, a, cpp, share in r.einsum_shares()
         ]
         lines.append(f"  {r.label}: " + ", ".join(cells))
+    searched = [line for row in rows if (line := search_line(row.result))]
+    if searched:
+        lines.append("Mappings found by the mapper")
+        lines += [f"  {line}" for line in searched]
     accountings = sorted({row.result.energy_accounting for row in rows} - {""})
     if accountings:
         lines.append(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CASCADES = ROOT / "cascades"
 DATA = Path(__file__).resolve().parent / "data"
+
+# The mapper's cache (simulator/mapper/cache.py) in a folder of this test session's own:
+# tests never read answers a developer's earlier runs left, and leave none behind them.
+os.environ.setdefault("FUSEMAX_SIM_CACHE", tempfile.mkdtemp(prefix="fusemax-sim-tests-"))
 
 
 @pytest.fixture

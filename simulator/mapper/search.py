@@ -25,6 +25,7 @@ from typing import Any
 
 from simulator.errors import BoundBreach, DoesNotFit, SpecError
 from simulator.evaluate import evaluate_mapping
+from simulator.mapper import cache
 from simulator.mapper.resolve import resolved
 from simulator.mapper.space import (
     Template,
@@ -123,11 +124,40 @@ def search(
     """The best mapping of the space `options.strategy` admits at the context's point;
     `name` names the configuration in messages and results (`auto-fused`)."""
     options.check()
-    if options.objective in ("energy", "edp") and tables is None:
+    priced = options.objective in ("energy", "edp")
+    if priced and tables is None:
         raise SpecError(
             f"--objective {options.objective} needs the architecture's energy tables; "
             f"'{ctx.arch.name}' names none"
         )
+    key = cache.digest(
+        ctx.cascade,
+        ctx.arch,
+        ctx.workload,
+        ctx.cascade_ref,
+        ctx.arch_ref,
+        options,
+        name,
+        tables if priced else None,
+    )
+    kept = cache.load(key)
+    if kept is not None:
+        data, stats = kept
+        spec = loads_mapping(mapping_yaml(data), f"<{name} mapping of {ctx.cascade.name}>", name)
+        return Found(data, spec, stats)
+    found = _search(ctx, options, name, tables, progress, log)
+    cache.save(key, found.data, found.stats)
+    return found
+
+
+def _search(
+    ctx: BindContext,
+    options: SearchOptions,
+    name: str,
+    tables: tuple[EnergyTable, AreaTable] | None,
+    progress: Callable[[int, int], None] | None,
+    log: list[tuple[str, Result | SpecError]] | None,
+) -> Found:
     start = time.perf_counter()
     cascade, arch, workload = ctx.cascade, ctx.arch, ctx.workload
     offered = templates(ctx, options.strategy, options.pipelined, options.reuse)

@@ -62,10 +62,13 @@ def _gemm_settings(
     in this GEMM's dims (rows, cols, reduction); a role the GEMM lacks is left out. A rank
     takes its partitioned parent's role (M1, M0 of M: keys). A GEMM whose rows and columns
     the facts name no queries or keys (a linear layer's) takes rows as queries and columns
-    as keys."""
+    as keys (also where the keys are the reduction: linear attention's `phi(K)^T V`)."""
     parent = {c: r for r, comps in (cascade.partitions if cascade else ()) for c in comps}
     by_role = {facts.role_of(parent.get(rank, rank)): d for rank, d in dims.items()}
-    if by_role.get("queries") is None and by_role.get("keys") is None:
+    sides = ("rows", "cols")
+    if by_role.get("queries") not in sides and by_role.get("keys") not in sides:
+        # no query or key across the array (a linear layer's GEMM; linear attention's
+        # `phi(K)^T V`, whose keys are the reduction): its rows as queries, columns as keys
         by_role = {"queries": "rows", "keys": "cols"}
     for role, other in (("queries", "keys"), ("keys", "queries")):  # one named: the other is
         if by_role.get(role) is None and by_role.get(other) in ("rows", "cols"):  # the other side

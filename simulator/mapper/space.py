@@ -94,8 +94,9 @@ def _offers(
         return unfused
     soonest = [(rule, {**knobs, "soonest": True}) for rule, knobs in flat]
     rule = [("fused", {"pipelined": pipelined, "reuse": reuse})]
+    blocks = [("fused", {"rule": "blocks", "reduction": r}) for r in ("chunks", "whole")]
     chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]
-    return rule + fusemax + chain + soonest + flat + unfused
+    return rule + fusemax + chain + blocks + soonest + flat + unfused
 
 
 def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> list[Template]:

@@ -51,7 +51,15 @@ def fused_mapping(
     *,
     pipelined: bool = True,
     reuse: bool = True,
+    rule: str = "first",
+    reduction: str = "chunks",
 ) -> dict[str, Any]:
+    """`rule`: `first` -- the first rule that applies (module docstring) -- or `blocks`
+    (blocks of rows whatever the cascade); `reduction`: see :func:`_blocks_of_rows`."""
+    if rule == "blocks":
+        return _blocks_of_rows(
+            cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, reduction
+        )
     if fusemax_applies(roles) is None:
         data = fusemax_mapping(
             cascade,
@@ -83,7 +91,9 @@ def fused_mapping(
             return _relabel(data, cascade, "fibres of a block of rows kept on chip (FLAT)")
         except SpecError:
             pass  # not FLAT's shape: the general rule
-    return _blocks_of_rows(cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref)
+    return _blocks_of_rows(
+        cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, reduction
+    )
 
 
 def _relabel(data: dict[str, Any], cascade: Cascade, how: str) -> dict[str, Any]:
@@ -142,7 +152,11 @@ def _blocks_of_rows(
     instances: dict[str, str],
     cascade_ref: str,
     arch_ref: str,
+    reduction: str = "chunks",
 ) -> dict[str, Any]:
+    """`reduction`: a contraction's reduction streams through its output tile in `chunks`
+    (both operands fetched per tile of the other), or stays `whole` (the block's rows of
+    the first operand held in the buffer, read once; the second streams per block)."""
     two, one = arrays_of(arch)
     steps = _iterated_ranks(cascade)
     row, outer = _row_rank(cascade, roles, extents)
@@ -279,6 +293,9 @@ def _blocks_of_rows(
         if c2 is None:  # the fibre's columns whole for the block, the reduction in the PEs
             loops = [*block, *other_loops, c1, r1]
             inner = [*dict.fromkeys(c for r in reduced for c in chunks[r][0]), *inner]
+        elif reduction == "whole":  # the block's rows whole in the buffer, a weight streams
+            loops = [*block, *other_loops, c2, r1, c1]
+            inner = [*dict.fromkeys(c for r in reduced for c in chunks[r][0]), *inner]
         else:  # the output tile in the buffer, the reduction's chunks around it
             walked = list(dict.fromkeys(c for r in reduced for c in chunks[r][0]))
             loops = [*block, *other_loops, c2, *walked, r1, c1]
@@ -338,6 +355,12 @@ def _blocks_of_rows(
         streamed = [streams[u] for u in users if u in streams]
         if streamed and from_dram:
             return streamed[0]
+        if reduction == "whole" and from_dram and row is not None:
+            if row in cascade.tensor(tensor).ranks:
+                return block[-1] if block else "top"  # the block's rows, read once
+            cols = [tile_loops[u][-1] for u in users if u in contractions and tile_loops[u]]
+            if cols:  # a weight: a block of its columns per block of rows
+                return cols[0]
         if row is not None and row not in cascade.tensor(tensor).ranks:
             return "top"  # a vector of the columns or the fibre (LayerNorm's gain): once
         prefix = _common_prefix([tile_loops[u] for u in users]) if users else []

@@ -1,0 +1,272 @@
+"""The mapper (simulator/mapper/): at least as good as the hand-written mappings and the
+rules it replaces, as a peer mapper, monotone in the hardware, deterministic, cached, and
+its answer a mapping file that runs again."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.bind.__main__ import main as bind_main
+from simulator.cascade.parse import load_cascade
+from simulator.configs import Specs, evaluate
+from simulator.evaluate import evaluate_mapping
+from simulator.mapper.resolve import resolved
+from simulator.mapper.search import SearchOptions, search
+from simulator.paths import resolve_spec
+from simulator.rules.auto import bind, bind_context, mapping_yaml
+from simulator.run import main as run_main
+from simulator.spec.arch_file import load_architecture
+from simulator.spec.mapping import loads_mapping
+from simulator.spec.workload import make_workload
+
+from .conftest import CASCADES, DATA
+
+MODELS = ("bert", "trxl", "t5", "xlm")
+SEQS = ("1K", "4K", "16K", "64K", "256K", "1M")
+SLACK = 0.005  # the acceptance's 0.5%
+
+
+def _rule(specs: Specs, strategy: str, workload, arch: str, cascade: str):
+    """The strategy's rule as it was before the mapper (its tile factors searched for the
+    least traffic that fits), evaluated."""
+    c = load_cascade(resolve_spec("cascades", cascade))
+    a = load_architecture(resolve_spec("arch", arch))
+    data = bind(c, a, workload, strategy, cascade, arch)
+    spec = loads_mapping(mapping_yaml(data), f"<{strategy} rule>", f"rule-{strategy}")
+    return evaluate_mapping(c, resolved(spec, c, a, workload), a, workload)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_mapper_is_at_least_as_fast_as_the_hand_written_and_the_rules(model):
+    """At the paper's points: the FuseMax strategy's search at least as fast as +Binding's
+    file, the FLAT strategy's at least as fast as FLAT's rule, the unconstrained search as
+    fast as both (within 0.5%)."""
+    specs = Specs()
+    bad = []
+    for seq in SEQS:
+        w = make_workload(model, seq)
+        binding = evaluate(specs, "binding", w).latency_s
+        fusemax = evaluate(specs, "auto:fusemax", w).latency_s
+        rule = _rule(specs, "flat", w, "flat", "attention-3pass").latency_s
+        flat = evaluate(specs, "auto:flat", w).latency_s
+        fused = evaluate(specs, "auto", w).latency_s
+        if fusemax > binding * (1 + SLACK):
+            bad.append(f"{seq}: auto:fusemax {fusemax:.6g} s > +Binding {binding:.6g} s")
+        if flat > rule * (1 + SLACK):
+            bad.append(f"{seq}: auto:flat {flat:.6g} s > FLAT's rule {rule:.6g} s")
+        if fused > min(binding, rule) * (1 + SLACK):
+            bad.append(f"{seq}: auto {fused:.6g} s > min(+Binding, FLAT's rule)")
+    assert not bad, "\n".join(bad)
+
+
+def _peer(n: int, objective: str) -> dict:
+    path = DATA / "accelforge" / f"af_matmul_chain_N{n}_{objective}_fuse.json"
+    return json.loads(path.read_text())["mappings"][0]
+
+
+@pytest.mark.parametrize("n", [1024, 16384])
+def test_the_search_matches_or_beats_the_peer_mapper_on_the_chain(n):
+    """AccelForge's fused mappings of `QK = Q K; AV = QK V` on FuseMax's chip (its runs'
+    json): the search's DRAM traffic and latency at most its best of either objective. Both
+    charge no reduction network: FuseMax's PEs reduce down the columns in the array."""
+    w = make_workload("bert", n, {"batch": 1, "heads": 1}, shape={"M": n, "P": n})
+    specs = Specs(cascade_override=str(DATA / "accelforge" / "matmul-chain.cascade.yaml"))
+    r = evaluate(specs, "auto", w)
+    energy, latency = _peer(n, "ENERGY"), _peer(n, "LATENCY")
+    assert r.traffic_bytes <= min(energy["dram_bytes"], latency["dram_bytes"])
+    assert r.latency_s <= min(energy["latency_s"], latency["latency_s"]) * (1 + 1e-9)
+
+
+def _search(cascade: str, arch, workload, **options):
+    c = load_cascade(resolve_spec("cascades", cascade))
+    ctx = bind_context(c, arch, workload, cascade, arch.name)
+    return search(ctx, SearchOptions(**options), "auto-test")
+
+
+def _best_latency(cascade: str, arch, workload) -> float:
+    found = _search(cascade, arch, workload)
+    c = load_cascade(resolve_spec("cascades", cascade))
+    return evaluate_mapping(c, resolved(found.spec, c, arch, workload), arch, workload).latency_s
+
+
+CASES = ("attention-1pass", "attention-3pass", "sigmoid-attention", "linear-attention")
+
+
+@settings(
+    max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    cascade=st.sampled_from(CASES),
+    arch=st.sampled_from(("fusemax", "flat")),
+    seq=st.sampled_from((1024, 2048, 4096, 8192)),
+    heads=st.sampled_from((1, 2, 4)),
+    grow=st.sampled_from(("pe_dim", "buffer", "bandwidth")),
+    pe_dim=st.sampled_from((32, 64, 128, 256)),
+    buffer_mb=st.sampled_from((1, 2, 4, 8, 16)),
+)
+def test_more_hardware_never_gives_a_slower_best_mapping(
+    cascade, arch, seq, heads, grow, pe_dim, buffer_mb
+):
+    """Doubling the PE array, the buffer or the bandwidth never makes the best mapping
+    slower (0.5%)."""
+    w = make_workload("bert", seq, {"batch": 1, "heads": heads})
+    base = load_architecture(resolve_spec("arch", arch))
+    small = base.with_overrides(pe_dim, buffer_mb * 2**20)
+    big = {
+        "pe_dim": base.with_overrides(2 * pe_dim, buffer_mb * 2**20),
+        "buffer": base.with_overrides(pe_dim, 2 * buffer_mb * 2**20),
+        "bandwidth": base.with_overrides(
+            pe_dim, buffer_mb * 2**20, 2 * base.dram.bandwidth_bytes_per_s
+        ),
+    }[grow]
+    before, after = _best_latency(cascade, small, w), _best_latency(cascade, big, w)
+    assert after <= before * (1 + SLACK), (cascade, arch, grow, before, after)
+
+
+@pytest.mark.parametrize("cores", [33, 66])
+def test_more_cores_never_give_a_slower_best_mapping(cores):
+    w = make_workload("llama3-8b", "4K", {"batch": 2})
+    base = load_architecture(resolve_spec("arch", "h100"))
+    few = dataclasses.replace(base, cores=cores)
+    more = dataclasses.replace(base, cores=2 * cores)
+    before = _best_latency("attention-gqa-1pass", few, w)
+    after = _best_latency("attention-gqa-1pass", more, w)
+    assert after <= before * (1 + SLACK)
+
+
+def test_the_search_is_deterministic_and_cached(monkeypatch, tmp_path):
+    """The same inputs give the same mapping; a second search is read from the cache and
+    gives the same mapping and statistics (but the time)."""
+    monkeypatch.setenv("FUSEMAX_SIM_CACHE", str(tmp_path))
+    w = make_workload("llama3-8b", "4K")
+    arch = load_architecture(resolve_spec("arch", "fusemax"))
+    first = _search("attention-gqa-1pass", arch, w)
+    again = _search("attention-gqa-1pass", arch, w)
+    assert not first.stats.cached and again.stats.cached
+    assert mapping_yaml(first.data) == mapping_yaml(again.data)
+    assert dataclasses.replace(again.stats, cached=False, seconds=first.stats.seconds) == (
+        first.stats
+    )
+    monkeypatch.setenv("FUSEMAX_SIM_CACHE", "off")
+    fresh = _search("attention-gqa-1pass", arch, w)
+    assert mapping_yaml(fresh.data) == mapping_yaml(first.data) and not fresh.stats.cached
+
+
+def test_each_objective_wins_on_its_own_measure():
+    """The energy objective's mapping uses no more energy than the latency objective's, the
+    traffic objective's moves no more data."""
+    w = make_workload("bert", "16K")
+    by = {}
+    for objective in ("latency", "energy", "traffic", "edp"):
+        specs = Specs(objective=objective)
+        by[objective] = evaluate(specs, "auto", w)
+        assert by[objective].search.objective == objective
+    assert by["energy"].energy_pj <= by["latency"].energy_pj * (1 + 1e-9)
+    assert by["traffic"].traffic_bytes <= by["latency"].traffic_bytes
+    assert by["latency"].latency_s <= min(r.latency_s for r in by.values()) * (1 + 1e-9)
+    edp = {k: r.energy_pj * r.latency_s for k, r in by.items()}
+    assert edp["edp"] <= min(edp.values()) * (1 + 1e-9)
+
+
+def test_bind_writes_the_mapping_found_and_it_runs_again(tmp_path, run_cli):
+    """`simulator.bind` writes what the search found; run as a file, it gives the search's
+    numbers exactly."""
+    out = tmp_path / "found.yaml"
+    code, _out, err = run_cli(
+        bind_main,
+        ["attention-gqa-causal-1pass", "--model", "llama3-8b", "--seq", "4K", "-o", str(out)],
+    )
+    assert code == 0, err
+    text = out.read_text()
+    assert "search" not in text.split("factors:")[1].split("\n")[0]  # tile factors concrete
+    assert "candidates evaluated" in text
+    w = make_workload("llama3-8b", "4K")
+    from_file = evaluate(Specs(), str(out), w)
+    searched = evaluate(Specs(cascade_override="attention-gqa-causal-1pass"), "auto", w)
+    assert from_file.latency_s == searched.latency_s
+    assert from_file.traffic_bytes == searched.traffic_bytes
+
+
+def test_search_statistics_in_the_json_and_the_table(run_cli):
+    code, out, err = run_cli(
+        run_main, ["--seq", "4K", "--mapping", "auto", "--engine", "analytic", "--format", "json"]
+    )
+    assert code == 0, err
+    (rec,) = json.loads(out)
+    s = rec["search"]
+    assert s["strategy"] == "fused" and s["objective"] == "latency"
+    assert 0 < s["evaluated"] <= s["space"] and s["evaluated"] + s["pruned"] == s["space"]
+    assert s["latency_bound_s"] <= rec["latency_s"]
+    assert s["distance_to_bound"] == pytest.approx(rec["latency_s"] / s["latency_bound_s"] - 1)
+    code, out, _ = run_cli(run_main, ["--seq", "4K", "--mapping", "auto", "--engine", "analytic"])
+    assert code == 0 and "the mapper (fused strategy, latency) found" in out
+    code, out, _ = run_cli(run_main, ["--seq", "4K", "--engine", "analytic", "--format", "csv"])
+    assert code == 0 and "search" not in out.splitlines()[0]  # CSV: deterministic columns
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--mapping", "auto", "--objective", "speed"], "--objective"),
+        (["--mapping", "auto", "--search-s", "0"], "--search-s"),
+        (["--mapping", "auto", "--search-s", "banana"], "--search-s"),
+    ],
+)
+def test_bad_search_options_are_one_line(argv, says, run_cli):
+    code, out, err = run_cli(run_main, ["--seq", "1K", *argv])
+    assert code == 2 and out == ""
+    assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_hand_written_mappings_are_points_of_the_space():
+    """+Binding, +Architecture and +Cascade are the FuseMax template with its knobs at the
+    file's choices (pipelined or not; on FLAT's chip) and the tile factor the file's search
+    picks: the same numbers."""
+    specs = Specs()
+    for seq in ("1K", "64K", "1M"):
+        w = make_workload("xlm", seq)
+        for hand, config, arch in (
+            ("binding", "auto:fusemax", None),
+            ("arch", "auto:fusemax/sequential", None),
+            ("cascade", "auto:fusemax", "flat"),
+        ):
+            a = evaluate(specs, hand, w)
+            b = evaluate(Specs(arch_override=arch), config, w)
+            assert b.latency_s <= a.latency_s * (1 + 1e-12), (hand, seq)
+            assert (b.latency_s, b.traffic_bytes) == pytest.approx(
+                (a.latency_s, a.traffic_bytes), rel=1e-9
+            ), (hand, seq)
+
+
+NEW = (
+    "sigmoid-attention",
+    "linear-attention",
+    "softmax",
+    "rmsnorm",
+    "rmsnorm-matmul",
+    "gelu-mlp",
+    "attention-bias-softcap-1pass",
+)
+SIZES = {"E": 4096, "F": 14336, "O": 4096}
+
+
+@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("arch", ["fusemax", "flat"])
+def test_new_cascades_bind_near_their_bound(name, arch):
+    """Each binds under the unconstrained search within 1.5x of its latency bound, and under
+    the traffic objective moves no more DRAM data than kernel by kernel on the same chip."""
+    shape = SIZES if "attention" not in name else None
+    w = make_workload("llama3-8b", "4K", {"batch": 8}, shape=shape)
+    path = str(CASCADES / f"{name}.yaml")
+    fused = evaluate(Specs(cascade_override=path, arch_override=arch), "auto", w)
+    assert fused.latency_s <= 1.5 * fused.latency_bound_s, (name, arch, fused.search.found)
+    unfused = evaluate(Specs(cascade_override=path, arch_override=arch), "auto:unfused", w)
+    least = evaluate(
+        Specs(cascade_override=path, arch_override=arch, objective="traffic"), "auto", w
+    )
+    assert least.traffic_bytes <= unfused.traffic_bytes

@@ -325,11 +325,17 @@ class Specs:
             cascade = self._load_cascade(cascade_path)
             arch = sizing.apply(self._load_arch(arch_path))
             ctx = bind_context(cascade, arch, workload, str(cascade_path), str(arch_path))
-            tables = self.tables(arch) if options.objective in ("energy", "edp") else None
-            found = search(ctx, options, auto_name(config), tables)
+            found = search(ctx, options, auto_name(config), self.tables(arch))
             self._found[key] = found
             self._found_by_spec[id(found.spec)] = found
         return self._found[key]
+
+    def architecture_of(self, config: str, workload: Workload, sizing: Sizing) -> Architecture:
+        """The architecture a configuration runs on at a point, sized -- without searching
+        for its mapping."""
+        if is_auto(config):
+            return sizing.apply(self._load_arch(self.auto_sources(config, workload)[1]))
+        return sizing.apply(self.architecture(self.mapping(config)))
 
     def found(self, spec: MappingSpec) -> Found | None:
         """How the mapper found a configuration's mapping (None: a mapping file)."""

@@ -25,13 +25,13 @@ from simulator.cli import guarded
 from simulator.configs import (
     ALIASES,
     STANDARD,
+    Sizing,
     Specs,
     auto_name,
     evaluate,
     evaluate_each,
     is_auto,
     parse_auto,
-    prepare,
     shipped_configs,
 )
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
@@ -788,9 +788,9 @@ def _precision_notes(specs: Specs, configs: list[str], workload, args, precision
     """What the value format changed, once per architecture."""
     out: list[str] = []
     for config in configs:
-        _c, _m, before = prepare(specs, config, workload, args.pe_dim, args.buffer_bytes)
-        _c, _m, after = prepare(
-            specs, config, workload, args.pe_dim, args.buffer_bytes, precision=precision
+        before = specs.architecture_of(config, workload, Sizing.of(args.pe_dim, args.buffer_bytes))
+        after = specs.architecture_of(
+            config, workload, Sizing.of(args.pe_dim, args.buffer_bytes, precision=precision)
         )
         note = f"{before.name}: {precision_change(before, after)}"
         if note not in out:

@@ -53,7 +53,7 @@ def _json(run_cli, *argv):
 def test_decode_with_a_mask_attends_the_end_of_the_cache(run_cli, model, cascade, keys):
     argv = ["--model", model, "--phase", "decode", "--context", "32K", "--batch", "64"]
     argv += ["--engine", "analytic"]  # the cycle engine: tests/test_bind.py's decode tests
-    r = _json(run_cli, *argv, "--mapping", "auto", "--cascade", cascade)["auto-fusemax"]
+    r = _json(run_cli, *argv, "--mapping", "auto", "--cascade", cascade)["auto-fused"]
     kv_bytes = 2 * 64 * 32 * keys * 128 * 2  # multi-head: K and V per query head
     assert r["traffic_bytes"] == pytest.approx(kv_bytes, rel=0.001)
     assert kv_bytes / BANDWIDTH <= r["latency_s"] <= 1.03 * kv_bytes / BANDWIDTH
@@ -82,7 +82,7 @@ def test_causal_grouped_prefill_costs_half_of_full_grouped_attention(run_cli):
     causal = _json(run_cli, *argv, "--accel", "fusemax")["auto-fusemax"]
     full = _json(run_cli, *argv, "--mapping", "auto", "--cascade", "attention-gqa-1pass")
     assert causal["cascade"] == "attention-gqa-causal-1pass"
-    assert 0.50 <= causal["latency_s"] / full["auto-fusemax"]["latency_s"] <= 0.55
+    assert 0.50 <= causal["latency_s"] / full["auto-fused"]["latency_s"] <= 0.55
 
 
 @pytest.mark.parametrize(

@@ -303,8 +303,8 @@ def _blocks_of_rows(
                 streams[name] = walked[-1]  # its operands' chunks stream by
                 accumulates[name] = c2  # its output tile stays while they do
         einsums[name] = {
-            "loops": [x for x in loops if x],
-            "inner": inner,
+            "loops": [x for x in dict.fromkeys(loops) if x],
+            "inner": [x for x in dict.fromkeys(inner) if x not in loops],
             "spatial": [c for c in (r0, c0) if c],
         }
     for name in others:

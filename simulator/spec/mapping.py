@@ -569,6 +569,9 @@ class CascadeNames:
 def _check_components(
     names: tuple[str, ...], known: frozenset[str] | None, loc: Loc | None, what: str
 ) -> tuple[str, ...]:
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise SpecError(f"{what} lists '{twice}' twice: each component once", loc)
     if known is not None:
         for n in names:
             if n not in known:

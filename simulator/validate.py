@@ -238,16 +238,17 @@ def _number(text: str | None, column: str, loc: Loc) -> float:
 # Predicting
 
 
-def fused_configs(arch: str, shape: Shape) -> tuple[str, ...]:
-    """The fused configurations tried at a shape: the mapping files the architecture ships
-    (`mappings/<arch>/*.yaml`; one computing another attention than the shape's -- a mask
-    it lacks -- refuses the point and is passed over), then the automatic fused
+def fused_configs(arch: str, shape: Shape) -> tuple[tuple[str, ...], ...]:
+    """The fused configurations tried at a shape, in order of preference: the mapping files
+    the architecture ships (`mappings/<arch>/*.yaml`: the kernels that were measured; one
+    computing another attention than the shape's -- a mask it lacks -- refuses the point
+    and is passed over), then -- where none runs the shape -- the mapper's fused
     strategies. Which file is which is in the files, not here."""
     folder = data_dir("mappings") / Path(arch).stem
     own = (
         sorted(f"{folder.name}/{p.stem}" for p in folder.glob("*.yaml")) if folder.is_dir() else []
     )
-    return (*own, *FUSED_AUTO)
+    return (tuple(own), FUSED_AUTO) if own else (FUSED_AUTO,)
 
 
 def predict(specs: Specs, config: str, shape: Shape, ceilings: dict[str, float]) -> Result:
@@ -268,18 +269,22 @@ def bound_by(result: Result) -> str:
 
 
 def validate_one(specs: Specs, m: Measurement, arch: str, ceilings: dict[str, float]) -> Validation:
-    """One measured shape: the best prediction of its configurations."""
-    configs = fused_configs(arch, m.shape) if m.impl == "fused" else (UNFUSED,)
+    """One measured shape: the fastest prediction of the first configurations that run it
+    (the architecture's own mapping files, else the mapper's)."""
+    tiers = fused_configs(arch, m.shape) if m.impl == "fused" else ((UNFUSED,),)
     best: tuple[Result, str] | None = None
     errors: list[str] = []
-    for config in configs:
-        try:
-            r = predict(specs, config, m.shape, ceilings)
-        except SpecError as err:
-            errors.append(f"{config}: {err}")
-            continue
-        if best is None or r.latency_s < best[0].latency_s:
-            best = (r, config)
+    for configs in tiers:
+        for config in configs:
+            try:
+                r = predict(specs, config, m.shape, ceilings)
+            except SpecError as err:
+                errors.append(f"{config}: {err}")
+                continue
+            if best is None or r.latency_s < best[0].latency_s:
+                best = (r, config)
+        if best is not None:
+            break
     if best is None:
         raise SpecError(f"no configuration predicts {m.shape.label}: {'; '.join(errors)}")
     r, config = best

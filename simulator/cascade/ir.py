@@ -17,6 +17,7 @@ EDGE extensions carried here:
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 from collections.abc import Callable, Iterator, Mapping
@@ -420,6 +421,11 @@ class Einsum:
         return self.output.vars()
 
     def reads(self) -> tuple[Access, ...]:
+        return self._reads
+
+    @functools.cached_property
+    def _reads(self) -> tuple[Access, ...]:
+        """The Einsum's reads, worked out once (the IR is immutable; planners ask often)."""
         return tuple(expr_reads(self.expr))
 
     def filters(self) -> tuple[Cond, ...]:
@@ -516,14 +522,14 @@ class Cascade:
     def producers(self, tensor: str) -> tuple[Einsum, ...]:
         return tuple(e for e in self.einsums if e.output.tensor == tensor)
 
-    @property
+    @functools.cached_property
     def inputs(self) -> tuple[str, ...]:
         """Tensors read but never produced, in declaration order."""
         produced = {e.output.tensor for e in self.einsums}
         read = {a.tensor for e in self.einsums for a in e.reads()}
         return tuple(t.name for t in self.tensors if t.name in read and t.name not in produced)
 
-    @property
+    @functools.cached_property
     def outputs(self) -> tuple[str, ...]:
         """Tensors produced but never read: the results of the cascade."""
         read = {a.tensor for e in self.einsums for a in e.reads()}
@@ -532,6 +538,10 @@ class Cascade:
 
     def iterative_tensors(self) -> dict[str, tuple[int, str]]:
         """Tensor -> (rank position, variable) of its iterative rank (output index `r+1`)."""
+        return dict(self._iterative_tensors)
+
+    @functools.cached_property
+    def _iterative_tensors(self) -> dict[str, tuple[int, str]]:
         result: dict[str, tuple[int, str]] = {}
         for e in self.einsums:
             if e.iterative is None:

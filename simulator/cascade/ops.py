@@ -18,6 +18,7 @@ the architecture spec.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -247,6 +248,21 @@ _FLIP = {"<=": ">=", "<": ">", ">=": "<=", ">": "<", "==": "==", "!=": "!="}
 
 
 def count_filtered(conds: list[LinearCondition], extents: Mapping[str, int]) -> int | None:
+    """Points of the box `0 <= var < extent` meeting every condition, exactly (counted once
+    per box: the mapper plans one cascade at many tilings)."""
+    return _count_filtered(tuple(conds), tuple(sorted(extents.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _count_filtered(
+    conds: tuple[LinearCondition, ...], box: tuple[tuple[str, int], ...]
+) -> int | None:
+    """:func:`count_filtered` of a hashable box."""
+    extents = dict(box)
+    return _count(list(conds), extents)
+
+
+def _count(conds: list[LinearCondition], extents: Mapping[str, int]) -> int | None:
     """Points of the box `0 <= var < extent` meeting every condition, exactly.
 
     Every variable but the one of largest extent is enumerated with numpy, in blocks; each

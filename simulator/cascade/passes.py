@@ -41,6 +41,7 @@ the same pass (the M0 chunk of BQK in 1-pass attention); otherwise 1 (streamed).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from simulator.cascade.graph import recurrences
@@ -328,8 +329,14 @@ def pass_index(cascade: Cascade) -> dict[str, int]:
 
     Two Einsums in the same pass can hand values over directly; a value read in a later
     pass must have been stored."""
+    return dict(_pass_index(cascade))
+
+
+@functools.lru_cache(maxsize=64)
+def _pass_index(cascade: Cascade) -> tuple[tuple[str, int], ...]:
+    """:func:`pass_index`, once per cascade."""
     out = {e.name: 0 for e in cascade.einsums}
     for group in cascade.rank_groups():
         for name, state in _states(cascade, group).start.items():
             out[name] = max(out[name], state.level)
-    return out
+    return tuple(out.items())

@@ -7,6 +7,7 @@ Planning step 0: read once per evaluation, before any extent is chosen.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade, Einsum, Read
@@ -23,7 +24,10 @@ class CascadeFacts:
     producers: dict[str, str]  # canonical tensor -> producing compute Einsum
 
 
+@functools.lru_cache(maxsize=64)
 def cascade_facts(cascade: Cascade) -> CascadeFacts:
+    """The facts of a cascade, computed once per cascade (the mapper plans hundreds of
+    mappings of one); read-only."""
     aliases: dict[str, str] = {}
     for e in cascade.einsums:
         if e.kind == "copy" and isinstance(e.expr, Read):

@@ -21,6 +21,7 @@ constraint bounds it to an interval); loops in no constraint multiply the count.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -109,7 +110,18 @@ def active_count(
     cons: tuple[Constraint, ...], loops: tuple[str, ...], extents: Mapping[str, int]
 ) -> int:
     """How many combinations of `loops` hold a kept point somewhere in their box (every
-    other component over its full range)."""
+    other component over its full range); counted once per box."""
+    used = {c for con in cons for c, _a in con.coef} | set(loops)
+    box = tuple(sorted((c, int(extents[c])) for c in used if c in extents))
+    return _active_count(cons, loops, box)
+
+
+@functools.lru_cache(maxsize=4096)
+def _active_count(
+    cons: tuple[Constraint, ...], loops: tuple[str, ...], box: tuple[tuple[str, int], ...]
+) -> int:
+    """:func:`active_count` of a hashable box."""
+    extents = dict(box)
     total = math.prod(int(extents[lp]) for lp in loops)
     if not cons or total == 0:
         return total

@@ -8,12 +8,14 @@ attention check under 10 s. GEMM mapper: one GEMM mapped under 1 s; a 100-point 
 30 s. `python -m experiments` (`make experiments`: every figure, CSV and the report) under
 60 s on 2 cores. `python -m simulator.compare` with five cascades at 128K under 5 s.
 Extreme inputs (10T tokens, a 65536-wide array, a 1 TB buffer, ...) each
-answer or stop with one line within 2 s. Ratios below 1.0 meet the target; `make bench`
+answer or stop with one line within 2 s. The mapper: one `--mapping auto` point searched
+from scratch (cache off) within 2 s. Ratios below 1.0 meet the target; `make bench`
 exits 1 when one is over, after printing them all.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -147,6 +149,31 @@ def bench_extreme_inputs() -> tuple[float, str]:
     return slowest, which
 
 
+# The mapper: one point with --mapping auto, searched from scratch (no cache).
+MAPPER_POINTS = (
+    ["--model", "llama3-8b", "--seq", "16K", "--mapping", "auto"],
+    ["--model", "llama3-8b", "--seq", "16K", "--mapping", "auto", "--arch", "h100"],
+    ["--seq", "16K", "--mapping", "auto", "--cascade", "sigmoid-attention"],
+    ["--model", "llama3-8b", "--seq", "4K", "--batch", "8", "--mapping", "auto"]
+    + ["--cascade", "rmsnorm-ffn", "--shape", "E=4096,F=14336,O=4096"],
+)
+
+
+def bench_search() -> tuple[float, str]:
+    """The slowest of MAPPER_POINTS through `python -m simulator.run --engine analytic`
+    with the mapper's cache off (wall, incl. interpreter start)."""
+    env = {**os.environ, "FUSEMAX_SIM_CACHE": "off"}
+    slowest, which = 0.0, ""
+    for argv in MAPPER_POINTS:
+        cmd = [sys.executable, "-m", "simulator.run", *argv, "--engine", "analytic"]
+        seconds = _best_of(
+            1, lambda cmd=cmd: subprocess.run(cmd, capture_output=True, check=True, env=env)
+        )
+        if seconds > slowest:
+            slowest, which = seconds, " ".join(argv)
+    return slowest, which
+
+
 def bench_rewrite() -> float:
     """`python -m simulator.cascade rewrite attention-3pass --target-passes 1` (wall)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,6 +190,7 @@ def main() -> int:
     cli_1k, cli_1m = bench_cli("1K"), bench_cli("1M")
     worst = max(_cycle_point(config, "1M") for config in STANDARD)
     extreme, which = bench_extreme_inputs()
+    searched, point = bench_search()
     rows = [
         ("simulator.run --model bert --seq 1M (wall, incl. interpreter)", cli_1m, 1.0),
         ("5 configurations x 24 points, analytic engine", bench_sweep(), 5.0),
@@ -180,6 +208,7 @@ def main() -> int:
         ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 60.0),
         ("python -m simulator.compare: 5 cascades at 128K (wall)", bench_compare(), 5.0),
         (f"slowest extreme input: simulator.run {which} (wall)", extreme, 2.0),
+        (f"mapper, slowest point searched afresh: simulator.run {point} (wall)", searched, 2.0),
         (
             "simulator.cascade rewrite attention-3pass --target-passes 1 (wall)",
             bench_rewrite(),

@@ -17,8 +17,9 @@ from simulator.configs import Specs, evaluate
 from simulator.evaluate import evaluate_mapping
 from simulator.mapper.resolve import resolved
 from simulator.mapper.search import SearchOptions, search
+from simulator.mapper.space import with_factors
 from simulator.paths import resolve_spec
-from simulator.rules.auto import bind, bind_context, mapping_yaml
+from simulator.rules.auto import bind, bind_context, mapping_yaml, template
 from simulator.run import main as run_main
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.mapping import loads_mapping
@@ -270,3 +271,28 @@ def test_new_cascades_bind_near_their_bound(name, arch):
         Specs(cascade_override=path, arch_override=arch, objective="traffic"), "auto", w
     )
     assert least.traffic_bytes <= unfused.traffic_bytes
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_flashattention_mappings_are_points_of_the_space(causal):
+    """`mappings/h100/flash*.yaml` (written by hand from FlashAttention-3) is the FuseMax
+    template with the lanes filling the 1D array, tiles handed in registers (two stages) and
+    P1 = 8: the same numbers."""
+    w = make_workload(
+        "custom", "8K", {"batch": 8, "heads": 32, "kv_heads": 8, "embed": 128, "causal": causal}
+    )
+    name = "attention-gqa-causal-1pass" if causal else "attention-gqa-1pass"
+    hand = evaluate(Specs(), "h100/flash-causal" if causal else "h100/flash", w)
+    c = load_cascade(resolve_spec("cascades", name))
+    a = load_architecture(resolve_spec("arch", "h100"))
+    data = template(
+        bind_context(c, a, w, name, "h100"), "fusemax", lanes="fill", handoff="registers"
+    )
+    spec = loads_mapping(mapping_yaml(data), "<template>", "template")
+    r = evaluate_mapping(c, with_factors(resolved(spec, c, a, w), {"P1": 8}), a, w)
+    assert (r.latency_s, r.traffic_bytes, r.util_2d, r.util_1d) == (
+        hand.latency_s,
+        hand.traffic_bytes,
+        hand.util_2d,
+        hand.util_1d,
+    )

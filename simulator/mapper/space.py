@@ -73,9 +73,10 @@ def _offers(
     two = next((a for a in arch.arrays if a.mesh_y > 1), None)
     parts = scales(math.gcd(two.mesh_x, two.mesh_y)) if two is not None else [1]
     fusemax = [
-        ("fusemax", {"pipelined": pipelined, "reuse": r, "lanes": lanes, "scale": s})
+        ("fusemax", {"pipelined": pipelined, "reuse": r, "lanes": lanes, "scale": s, "handoff": h})
         for s in parts
         for r in reuses
+        for h in ("buffer", "registers")
         for lanes in ("rows", "fill")
     ]
     flat = [

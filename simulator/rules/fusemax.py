@@ -38,7 +38,7 @@ from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
 from simulator.errors import Loc, SpecError
 from simulator.rules.roles import Roles, einsum_ranks, reduced_ranks, tile
-from simulator.rules.schedule import decoupled_schedule, waterfall_schedule
+from simulator.rules.schedule import decoupled_schedule, two_stage_schedule, waterfall_schedule
 from simulator.rules.spatial import filling
 from simulator.spec.arch import Architecture, Array, missing_operations
 
@@ -133,12 +133,17 @@ def fusemax_mapping(
     reuse: bool = True,
     lanes: str = "rows",
     scale: int = 1,
+    handoff: str = "buffer",
 ) -> dict[str, Any]:
     """`lanes`: what the 1D array's PEs spread -- `rows` (the rows across the 2D array's
     columns, and a spare rank when they are fewer than the PEs), or `fill` (per Einsum, the
     components that fill the most PEs: a chunk's keys where the rows are few, as a GPU's
     lanes take a block's scores). `scale`: the tiles span 1/scale of each side of the 2D
-    array (smaller tiles of rows fit where whole sides do not)."""
+    array (smaller tiles of rows fit where whole sides do not). `handoff`: a whole tile one
+    array hands the other goes through the `buffer`, double-buffered (the arrays overlap
+    whole), or stays in the PEs' `registers` (FlashAttention-3's two stages: the 1D work of
+    a chunk beside the 2D Einsums that need none of it, then the rest; the 1D PEs' units
+    overlapped within an Einsum)."""
     why = applies(roles)
     if why:
         raise SpecError(f"cannot bind '{cascade.name}' with the FuseMax strategy: {why}")
@@ -218,6 +223,8 @@ def fusemax_mapping(
         indexing = tensor_leaves(t) - {roles.outer}
         tensors[t] = {"home": "buffer", "keep": keep_point(loops, indexing)}
     whole_tile = {w0, roles.chunk}
+    handed: list[str] = []
+    overlapped = False
     for name in roles.compute:
         e = cascade.einsum(name)
         for acc in e.reads():
@@ -228,14 +235,14 @@ def fusemax_mapping(
             if producer is None or binding[producer] == binding[name] or t in tensors:
                 continue
             if whole_tile <= tensor_leaves(t):  # a whole 2D tile: through the buffer
-                tensors[t] = {"home": "buffer", "keep": roles.outer, "copies": 2}
+                handed.append(t)
+                if handoff == "buffer":
+                    tensors[t] = {"home": "buffer", "keep": roles.outer, "copies": 2}
     einsums = [n for n in roles.compute if n not in prologue]
     down = {
         n for n in einsums if binding[n] == two.name and roles.chunk in reduced_ranks_of(cascade, n)
     }
-    coupled = any(binding[n] != two.name for n in einsums) and not any(
-        v.get("copies") == 2 for v in tensors.values()
-    )
+    coupled = any(binding[n] != two.name for n in einsums) and not handed
     phase: dict[str, Any] = {"name": "fused", "loops": loops}
     if lanes == "fill":
         y0 = min(two.mesh_y // scale, extents.get(roles.chunked or "", two.mesh_y))
@@ -257,6 +264,11 @@ def fusemax_mapping(
         if schedule is None:
             schedule = list(einsums)
         phase["pipeline"] = {} if pipelined else {"tiles_in_flight": 1}
+    elif handoff == "registers" and handed:
+        schedule = two_stage_schedule(roles, einsums, binding, two.name)
+        # and the 1D PEs' units work side by side within an Einsum (a GPU lane's FMA pipe
+        # beside its special-function unit)
+        overlapped = len({op.unit for op in one.operations}) > 1
     else:
         schedule = decoupled_schedule(einsums, binding, two.name)
     phase["schedule"] = schedule
@@ -287,6 +299,7 @@ def fusemax_mapping(
             "partitions": partitions,
             "spatial": spatial,
             "binding": {a: ns for a, ns in by_array.items() if ns},
+            **({"chaining": {one.name: "pipelined"}} if overlapped else {}),
             "tensors": tensors,
             "phases": phases,
         }

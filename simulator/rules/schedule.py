@@ -101,3 +101,16 @@ def decoupled_schedule(einsums: list[str], array_of: dict[str, str], two_d: str)
     on2 = [n for n in einsums if array_of[n] == two_d]
     on1 = [n for n in einsums if array_of[n] != two_d]
     return _par(on2, on1)
+
+
+def two_stage_schedule(
+    roles: Roles, einsums: list[str], array_of: dict[str, str], two_d: str
+) -> list[Any]:
+    """Tiles handed between the arrays in the PEs' registers (no second copy to overlap
+    with): the 1D Einsums of a tile beside the 2D Einsums that need none of their results,
+    then the remaining 2D Einsums (FlashAttention-3's two stages: a chunk's softmax beside
+    the next chunk's scores, then its values)."""
+    on1 = [n for n in einsums if array_of[n] != two_d]
+    head = [n for n in einsums if array_of[n] == two_d and not roles.ancestors(n) & set(on1)]
+    rest = [n for n in einsums if array_of[n] == two_d and n not in head]
+    return [*_par(head, on1), *rest]

@@ -49,6 +49,11 @@ class DoesNotFit(SpecError):
     either)."""
 
 
+class NotDivisible(SpecError):
+    """A rank whose extent the mapping's tiles do not divide (the mapper: pad it to whole
+    tiles instead)."""
+
+
 class SimulationLimit(SpecError):
     """A cycle simulation refused past the caller's wall-clock limit (`--max-sim-s`)."""
 

@@ -30,6 +30,8 @@ from simulator.mapper.resolve import resolved
 from simulator.mapper.space import (
     Template,
     data_with_factors,
+    needs_padding,
+    padded,
     templates,
     tile_choices,
     with_factors,
@@ -171,6 +173,11 @@ def _search(
     for tmpl, spec in candidates:
         try:
             mapping = resolved(spec, cascade, arch, workload)
+            pad = needs_padding(cascade, mapping, arch, workload)
+            if pad:  # a length the tiles do not divide: whole tiles, the last partly empty
+                tmpl = padded(tmpl, pad)
+                spec = _spec(tmpl, {}, name)
+                mapping = resolved(spec, cascade, arch, workload)
             choices = list(tile_choices(cascade, mapping, arch, workload))
         except SpecError as err:
             first_error = first_error or err

@@ -131,6 +131,34 @@ def _structure(data: dict[str, Any]) -> str:
     return repr(body)
 
 
+def needs_padding(
+    cascade: Cascade, mapping: Mapping, arch: Architecture, workload: Workload
+) -> list[str]:
+    """The partitioned ranks whose extent the template's fixed tiles do not divide (a
+    sequence of 1000 tokens in tiles of 256): rounded up to whole tiles, the last one partly
+    empty, its padded work counted (`padded:`)."""
+    known, search, partitions = fixed_extents(cascade, mapping, arch, workload)
+    out = []
+    for rank, comps in partitions.items():
+        if rank not in known or rank in mapping.padded:
+            continue
+        fixed = [c for c in comps if c in known and c not in search]
+        if len(fixed) == len(comps):
+            fixed = fixed[1:]  # one component is what the others leave
+        tile = math.prod(known[c] for c in fixed)
+        if tile > 1 and known[rank] % tile:
+            out.append(rank)
+    return out
+
+
+def padded(tmpl: Template, ranks: list[str]) -> Template:
+    """The template with those ranks rounded up to whole tiles."""
+    body = {**tmpl.data["mapping"], "padded": sorted(ranks)}
+    return Template(
+        tmpl.rule, (*tmpl.knobs, ("padded", ",".join(sorted(ranks)))), {"mapping": body}
+    )
+
+
 def search_factors(mapping: Mapping) -> list[str]:
     return [name for name, raw in mapping.factors if str(raw) == "search"]
 
@@ -151,7 +179,11 @@ def tile_choices(
     )
     locs = dict(mapping.factor_locs)
     choices = [
-        sorted(search_candidates(n, known, partitions, locs.get(n)), reverse=True) for n in names
+        sorted(
+            search_candidates(n, known, partitions, locs.get(n), frozenset(mapping.padded)),
+            reverse=True,
+        )
+        for n in names
     ]
     # larger tiles first: the product of the factors, then each in order
     combos = sorted(itertools.product(*choices), key=lambda c: (-math.prod(c), [-v for v in c]))

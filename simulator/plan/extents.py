@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping as TMapping
 
 from simulator.cascade.ir import Cascade
-from simulator.errors import DoesNotFit, Loc, SpecError
+from simulator.errors import DoesNotFit, Loc, NotDivisible, SpecError
 from simulator.plan.facts import CascadeFacts
 from simulator.plan.nest import merged_partitions, resolve_extents
 from simulator.plan.phases import PhasePlan, plan_phase
@@ -106,15 +106,21 @@ def fixed_extents(
 
 
 def search_candidates(
-    name: str, known: dict[str, int], partitions: dict[str, tuple[str, ...]], loc: Loc | None
+    name: str,
+    known: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
+    loc: Loc | None,
+    padded: frozenset[str] = frozenset(),
 ) -> list[int]:
+    """The values a `search` factor may take: the divisors of what its rank's other
+    components leave (of that rounded up to whole tiles, for a `padded` rank)."""
     for rank, comps in partitions.items():
         if name in comps and rank in known:
             rest = math.prod(known[c] for c in comps if c in known and c != name)
             total = known[rank]
-            if total % rest:
-                raise SpecError(f"{rank}={total} is not divisible by {rest}", loc)
-            span = total // rest
+            if total % rest and rank not in padded:
+                raise NotDivisible(f"{rank}={total} is not divisible by {rest}", loc)
+            span = -(-total // rest)
             return divisors(span)
     raise SpecError(
         f"'search' factor {name} must be a component of a partitioned rank whose extent is known",
@@ -161,7 +167,8 @@ def choose_extents(
         plans = _plans(mapping, facts, arch, extents, partitions, instances, mapped)
         _require_fit(plans, arch, mapping)
         return extents, partitions, plans
-    choices = [search_candidates(n, known, partitions, locs.get(n)) for n in search]
+    padded = frozenset(mapping.padded)
+    choices = [search_candidates(n, known, partitions, locs.get(n), padded) for n in search]
     if math.prod(len(c) for c in choices) > MAX_SEARCH_POINTS:
         raise SpecError(
             f"search over {', '.join(search)} has too many candidates", locs.get(search[0])

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade, Einsum, rank_of
-from simulator.errors import Loc, SpecError
+from simulator.errors import Loc, NotDivisible, SpecError
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def resolve_extents(
                     changed = True
                     continue
                 if rest <= 0 or out[rank] % rest:
-                    raise SpecError(
+                    raise NotDivisible(
                         f"{where}: {rank}={out[rank]} is not divisible by "
                         f"{' x '.join(c for c in comps if c != missing[0])} = {rest};"
                         " the tiles come from the mapping's factors (an array's size: --pe-dim)"

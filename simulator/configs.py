@@ -180,6 +180,7 @@ class Specs:
     _mappings: dict[str, MappingSpec] = field(default_factory=dict)
     objective: str = "latency"  # what the mapper optimises (--objective)
     search_s: float = DEFAULT_SEARCH_S  # the mapper's budget (--search-s)
+    progress: Callable[[int, int], None] | None = None  # the mapper's progress bar
     _found: dict[tuple, Found] = field(default_factory=dict)
     _found_by_spec: dict[int, Found] = field(default_factory=dict)
     _tables: dict[str, tuple[EnergyTable, AreaTable]] = field(default_factory=dict)
@@ -325,7 +326,7 @@ class Specs:
             cascade = self._load_cascade(cascade_path)
             arch = sizing.apply(self._load_arch(arch_path))
             ctx = bind_context(cascade, arch, workload, str(cascade_path), str(arch_path))
-            found = search(ctx, options, auto_name(config), self.tables(arch))
+            found = search(ctx, options, auto_name(config), self.tables(arch), self.progress)
             self._found[key] = found
             self._found_by_spec[id(found.spec)] = found
         return self._found[key]

@@ -1,4 +1,4 @@
-"""Progress bars for the cycle simulations that take long.
+"""Progress bars for the cycle simulations and the mapper's searches that take long.
 
 Most phases are timed in well under a second (the engine jumps over the steady state);
 one whose state never repeats is simulated epoch by epoch. A bar appears only for a
@@ -10,6 +10,7 @@ stdout and logs stay clean.
 from __future__ import annotations
 
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -37,3 +38,34 @@ class SimulationProgress:
         if done >= total:
             bar.close()
             del self.bars[phase]
+
+
+class SearchProgress:
+    """A mapper `progress` callback (candidates done, candidates to do): a bar once a search
+    has run SHOW_AFTER_S, on stderr and only on a terminal."""
+
+    def __init__(self) -> None:
+        self.bar: tqdm | None = None
+        self.start = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done == 0:
+            self.close()
+            self.start = now
+            return
+        if self.bar is None:
+            if done >= total or now - self.start < SHOW_AFTER_S:
+                return
+            self.bar = tqdm(
+                total=total, desc="searching mappings", unit="mapping", file=sys.stderr,
+                disable=None, leave=False,
+            )  # fmt: skip
+        self.bar.update(done - self.bar.n)
+        if done >= total:
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

@@ -37,7 +37,7 @@ from simulator.configs import (
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
 from simulator.errors import SimulationLimit, SpecError
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES
-from simulator.progress import SimulationProgress
+from simulator.progress import SearchProgress, SimulationProgress
 from simulator.result import Result
 from simulator.spec.arch import precision_change
 from simulator.spec.workload import make_workload, parse_shape
@@ -685,6 +685,7 @@ def main(argv: list[str] | None = None) -> int:
         arch_override=args.arch,
         objective=args.objective,
         search_s=args.search_s,
+        progress=SearchProgress(),
     )
     if args.strategy is not None and "auto" not in args.mapping:
         raise SpecError("--strategy chooses how --mapping auto binds: add --mapping auto")

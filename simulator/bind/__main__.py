@@ -25,6 +25,7 @@ from simulator.configs import Specs
 from simulator.errors import SpecError
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES, SearchOptions, search
 from simulator.paths import data_dir, resolve_spec
+from simulator.progress import SearchProgress
 from simulator.rules.auto import (
     DEFAULT_ARCH,
     STRATEGIES,
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.objective in ("energy", "edp"):
             tables = Specs().tables(arch)
         ctx = bind_context(cascade, arch, workload, cascade_ref, arch_ref)
-        found = search(ctx, options, f"auto-{args.strategy}", tables)
+        found = search(ctx, options, f"auto-{args.strategy}", tables, SearchProgress())
         data, s = found.data, found.stats
         how = (
             f"the mapper ({args.strategy} strategy, {args.objective}): {s.found}; "

@@ -197,6 +197,8 @@ def _search(
         for tmpl, spec, choices in plans
     ]
     planned = 0
+    if progress is not None:
+        progress(0, space)
     while queues and evaluated < budget and planned < PLANNED_PER_EVALUATION * budget:
         for entry in list(queues):
             tmpl, mapping, choices, too_big = entry
@@ -209,7 +211,7 @@ def _search(
                 continue
             planned += 1
             if progress is not None:
-                progress(evaluated, min(space, budget))
+                progress(planned, min(space, PLANNED_PER_EVALUATION * budget))
             try:
                 r = evaluate_mapping(
                     cascade, with_factors(mapping, values), arch, workload, candidate_tables
@@ -239,6 +241,8 @@ def _search(
             and min(x[3].latency_s for x in results) <= bound * (1 + options.stop_within)
         ):
             break
+    if progress is not None:
+        progress(space, space)
     best = _best(results, options.objective)
     while best is not None and tables is not None and not priced:
         # the winner is also priced (the energy tables count every access): a mapping the

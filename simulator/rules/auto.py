@@ -157,54 +157,27 @@ def bind_context(
     )
 
 
-def _fusemax(ctx: BindContext, pipelined: bool = True, reuse: bool = True, **knobs: Any):
-    return fusemax_mapping(
-        ctx.cascade,
-        ctx.arch,
-        ctx.roles,
-        dict(ctx.extents),
-        dict(ctx.shapes),
-        ctx.instances,
-        ctx.cascade_ref,
-        ctx.arch_ref,
-        pipelined=pipelined,
-        reuse=reuse,
-        **knobs,
-    )
+def _rule(rule: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """A rule called with the point's context (each gets its own copies of the shapes and
+    extents it may adjust) and its knobs."""
+
+    def call(ctx: BindContext, **knobs: Any) -> dict[str, Any]:
+        return rule(
+            ctx.cascade,
+            ctx.arch,
+            ctx.roles,
+            dict(ctx.extents),
+            dict(ctx.shapes),
+            ctx.instances,
+            ctx.cascade_ref,
+            ctx.arch_ref,
+            **knobs,
+        )
+
+    return call
 
 
-def _fused(ctx: BindContext, pipelined: bool = True, reuse: bool = True, **knobs: Any):
-    return fused_mapping(
-        ctx.cascade,
-        ctx.arch,
-        ctx.roles,
-        dict(ctx.extents),
-        dict(ctx.shapes),
-        ctx.instances,
-        ctx.cascade_ref,
-        ctx.arch_ref,
-        pipelined=pipelined,
-        reuse=reuse,
-        **knobs,
-    )
-
-
-def _flat(ctx: BindContext, reuse: bool = True, **knobs: Any):
-    return flat_mapping(
-        ctx.cascade,
-        ctx.arch,
-        ctx.roles,
-        dict(ctx.extents),
-        dict(ctx.shapes),
-        ctx.instances,
-        ctx.cascade_ref,
-        ctx.arch_ref,
-        reuse=reuse,
-        **knobs,
-    )
-
-
-def _unfused(ctx: BindContext, reuse: bool = True, **knobs: Any):
+def _unfused(ctx: BindContext, reuse: bool = True) -> dict[str, Any]:
     # The unfused strategy's library calls get operands sliced to what is attended.
     shapes, extents = dict(ctx.shapes), dict(ctx.extents)
     fields = ctx.workload.fields()
@@ -223,32 +196,16 @@ def _unfused(ctx: BindContext, reuse: bool = True, **knobs: Any):
         ctx.arch_ref,
         ctx.facts,
         reuse,
-        **knobs,
-    )
-
-
-def _chain(ctx: BindContext, reuse: bool = True, **knobs: Any):
-    return chain_mapping(
-        ctx.cascade,
-        ctx.arch,
-        ctx.roles,
-        dict(ctx.extents),
-        dict(ctx.shapes),
-        ctx.instances,
-        ctx.cascade_ref,
-        ctx.arch_ref,
-        reuse=reuse,
-        **knobs,
     )
 
 
 # A template: a rule writing the mapping data of one structural choice, given its knobs.
 TEMPLATES: dict[str, Callable[..., dict[str, Any]]] = {
-    "fusemax": _fusemax,
-    "flat": _flat,
+    "fusemax": _rule(fusemax_mapping),
+    "flat": _rule(flat_mapping),
     "unfused": _unfused,
-    "fused": _fused,
-    "chain": _chain,
+    "fused": _rule(fused_mapping),
+    "chain": _rule(chain_mapping),
 }
 
 

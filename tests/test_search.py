@@ -224,24 +224,43 @@ def test_bad_search_options_are_one_line(argv, says, run_cli):
     assert says in err and len(err.strip().splitlines()) == 1
 
 
-def test_hand_written_mappings_are_points_of_the_space():
+def _point(rule: str, arch: str, workload, values: dict[str, int], **knobs):
+    """One point of the space: a template with its knobs and tile factors, evaluated."""
+    name = "attention-3pass" if rule == "unfused" else "attention-1pass"
+    c = load_cascade(resolve_spec("cascades", name))
+    a = load_architecture(resolve_spec("arch", arch))
+    data = template(bind_context(c, a, workload, name, arch), rule, **knobs)
+    spec = loads_mapping(mapping_yaml(data), "<template>", "template")
+    return evaluate_mapping(c, with_factors(resolved(spec, c, a, workload), values), a, workload)
+
+
+@pytest.mark.parametrize(
+    "hand, rule, arch, knobs",
+    [
+        ("binding", "fusemax", "fusemax", {}),
+        ("arch", "fusemax", "fusemax", {"pipelined": False}),
+        ("cascade", "fusemax", "flat", {}),
+        ("unfused", "unfused", "flat", {}),
+    ],
+)
+def test_hand_written_mappings_are_points_of_the_space(hand, rule, arch, knobs):
     """+Binding, +Architecture and +Cascade are the FuseMax template with its knobs at the
-    file's choices (pipelined or not; on FLAT's chip) and the tile factor the file's search
-    picks: the same numbers."""
+    file's choices (pipelined or not; on FLAT's chip) and the file's tile factor, Unfused
+    the unfused template: the same numbers, and the search at least as fast."""
     specs = Specs()
     for seq in ("1K", "64K", "1M"):
         w = make_workload("xlm", seq)
-        for hand, config, arch in (
-            ("binding", "auto:fusemax", None),
-            ("arch", "auto:fusemax/sequential", None),
-            ("cascade", "auto:fusemax", "flat"),
-        ):
-            a = evaluate(specs, hand, w)
-            b = evaluate(Specs(arch_override=arch), config, w)
-            assert b.latency_s <= a.latency_s * (1 + 1e-12), (hand, seq)
-            assert (b.latency_s, b.traffic_bytes) == pytest.approx(
-                (a.latency_s, a.traffic_bytes), rel=1e-9
-            ), (hand, seq)
+        a = evaluate(specs, hand, w)
+        values = {"P1": dict(a.factors)["P1"]} if rule == "fusemax" else {}
+        b = _point(rule, arch, w, values, **knobs)
+        assert (b.latency_s, b.traffic_bytes, b.util_2d) == (
+            a.latency_s,
+            a.traffic_bytes,
+            a.util_2d,
+        ), (hand, seq)
+        config = "auto:fusemax/sequential" if knobs else f"auto:{rule}"
+        found = evaluate(Specs(arch_override=arch), config, w)
+        assert found.latency_s <= a.latency_s * (1 + 1e-12), (hand, seq)
 
 
 NEW = (

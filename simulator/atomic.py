@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import signal
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from simulator.errors import SpecError
@@ -34,6 +35,49 @@ def atomic_path(path: Path) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_paths(paths: Sequence[Path]) -> Iterator[list[Path]]:
+    """Temporaries for several files that belong together (a figure's PNG and PDF): all
+    renamed into place when the block ends without an error, none otherwise. Ctrl-C is held
+    back while they are renamed; one that arrived meanwhile removes them all again, so an
+    interrupted command leaves the set whole or absent, never half of it."""
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    temps = [partial_name(path) for path in paths]
+    try:
+        yield temps
+        done: list[Path] = []
+        try:
+            with _sigint_held():
+                for tmp, path in zip(temps, paths, strict=True):
+                    os.replace(tmp, path)
+                    done.append(path)
+        except BaseException:
+            for path in paths:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            raise
+    finally:
+        for tmp in temps:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT blocked for the block (delivered when it ends); a no-op off the main thread
+    or where the platform cannot block signals."""
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    except (AttributeError, ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def output_path(given: str | Path, default_name: str) -> Path:

@@ -23,7 +23,9 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
 
     def wrapper(argv: list[str] | None = None) -> int:
         try:
-            return main(negative_values(sys.argv[1:] if argv is None else list(argv)))
+            code = main(negative_values(sys.argv[1:] if argv is None else list(argv)))
+            _done()
+            return code
         except SpecError as err:
             print(f"error: {err}", file=sys.stderr)
             return EXIT_USAGE
@@ -39,6 +41,14 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
     wrapper.__doc__ = main.__doc__
     wrapper.__name__ = main.__name__
     return wrapper
+
+
+def _done() -> None:
+    """The command's work and its files are complete: in a command-line process, a Ctrl-C
+    from here to the exit has nothing left to interrupt (it would otherwise kill the
+    interpreter's teardown, exit -2, with the results already written)."""
+    if _COMMAND_LINE:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def negative_values(argv: list[str]) -> list[str]:
@@ -61,10 +71,15 @@ def negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+_COMMAND_LINE = False  # set when Python runs one of the package's modules as a command
+
+
 def install_interrupt_hook() -> None:
     """Ctrl-C before an entry point's `main` runs -- while its modules are still being
     imported -- ends like Ctrl-C inside it: one line and exit status 130, no traceback.
     Installed by the package when Python runs one of its modules (`python -m simulator.X`)."""
+    global _COMMAND_LINE
+    _COMMAND_LINE = True
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:

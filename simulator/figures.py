@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from simulator.atomic import atomic_path
+from simulator.atomic import atomic_paths
 
 EMBEDDABLE_FONTS = {"pdf.fonttype": 42, "ps.fonttype": 42}
 # Drawn at the size they print: a two-column paper's text width, no text under 7 pt.
@@ -30,14 +30,12 @@ def pyplot() -> Any:
 
 
 def save_figures(fig: Any, stem: Path) -> list[Path]:
-    """`stem`.png and `stem`.pdf, each written whole or not at all, without timestamps (the
-    same figure draws the same bytes); the figure is closed."""
-    written = []
-    for suffix in (".png", ".pdf"):
-        path = stem.with_name(stem.name + suffix)
-        meta = {"CreationDate": None} if suffix == ".pdf" else {"Software": None}
-        with atomic_path(path) as tmp:
+    """`stem`.png and `stem`.pdf, written whole and together or not at all, without
+    timestamps (the same figure draws the same bytes); the figure is closed."""
+    written = [stem.with_name(stem.name + suffix) for suffix in (".png", ".pdf")]
+    with atomic_paths(written) as temps:  # the PNG and the PDF together, or neither
+        for tmp, suffix in zip(temps, (".png", ".pdf"), strict=True):
+            meta = {"CreationDate": None} if suffix == ".pdf" else {"Software": None}
             fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=meta)
-        written.append(path)
     pyplot().close(fig)
     return written

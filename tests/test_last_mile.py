@@ -66,10 +66,18 @@ def test_ctrl_c_is_one_line_and_130(tmp_path, name, delay):
     """Ctrl-C while the modules load (0.25 s) or while working (2 s): one line, exit 130,
     no result file (a sweep keeps its journal, for --resume)."""
     rc, err, files = _interrupt(ENTRY_POINTS[name], tmp_path, delay)
-    if rc is None:
+    if rc is None or rc == 0:
+        # finished first (or its work was done, tearing down, when the signal came): its
+        # files complete -- a figure's PNG and PDF together
+        assert _pairs_complete(files), files
         pytest.skip(f"{name} finished within {delay} s")
     assert (rc, err) == (130, "interrupted: no partial result file was left\n")
     assert all(f.endswith(".journal") or f == "tl" for f in files), files
+
+
+def _pairs_complete(files: list[str]) -> bool:
+    stems = {f.rsplit(".", 1)[0] for f in files if f.endswith((".png", ".pdf"))}
+    return all(f"{s}.png" in files and f"{s}.pdf" in files for s in stems)
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -9,6 +9,7 @@ acceptance thresholds -- never the model's own output.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -322,3 +323,28 @@ def test_mean_error_is_the_rows_mean(rows):
     group = next(s for s in summaries(rows) if s.group == "fused prefill, S >= 4K")
     assert group.mean == pytest.approx(statistics.mean(picked))
     assert group.largest == max(picked)
+
+
+def test_the_mapper_alone_predicts_the_h100(tmp_path):
+    """With no hand-written mapping (the architecture copied under another name, so that
+    `mappings/h100/` is not its own), the mapper's mappings against the measured H100:
+    the figures reached so far (fused prefill at S >= 4K: mean 13.7%, largest 28.2%; decode
+    2.4%) must not get worse. The issue's goal (10% / 25%) is not met: the mapper overlaps
+    a chunk's softmax with both contractions (tiles through the buffer, double-buffered),
+    which the model, with no per-core memory level, prices as free (docs/mapper.md)."""
+    gpu = tmp_path / "gpu-without-mappings.yaml"
+    gpu.write_text(H100.read_text())
+    measured = read_measured(MEASURED)
+    keep = [
+        m
+        for m in measured.measurements
+        if m.impl == "fused" and (m.shape.kind == "decode" or m.shape.keys >= 4096)
+    ]
+    measured = dataclasses.replace(measured, measurements=tuple(keep))
+    rows = validate(measured, str(gpu))
+    assert {r.config for r in rows} <= {"auto:fused", "auto:flat"}
+    groups = {s.group: s for s in summaries(rows)}
+    prefill, decode = groups["fused prefill, S >= 4K"], groups["fused decode"]
+    assert prefill.shapes == 30 and decode.shapes == 4
+    assert prefill.mean <= 0.15 and prefill.largest <= 0.30
+    assert decode.largest <= 0.05

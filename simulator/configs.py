@@ -40,6 +40,7 @@ from simulator.errors import SimulationLimit, SpecError
 from simulator.evaluate import evaluate_mapping
 from simulator.mapper.resolve import resolved, workload_fields
 from simulator.mapper.search import DEFAULT_SEARCH_S, Found, SearchOptions, search
+from simulator.mapper.space import needs_padding
 from simulator.paths import data_dir, is_file, resolve_spec
 from simulator.result import Result
 from simulator.rules.auto import DEFAULT_ARCH, STRATEGIES, bind_context
@@ -509,4 +510,20 @@ def prepare_found(
         spec = specs.config_spec(config, workload, arch_changed=True, sizing=sizing)
         arch = sizing.apply(specs.architecture(spec))
     cascade = specs.cascade(spec)
-    return cascade, resolved(spec, cascade, arch, workload), arch, specs.found(spec)
+    mapping = resolved(spec, cascade, arch, workload)
+    if not is_auto(config) and spec.otherwise is not None and specs.found(spec) is None:
+        ranks = needs_padding(cascade, mapping, arch, workload)
+        if ranks:  # the file's tiles do not divide the point: its strategy pads them
+            instead = spec.otherwise
+            found = specs.auto(instead, workload, sizing)
+            extents = ", ".join(f"{r}={dict(mapping.shapes).get(r, '?')}" for r in ranks)
+            note = (
+                f"{spec.label}: its tiles do not divide {extents}; bound by the "
+                f"{parse_auto(instead)[0]} strategy ({instead}), whole tiles padded"
+            )
+            spec = dataclasses.replace(found.spec, notes=(*found.spec.notes, note))
+            specs._found_by_spec[id(spec)] = found
+            arch = sizing.apply(specs.architecture(spec))
+            cascade = specs.cascade(spec)
+            mapping = resolved(spec, cascade, arch, workload)
+    return cascade, mapping, arch, specs.found(spec)

@@ -152,7 +152,7 @@ def test_deleting_a_mapping_file_removes_that_configuration(tmp_path, monkeypatc
         (["--model", "gpt"], "unknown model 'gpt'"),
         (["--seq", "banana"], "'banana' is not a count"),
         (["--seq", "0"], "must be positive"),
-        (["--seq", "1000"], "not divisible"),
+        (["--accel", "cascade", "--seq", "1000"], "not divisible"),
         (["--accel", "tpu"], "unknown configuration 'tpu'"),
         (["--accel", ","], "names no configuration"),
         (["--scope", "layer", "--breakdown"], "use --scope attention"),

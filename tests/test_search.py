@@ -327,3 +327,12 @@ def test_a_length_the_tiles_do_not_divide_is_padded_to_whole_tiles(strategy):
     full = evaluate(specs, f"auto:{strategy}", make_workload("bert", 1024))
     assert "padded=" in r.search.found
     assert r.latency_bound_s <= r.latency_s <= full.latency_s * (1 + 1e-9)
+
+
+def test_the_paper_files_hand_a_length_their_tiles_do_not_divide_to_their_strategy(run_cli):
+    """`--seq 1000`: the paper's files whose tiles (256) do not divide it run through the
+    strategy they name (`otherwise:`), whole tiles padded, said in a note."""
+    code, out, err = run_cli(run_main, ["--seq", "1000", "--engine", "analytic"])
+    assert code == 0, err
+    assert "+Binding: its tiles do not divide" in out and "whole tiles padded" in out
+    assert "auto: FuseMax" in out and "auto: unfused" in out

@@ -15,10 +15,13 @@ schedule on the same arrays, buffer and bandwidth must spend:
   keys before a decode step's window -- leaves it unread), and every output written once,
   plus the re-reads no on-chip storage of M values avoids (M: the global buffer and every
   PE's registers together, all the fast memory a schedule may reuse data in):
-  - a GEMM-shaped Einsum on inputs, `a x b` by `b x c`: `2abc / sqrt(M) + ac` (Hong and
-    Kung's bound) in place of the compulsory `ab + bc + ac` when larger;
+  - a GEMM-shaped Einsum on inputs, `a x b` by `b x c`: `2abc / sqrt(M) - 2M + ac` (the
+    tight bound of Smith et al., after Hong and Kung) in place of the compulsory
+    `ab + bc + ac` when larger;
   - an attention-shaped pair -- a contraction of inputs (Q, K over `d`) whose key rank a
-    later contraction with an input (V) reduces: `q(d + f) + x(d + f) q / g` with the rows
+    later contraction reduces, reading what the first made and an input no row indexes
+    (V: every row needs it, so every block of rows reads it again):
+    `q(d + f) + x(d + f) q / g` with the rows
     held on chip `g = M / (d + f)` (each holds its Q row and its output row), at least one
     pass over K and V; for one head and d = f this is FlashAttention's `2qd + 4xqd^2 / M`.
     A filter scales the re-reads by the share of points it keeps (a causal block needs the
@@ -118,17 +121,11 @@ def _attention_parts(
             keys = (key_groups - row_groups) & out_groups
             if not keys:
                 continue
+            rows = (row_groups & out_groups) - keys
+            after = _derived_from(cascade, c1.output.tensor)
+
             c2 = next(
-                (
-                    e
-                    for e in contractions
-                    if e is not c1
-                    and {cascade.rank_group(rank_of(v)) for v in e.reduced} & keys
-                    and any(
-                        aliases.get(a.access.tensor, a.access.tensor) in inputs
-                        for a in e.expr.args  # type: ignore[union-attr]
-                    )
-                ),
+                (e for e in contractions if _shares_a_value(cascade, c1, e, keys, rows, after)),
                 None,
             )
             if c2 is None:
@@ -140,7 +137,6 @@ def _attention_parts(
             )
             value_groups = {cascade.rank_group(rank_of(v)) for v in _indexed(value)} - keys
             contracted = {cascade.rank_group(rank_of(v)) for v in c1.reduced}
-            rows = (row_groups & out_groups) - keys
             q = _extent(rows, cascade, extents)
             x = _extent(keys, cascade, extents)
             d = _extent(contracted, cascade, extents)
@@ -149,6 +145,39 @@ def _attention_parts(
             used |= {c1.name, c2.name}
             break
     return parts, used
+
+
+def _shares_a_value(
+    cascade: Cascade, c1: Einsum, e: Einsum, keys: set[str], rows: set[str], after: set[str]
+) -> bool:
+    """Is `e` the second contraction of an attention-shaped pair with `c1`: it reduces the
+    keys, reads what `c1` made (through any Einsums between), and its other operand is an
+    input no row indexes -- a value every row needs (V), the reason each block of rows reads
+    it again? A per-row operand (a one-hot target `Y[c, p]`) is read once whatever the
+    blocks."""
+    if e is c1 or not {cascade.rank_group(rank_of(v)) for v in e.reduced} & keys:
+        return False
+    aliases, inputs = _aliases(cascade), set(cascade.inputs)
+    reads = [a.access for a in e.expr.args]  # type: ignore[union-attr]
+    if not any(aliases.get(a.tensor, a.tensor) in after for a in reads):
+        return False
+    value = next((a for a in reads if aliases.get(a.tensor, a.tensor) in inputs), None)
+    if value is None:
+        return False
+    return not {cascade.rank_group(rank_of(v)) for v in _indexed(value)} & rows
+
+
+def _derived_from(cascade: Cascade, tensor: str) -> set[str]:
+    """Every tensor computed from `tensor` (itself included, views followed)."""
+    out = {tensor}
+    changed = True
+    while changed:
+        changed = False
+        for e in cascade.einsums:
+            if e.output.tensor not in out and any(a.tensor in out for a in e.reads()):
+                out.add(e.output.tensor)
+                changed = True
+    return out
 
 
 @functools.lru_cache(maxsize=64)
@@ -209,7 +238,9 @@ def dram_bound_values(
         a = math.prod(full[g] for g in {groups[rank_of(v)] for v in (ov & lv) - rv})
         c = math.prod(full[g] for g in {groups[rank_of(v)] for v in (ov & rv) - lv})
         b = math.prod(full[g] for g in {groups[rank_of(v)] for v in (lv & rv) - ov})
-        extra = max(0.0, 2 * a * b * c / math.sqrt(m) - (a * b + b * c))
+        # Smith et al.'s tight bound on a GEMM's reads (arXiv 1702.02017): 2abc / sqrt(M)
+        # less its lower-order 2M, beyond the compulsory reads of both operands
+        extra = max(0.0, 2 * a * b * c / math.sqrt(m) - 2 * m - (a * b + b * c))
         parts.append((f"GEMM {e.name}: re-reads", extra * kept.get(e.name, 1.0)))
     spill = 0.0
     for tensor, rank, passes in _whole_fibres(cascade):

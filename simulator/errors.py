@@ -58,6 +58,12 @@ class SimulationLimit(SpecError):
     """A cycle simulation refused past the caller's wall-clock limit (`--max-sim-s`)."""
 
 
+class CannotSimulate(SpecError):
+    """A phase the cycle engine cannot simulate: one that simulates one core on an
+    architecture of several, or a schedule whose operations it cannot order (a dependency
+    never met). Never a number: the caller uses the analytic engine and says so."""
+
+
 class BoundBreach(Exception):
     """A result below its own lower bound (latency under the latency bound, or traffic
     under the traffic bound): a bug in the model, never a result. The command-line entry

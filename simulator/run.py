@@ -35,7 +35,7 @@ from simulator.configs import (
     shipped_configs,
 )
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
-from simulator.errors import SimulationLimit, SpecError
+from simulator.errors import CannotSimulate, SimulationLimit, SpecError
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES
 from simulator.progress import SearchProgress, SimulationProgress
 from simulator.result import Result
@@ -258,6 +258,9 @@ def analytic_past_budget(specs: Specs, workload, kwargs: dict, notes: list[str])
                 f"budget ({why}); shown: the analytic engine's numbers (--max-sim-s SECONDS "
                 "simulates longer)"
             )
+            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
+        except CannotSimulate as err:
+            notes.append(f"{config}: {err.message}; shown: the analytic engine's numbers")
             return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
 
     return run

@@ -219,9 +219,12 @@ def test_gemm_cycles_agree_with_scalesim(tmp_path, shape):
 def test_gemm_folds_are_serialised(tmp_path):
     # Without SCALE-Sim: one accumulator per PE, so every fold pays fill and drain:
     # folds x (K + rows + cols - 2) cycles.
+    # The first tile's operands cross DRAM first: at most one cycle more (the memory stream
+    # rounds its time per epoch up, never down).
     rows, cols, m, n, k = 16, 8, 100, 50, 33
     folds = math.ceil(m / rows) * math.ceil(n / cols)
-    assert _engine_gemm(tmp_path, rows, cols, m, n, k) == folds * (k + rows + cols - 2)
+    cycles = _engine_gemm(tmp_path, rows, cols, m, n, k)
+    assert folds * (k + rows + cols - 2) <= cycles <= folds * (k + rows + cols - 2) + 1
 
 
 # --------------------------------------------------------------------------------------

@@ -150,8 +150,17 @@ def fusemax_mapping(
     two, one = arrays_of(arch)
     assert roles.chunk is not None and roles.outer is not None
     # The widest row rank goes across the columns; the others are temporal loops.
-    wide = max(roles.rows, key=lambda r: (extents.get(r, 1), roles.rows.index(r)))
-    others = [r for r in roles.rows if r != wide]
+    # Row ranks every Einsum walking the chunk walks (a group's query heads); a rank only
+    # the state and its updates carry (the value embedding of a running sum) stays inside
+    # the Einsums that have it, not an outer loop the chunk's Einsums would skip.
+    walking = [
+        set(einsum_ranks(cascade.einsum(n)))
+        for n in roles.compute
+        if roles.chunk in einsum_ranks(cascade.einsum(n))
+    ]
+    rows = [r for r in roles.rows if all(r in s for s in walking)] or list(roles.rows)
+    wide = max(rows, key=lambda r: (extents.get(r, 1), rows.index(r)))
+    others = [r for r in rows if r != wide]
     w2, w1, w0 = f"{wide}2", f"{wide}1", f"{wide}0"
     binding = bind_arrays(cascade, roles, two, one, wide)
     loops = [w2, roles.outer, *others, w1] if reuse else [*others, w2, roles.outer, w1]

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade
-from simulator.errors import SpecError
+from simulator.errors import CannotSimulate, SpecError
 from simulator.plan.costs import cycles_per_point
 from simulator.plan.extents import workload_shapes
 from simulator.plan.facts import CascadeFacts
@@ -127,9 +127,9 @@ def time_phase(
     memory apart)."""
     arch, instances = point.arch, point.instances
     if arch.cores > 1:
-        raise SpecError(
-            f"the cycle engine simulates one core; architecture '{arch.name}' has "
-            f"{arch.cores} (a fan-out of cores): use --engine analytic"
+        raise CannotSimulate(
+            f"the cycle engine simulates one core, and architecture '{arch.name}' has "
+            f"{arch.cores} (a fan-out of cores; --engine analytic times them)"
         )
     f = arch.frequency_hz
     port_cycles = buffer_port_cycles(phase.views, arch.buffer)

@@ -40,7 +40,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from simulator.errors import SimulationLimit
+from simulator.errors import CannotSimulate, SimulationLimit
 from simulator.timing.cycle.program import DepKind, OpSpec, Program
 from simulator.timing.options import UNLIMITED, TimingOptions
 from simulator.units import format_duration
@@ -254,6 +254,11 @@ class Waterfall:
             self._account(nxt)
             self.t = nxt
         clock.done()
+        if self.lowest < total:  # operations left that can never start: no result
+            raise CannotSimulate(
+                f"phase '{p.phase}': the cycle engine cannot order its operations (epoch "
+                f"{self.lowest} of {total} waits on a dependency never met)"
+            )
         cycles = max(self.end_time, self.t)
         # The last wavefront drains after the last issue: every array's time after its last
         # operation is fill/drain, so busy + stalls add up to the cycles on each array.
@@ -642,12 +647,13 @@ class _Clock:
 
 
 def _stream_step(cycles_per_epoch: float, busiest: int) -> Fraction:
-    """A memory stream's time per epoch as an exact fraction of a cycle (1/64 resolution), so
-    a memory-bound stream neither gains nor loses time by rounding and still repeats. A
-    stream with at least 2x slack under every epoch's busiest array is rounded up to whole
-    cycles: it stays hidden, and the state repeats every epoch instead of every 64 (only the
-    very first transfer can take up to a cycle longer)."""
-    step = Fraction(cycles_per_epoch).limit_denominator(DRAM_RESOLUTION)
+    """A memory stream's time per epoch as an exact fraction of a cycle, rounded up to the
+    next 1/64 (never down: a memory-bound stream of 10^9 epochs would otherwise finish
+    before its bytes could cross the bus), so it still repeats. A stream with at least 2x
+    slack under every epoch's busiest array is rounded up to whole cycles: it stays hidden,
+    and the state repeats every epoch instead of every 64 (only the very first transfer can
+    take up to a cycle longer)."""
+    step = Fraction(math.ceil(Fraction(cycles_per_epoch) * DRAM_RESOLUTION), DRAM_RESOLUTION)
     if 0 < math.ceil(step) * 2 <= busiest:
         step = Fraction(math.ceil(step))
     return step

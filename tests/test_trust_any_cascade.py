@@ -1,0 +1,76 @@
+"""Bounds that hold and a guard that never refuses a valid result, for cascades beyond
+attention: expected values from the bounds' arithmetic, never from the code's output."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from simulator.bounds import onchip_values
+from simulator.configs import Specs, evaluate
+from simulator.paths import resolve_spec
+from simulator.run import main as run_main
+from simulator.spec.arch_file import load_architecture
+from simulator.spec.workload import make_workload
+
+from .conftest import DATA
+
+CROSS_ENTROPY = DATA / "cascades" / "cross-entropy-shape.yaml"
+CHUNKED_SIGMOID = DATA / "cascades" / "chunked-sigmoid.yaml"
+
+
+@pytest.mark.parametrize("d, c", [(1024, 32768), (4096, 128256)])
+@pytest.mark.parametrize("strategy", ["unfused", "fused"])
+def test_a_cross_entropys_bound_is_its_own(d, c, strategy):
+    """L = X W, then a max, a sum of exponentials and the target's logit over the vocabulary:
+    the one-hot target Y is per row, read once -- no attention re-read term. The traffic
+    bound is the compulsory traffic (X, W, Y read, LOSS written) plus the GEMM's re-reads
+    beyond it (2PDC / sqrt(M) - 2M - PD - DC, when positive); the result is at or above it."""
+    p = 4096
+    w = make_workload("llama3-8b", p, {"batch": 1}, shape={"D": d, "C": c})
+    r = evaluate(Specs(cascade_override=str(CROSS_ENTROPY), arch_override="fusemax"),
+                 f"auto:{strategy}", w)  # fmt: skip
+    m = onchip_values(load_architecture(resolve_spec("arch", "fusemax")))
+    compulsory = d * p + d * c + c * p + p
+    rereads = max(0.0, 2 * p * d * c / math.sqrt(m) - 2 * m - (p * d + d * c))
+    assert r.traffic_bound_bytes == pytest.approx(2 * (compulsory + rereads), rel=1e-12)
+    assert r.traffic_bytes >= r.traffic_bound_bytes and r.latency_s >= r.latency_bound_s
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--phase", "decode", "--context", "2M"],
+        ["--phase", "decode", "--context", "1M", "--heads", "64", "--kv-heads", "32"],
+        ["--phase", "decode", "--context", "1M", "--heads", "32", "--kv-heads", "16"],
+        ["--phase", "decode", "--context", "512K", "--heads", "64", "--kv-heads", "64"],
+    ],
+)
+def test_long_decodes_on_the_cycle_engine_are_at_or_above_their_bound(argv, run_cli):
+    """A memory-bound decode of 10^9 cycles: the simulated DRAM stream never finishes
+    before its bytes cross the bus (its time per epoch is rounded up, never down)."""
+    code, out, err = run_cli(
+        run_main, ["--model", "llama3-8b", *argv, "--mapping", "auto:fusemax", "--format", "json"]
+    )
+    assert code == 0, err
+    (r,) = json.loads(out)
+    assert r["engine"] == "cycle" and r["latency_s"] >= r["latency_bound_s"]
+
+
+def test_a_schedule_the_cycle_engine_cannot_order_is_no_result(run_cli):
+    """Chunked sigmoid attention with a running sum, its value rank an outer loop (a mapping
+    a user may write): the cycle engine cannot order the tile's operations. It says so and
+    the analytic engine's numbers stand -- never a latency 1000x under the bound."""
+    mapping = DATA / "cascades" / "chunked-sigmoid-f-outer.yaml"
+    code, out, err = run_cli(run_main, ["--mapping", str(mapping), "--seq", "4K"])
+    assert code == 0, err
+    assert "the cycle engine cannot order its operations" in out
+    assert "shown: the analytic engine's numbers" in out
+
+
+def test_the_h100_runs_with_the_default_engine(run_cli):
+    code, out, err = run_cli(run_main, ["--arch", "h100", "--model", "llama3-8b", "--seq", "4K"])
+    assert code == 0, err
+    assert "simulates one core" in out and "the analytic engine's numbers" in out

@@ -26,7 +26,7 @@ from simulator.atomic import check_writable, output_path
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cli import guarded
-from simulator.configs import Specs, evaluate
+from simulator.configs import Specs, check_shape, evaluate
 from simulator.errors import SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.paths import resolve_spec
@@ -104,8 +104,9 @@ def compare_cascades(
     precision: str | None = None,
 ) -> list[Row]:
     rows = []
-    for name in cascades:
-        path = resolve_spec("cascades", name)
+    loaded = [(name, resolve_spec("cascades", name)) for name in cascades]
+    check_shape([load_cascade(path) for _n, path in loaded], workload)
+    for _name, path in loaded:
         cascade = load_cascade(path)
         passes = analyze_passes(cascade).max_passes
         footprint = _footprint(cascade)

@@ -339,6 +339,18 @@ class Specs:
             return sizing.apply(self._load_arch(self.auto_sources(config, workload)[1]))
         return sizing.apply(self.architecture(self.mapping(config)))
 
+    def cascade_of(self, config: str, workload: Workload) -> Cascade:
+        """The cascade a configuration runs at a point (without searching its mapping)."""
+        if is_auto(config):
+            return self._load_cascade(self.auto_sources(config, workload)[0])
+        return self.cascade(self.mapping(config))
+
+    def check_shape(self, configs: list[str], workload: Workload) -> None:
+        """`--shape`: every rank it names is a rank of a cascade the run evaluates -- one
+        rule for every command: an unknown rank is one line, never silently ignored."""
+        if workload.rank_overrides:
+            check_shape([self.cascade_of(c, workload) for c in configs], workload)
+
     def found(self, spec: MappingSpec) -> Found | None:
         """How the mapper found a configuration's mapping (None: a mapping file)."""
         return self._found_by_spec.get(id(spec))
@@ -418,6 +430,18 @@ class Specs:
                 f"mapping '{spec.name}' names {kind} '{name}', which does not exist",
                 spec.data.loc_of(key),
             ) from None
+
+
+def check_shape(cascades: list[Cascade], workload: Workload) -> None:
+    """`--shape` names only ranks of the cascades a command runs (one line otherwise)."""
+    given = dict(workload.rank_overrides)
+    ranks = {r for c in cascades for r in c.shape_names()}
+    unknown = sorted(set(given) - ranks)
+    if unknown:
+        raise SpecError(
+            f"--shape: no cascade of this run has rank {', '.join(unknown)} "
+            f"(their ranks: {', '.join(sorted(ranks))})"
+        )
 
 
 def evaluate_each(

@@ -140,6 +140,14 @@ def check(spec: SweepSpec, specs: Specs, cascades: Mapping[str, str] | None = No
             each.check_config(ALIASES.get(accel, accel))
     for model in spec.values("model") or (DEFAULTS["model"],):
         make_workload(model, DEFAULTS["seq"])
+    for shape in spec.values("shape") or ():
+        given = make_workload(
+            DEFAULTS["model"], DEFAULTS["seq"], shape=parse_shape([str(shape).replace(";", ",")])
+        )
+        for cascade in spec.values("cascade") or (None,):
+            each = specs.with_cascade(None if cascade is None else cascades.get(cascade, cascade))
+            accels = [ALIASES.get(a, a) for a in spec.values("accel") or (DEFAULTS["accel"],)]
+            each.check_shape(accels, given)
     if spec.values("context") is not None and "decode" not in (spec.values("phase") or ()):
         raise SpecError("context is the cache of a decode step: sweep phase=decode too")
     if spec.scope == "layer":

@@ -718,6 +718,8 @@ def main(argv: list[str] | None = None) -> int:
         configs = ["auto:unfused", "auto:flat", "auto:fusemax"]
     else:
         configs = shipped_configs()
+    if args.scope != "layer":
+        specs.check_shape(configs, workload)
     # The default set: a configuration that cannot run this point is left out with a note.
     optional = not args.mapping and args.accel is None
     if args.scope == "layer":

@@ -74,3 +74,39 @@ def test_the_h100_runs_with_the_default_engine(run_cli):
     code, out, err = run_cli(run_main, ["--arch", "h100", "--model", "llama3-8b", "--seq", "4K"])
     assert code == 0, err
     assert "simulates one core" in out and "the analytic engine's numbers" in out
+
+
+@pytest.mark.parametrize(
+    "module, argv",
+    [
+        ("run", ["--seq", "1K", "--engine", "analytic"]),
+        ("compare", ["--cascades", "attention-1pass", "--seq", "1K", "--engine", "analytic"]),
+        ("bind", ["attention-1pass", "--seq", "1K"]),
+    ],
+)
+def test_a_shape_no_cascade_has_is_one_line_everywhere(module, argv, run_cli):
+    import importlib
+
+    path = "simulator.bind.__main__" if module == "bind" else f"simulator.{module}"
+    main = importlib.import_module(path).main
+    code, out, err = run_cli(main, [*argv, "--shape", "Z=4"])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "no cascade of this run has rank Z" in err
+
+
+def test_a_sweep_refuses_a_shape_no_cascade_has_before_any_work(tmp_path, run_cli):
+    from simulator.sweep import main as sweep_main
+
+    out = tmp_path / "s.csv"
+    code, _out, err = run_cli(sweep_main, ["--grid", "seq=1K", "shape=Z=4", "--out", str(out)])
+    assert code == 2 and "no cascade of this run has rank Z" in err and not out.exists()
+
+
+def test_a_shape_the_workload_also_sizes_wins_and_the_header_says_so(run_cli):
+    code, out, err = run_cli(
+        run_main, ["--seq", "1K", "--accel", "binding", "--engine", "analytic", "--shape", "E=128"]
+    )
+    assert code == 0, err
+    assert "E=128" in out.splitlines()[0] and "E=64" not in out.splitlines()[0]
+    code, base, _ = run_cli(run_main, ["--seq", "1K", "--accel", "binding", "--engine", "analytic"])
+    assert base.splitlines()[3] != out.splitlines()[3]  # the user's E was used

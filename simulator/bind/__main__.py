@@ -21,7 +21,7 @@ from pathlib import Path
 from simulator.atomic import check_writable, output_path, write_text
 from simulator.cascade.parse import load_cascade
 from simulator.cli import guarded
-from simulator.configs import Specs
+from simulator.configs import Specs, check_shape
 from simulator.errors import SpecError
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES, SearchOptions, search
 from simulator.paths import data_dir, resolve_spec
@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     cascade_path = resolve_spec("cascades", args.cascade)
     arch_path = resolve_spec("arch", args.arch or DEFAULT_ARCH[args.strategy])
     cascade = load_cascade(cascade_path)
+    check_shape([cascade], workload)
     arch = load_architecture(arch_path)
     folder = out.parent if out is not None else Path.cwd()
     cascade_ref = reference(cascade_path, data_dir("cascades"), folder)

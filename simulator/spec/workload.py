@@ -111,12 +111,17 @@ class Workload:
         return format_count(self.seq_len)
 
     def describe(self) -> str:
+        """The workload in one line; a rank `--shape` sets shows the user's value (E, F in
+        place of the model's; others added)."""
+        shape = dict(self.rank_overrides)
         heads = f"H={self.heads}" + (f", KV={self.kv}" if self.kv != self.heads else "")
+        extra = "".join(f", {r}={v}" for r, v in sorted(shape.items()) if r not in ("E", "F"))
         text = (
-            f"{self.label} (B={self.batch}, {heads}, E={self.embed}, "
-            f"F={self.value_embed}, D={self.dmodel}, S={self.ffn}"
+            f"{self.label} (B={self.batch}, {heads}, E={shape.get('E', self.embed)}, "
+            f"F={shape.get('F', self.value_embed)}, D={self.dmodel}, S={self.ffn}"
             + (f", W={self.window}" if self.window else "")
             + (", causal" if self.causal and not self.window else "")
+            + extra
             + ")"
         )
         if self.phase == "decode":

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade
-from simulator.configs import Specs, evaluate, evaluate_each
+from simulator.configs import Sizing, Specs, evaluate, evaluate_each
 from simulator.errors import SpecError
 from simulator.plan.mapper import GemmMapping, gemm_of, map_gemm, with_gemm
 from simulator.plan.views import EinsumView
@@ -175,8 +175,8 @@ def evaluate_layer(
 ) -> LayerResult:
     """One encoder layer on one configuration: its attention, then the linear layers on its
     architecture. Latency, energy and traffic add up; the area is the chip's."""
-    arch = specs.architecture(specs.mapping(config)).with_overrides(
-        pe_dim, buffer_bytes, bandwidth, **(resize or {})
+    arch = specs.architecture_of(
+        config, workload, Sizing.of(pe_dim, buffer_bytes, bandwidth, resize)
     )
     gemms = evaluate_linear(specs, arch, workload, accounting, linear)
     attention = evaluate(

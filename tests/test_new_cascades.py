@@ -244,3 +244,33 @@ def test_operations_declared_on_every_shipped_architecture(archs, name, arch):
     for e in cascade.einsums:
         kinds = sorted(ops_per_point(cascade, e))
         assert missing_operations(kinds, archs[arch].arrays) is None, (e.name, kinds)
+
+
+# ---- cross-entropy -------------------------------------------------------------------------
+
+
+def test_cross_entropy():
+    """The loss of each token: log sum_c exp(L[c]) - L[target], L = X W; the target a one-hot
+    column of Y."""
+    cascade = load_cascade(CASCADES / "cross-entropy.yaml")
+    shapes = resolve_shapes(cascade, {"D": 16, "C": 40, "P": 12})
+    inputs = random_inputs(cascade, shapes, seed=3)
+    target = np.random.default_rng(3).integers(0, 40, size=12)
+    inputs["Y"] = np.zeros((40, 12))
+    inputs["Y"][target, np.arange(12)] = 1.0
+    out = evaluate(cascade, inputs, shapes)["LOSS"]
+    logits = np.einsum("dp,dc->cp", inputs["X"], inputs["W"])
+    ref = np.log(np.exp(logits).sum(axis=0)) - logits[target, np.arange(12)]
+    _assert_close(out, ref)
+
+
+def test_cross_entropy_says_where_it_runs(run_cli):
+    """Its log has a cost on the H100 (the SFU's log2) and none on FuseMax's or FLAT's PEs:
+    `cascade passes` says so before any binding."""
+    from simulator.cascade.__main__ import main as cascade_main
+
+    code, out, err = run_cli(cascade_main, ["passes", str(CASCADES / "cross-entropy.yaml")])
+    assert code == 0, err
+    line = out.splitlines()[1]
+    assert line.startswith("runs on the shipped architectures: h100;")
+    assert "fusemax (no array declares log)" in line and "flat (no array declares log)" in line

@@ -38,6 +38,7 @@ from simulator.cascade.ops import KINDS, cascade_ops, totals
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite import RewriteResult, rewrite
+from simulator.cascade.runs_on import missing_by_architecture, runs_on_line
 from simulator.cascade.shapes import MissingShapes, parse_shape_arg, resolve_shapes
 from simulator.cli import guarded
 from simulator.errors import SpecError
@@ -119,9 +120,11 @@ def cmd_passes(args: argparse.Namespace) -> int:
         data = report.to_json()
         for fiber in data["fibers"]:
             fiber["live_footprint_values"] = _symbolic_value(fiber["live_footprint"], shapes)
+        data["operations_missing"] = missing_by_architecture(cascade)
         print(json.dumps(data, indent=2))
         return 0
     print(f"cascade {cascade.name}: {report.max_passes} pass(es) (max over ranks)")
+    print(runs_on_line(cascade))
     print()
     print(
         table(

@@ -86,7 +86,10 @@ def runs_model_attention(cascade: Cascade, workload: Workload) -> bool:
     if kind is None:
         return True
     grouped, mask = kind
-    return mask == workload.mask and (grouped or not workload.grouped)
+    wanted = workload.mask
+    if workload.phase == "decode" and wanted == "causal":
+        wanted = "none"  # a decoded token sits after the whole cache: it attends every key
+    return mask in (wanted, workload.mask) and (grouped or not workload.grouped)
 
 
 def describe_attention(cascade: Cascade) -> str:
@@ -350,6 +353,23 @@ class Specs:
         rule for every command: an unknown rank is one line, never silently ignored."""
         if workload.rank_overrides:
             check_shape([self.cascade_of(c, workload) for c in configs], workload)
+
+    def check_cascade_override(self, workload: Workload) -> None:
+        """`--cascade` computes the workload's attention: a feature of the workload the
+        cascade cannot express (grouped K/V heads, a causal mask, a window) is one line --
+        never a header naming a workload the numbers do not compute. The user states the
+        workload the cascade computes instead (`--window 0`, `--no-causal`,
+        `--kv-heads H`)."""
+        if self.cascade_override is None:
+            return
+        cascade = self._load_cascade(self._override("cascades", "--cascade", self.cascade_override))
+        if runs_model_attention(cascade, workload):
+            return
+        raise SpecError(
+            f"--cascade {cascade.name} computes {describe_attention(cascade)} attention, not "
+            f"{workload.label}'s ({workload.attention()}): name a cascade that computes it, "
+            "or state the workload it computes (--window 0, --no-causal, --kv-heads)"
+        )
 
     def found(self, spec: MappingSpec) -> Found | None:
         """How the mapper found a configuration's mapping (None: a mapping file)."""

@@ -720,6 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         configs = shipped_configs()
     if args.scope != "layer":
         specs.check_shape(configs, workload)
+    specs.check_cascade_override(workload)  # the header names what the numbers compute
     # The default set: a configuration that cannot run this point is left out with a note.
     optional = not args.mapping and args.accel is None
     if args.scope == "layer":

@@ -129,3 +129,30 @@ def test_an_llms_layer_runs_through_the_mapper(run_cli, tmp_path):
     code, _out, err = run_cli(sweep_main, [*argv, "--out", str(csv)])
     assert code == 0, err
     assert "auto:fusemax,Llama-3-8B,4096" in csv.read_text()
+
+
+@pytest.mark.parametrize(
+    "argv, missing",
+    [
+        (["--window", "256", "--kv-heads", "1", "--cascade", "attention-causal-3pass"],
+         "grouped-query, sliding window of 256"),
+        (["--model", "mistral-7b", "--cascade", "attention-gqa-causal-1pass"],
+         "grouped-query, sliding window of 4K"),
+    ],
+)  # fmt: skip
+def test_a_workload_feature_the_cascade_cannot_express_is_one_line(argv, missing, run_cli):
+    """The header would name a window or grouped heads the numbers do not compute: refused
+    in one line, saying what the cascade computes and how to state that workload."""
+    code, out, err = run_cli(run_main, [*argv, "--mapping", "auto:flat", "--seq", "4K"])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert missing in err and "--window 0" in err
+
+
+def test_the_user_states_the_workload_the_cascade_computes(run_cli):
+    code, out, err = run_cli(
+        run_main,
+        ["--model", "mistral-7b", "--window", "0", "--cascade", "attention-gqa-causal-1pass",
+         "--mapping", "auto", "--seq", "4K", "--engine", "analytic"],
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("Mistral-7B(window=0)") and "W=" not in out

@@ -111,11 +111,15 @@ def build_result(
     for comps in point.partitions.values():
         factor_names += [c for c in comps if c not in factor_names]
     bounds = point_bounds(point)
+    per_point = {
+        c.einsum: sum(ops_per_point(point.cascade, point.cascade.einsum(c.einsum)).values())
+        for c in point.costs
+    }
     ops = instances * sum(
-        (c.useful_points if c.useful_points is not None else c.points)
-        * sum(ops_per_point(point.cascade, point.cascade.einsum(c.einsum)).values())
+        (c.useful_points if c.useful_points is not None else c.points) * per_point[c.einsum]
         for c in point.costs
     )
+    executed = instances * sum(c.points * per_point[c.einsum] for c in point.costs)
     priced = {}
     if tables is not None:
         price = price_point(point, total_cycles, tables, accounting)
@@ -146,6 +150,7 @@ def build_result(
         epochs=sum(t.epochs for t in timings),
         simulated_epochs=sum(t.simulated_epochs for t in timings),
         ops=ops,
+        executed_ops=executed,
         latency_bound_s=bounds.latency_s,
         traffic_bound_bytes=bounds.traffic_bytes,
         compute_bound_s=bounds.compute_s,

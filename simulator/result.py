@@ -92,6 +92,7 @@ class Result:
     # (simulator.bounds): useful work on the busiest array, and the DRAM traffic no buffer
     # of this size avoids; `bound_binds` says which of the two sets the latency bound.
     ops: float = 0.0  # useful operations (the cascade's counts of kept points), all instances
+    executed_ops: float = 0.0  # operations the arrays execute (masked points of whole tiles too)
     cores: int = 1  # copies of the arrays working side by side (Architecture.cores)
     latency_bound_s: float = 0.0
     traffic_bound_bytes: float = 0.0

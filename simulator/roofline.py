@@ -22,7 +22,7 @@ from typing import Any
 
 from simulator.atomic import check_writable, output_path
 from simulator.cli import guarded
-from simulator.configs import ALIASES, STANDARD, Specs, evaluate
+from simulator.configs import ALIASES, STANDARD, Sizing, Specs, evaluate
 from simulator.errors import SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.result import Result
@@ -165,14 +165,14 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append(f"{config} left out at {format_count(seq)}: {err}")
                 continue
             points.append((r.label, r))
-            arch = specs.architecture(specs.mapping(config))
-            roof = roof or roofs(arch)
+            roof = roof or roofs(specs.architecture_of(config, w, Sizing()))
             rows.append(
                 (
                     r.label,
                     format_count(seq),
                     f"{r.intensity:.4g}",
                     f"{r.throughput / 1e12:.4g}",
+                    f"{r.executed_ops / r.latency_s / 1e12:.4g}" if r.latency_s else "-",
                     f"{100 * r.fraction_of_bound:.0f}%",
                     r.bound_binds,
                 )
@@ -183,9 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     title = f"{label}: attention, {', '.join(format_count(s) for s in seqs)} tokens"
     print(
         table(
-            ["config", "seq", "ops/byte", "Tops/s", "of bound", "bound by"],
+            ["config", "seq", "ops/byte", "Tops/s", "executed Tops/s", "of bound", "bound by"],
             rows,
-            right=[False, True, True, True, True, False],
+            right=[False, True, True, True, True, True, False],
         )
     )
     for note in notes:

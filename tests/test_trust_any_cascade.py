@@ -156,3 +156,38 @@ def test_the_user_states_the_workload_the_cascade_computes(run_cli):
     )  # fmt: skip
     assert code == 0, err
     assert out.splitlines()[0].startswith("Mistral-7B(window=0)") and "W=" not in out
+
+
+def test_every_row_prints_the_workloads_bound_and_its_own_floor_apart(run_cli):
+    """Mistral-7B at 64K: one latency bound for the workload in every row (the least of the
+    configurations' own floors: no configuration of the point beats it), each own floor
+    apart; unfused and FLAT run the same cascade on the same chip, so their own floors --
+    the cascade's useful work -- are the same, and unfused, which computes the masked
+    scores (a library's GEMM computes whole tiles), says so."""
+    code, out, err = run_cli(
+        run_main, ["--model", "mistral-7b", "--seq", "64K", "--engine", "analytic", "--format",
+                   "json"],
+    )  # fmt: skip
+    assert code == 0, err
+    rows = {r["accelerator"]: r for r in json.loads(out)}
+    bounds = {r["latency_bound_s"] for r in rows.values()}
+    assert len(bounds) == 1 and bounds.pop() <= min(r["latency_s"] for r in rows.values())
+    unfused, flat = rows["auto-unfused"], rows["auto-flat"]
+    assert unfused["own_latency_bound_s"] == pytest.approx(flat["own_latency_bound_s"])
+    assert unfused["masked_work"] > 0.5 and flat["masked_work"] < 0.1
+    code, out, err = run_cli(run_main, ["--model", "mistral-7b", "--seq", "64K", "--engine",
+                                        "analytic"])  # fmt: skip
+    assert "auto: unfused computes the masked-out scores too" in out
+
+
+def test_the_roofline_counts_the_work_the_workload_needs(run_cli):
+    """Llama-3-8B (causal) at 64K: unfused and FLAT run the same cascade, so the useful
+    operations they are credited with are the same; unfused executes twice as many (the
+    masked half of its whole tiles), shown apart."""
+    w = make_workload("llama3-8b", "64K")
+    specs = Specs()
+    unfused = evaluate(specs, "auto:unfused", w, engine="analytic")
+    flat = evaluate(specs, "auto:flat", w, engine="analytic")
+    assert unfused.ops == pytest.approx(flat.ops, rel=1e-9)
+    assert unfused.executed_ops > 1.9 * unfused.ops
+    assert flat.executed_ops < 1.1 * flat.ops  # its masked tiles skipped

@@ -9,6 +9,7 @@ spatial components must fit the array (an error names the Einsum otherwise).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -73,7 +74,13 @@ def plan_costs(
     """The Einsum costs of one phase: the GEMM mapper's for a mapped GEMM phase, else each
     Einsum's points x cycles per point over its PEs."""
     if plan.gemm is not None:
-        return [_gemm_cost(plan)]
+        cost = _gemm_cost(plan)
+        e = facts.cascade.einsum(cost.einsum)
+        if e.filters():  # a library's GEMM computes whole tiles: the kept points are fewer
+            kept = count_points(facts.cascade, e, extents)
+            if kept < cost.points:
+                cost = dataclasses.replace(cost, useful_points=kept)
+        return [cost]
     return einsum_costs(plan, mapping, facts, arch, extents)
 
 

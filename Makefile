@@ -18,10 +18,13 @@ bench:
 	$(PYTHON) -m experiments.bench
 
 # The spec fuzzers at length: 10,000 cases of mutated architecture, mapping, table and sweep
-# files and command-line values, freshly drawn (the unit suite runs 300, the same each time).
+# files and command-line values, freshly drawn (the unit suite runs 300, the same each time),
+# and 1,000 random cascades bound by every strategy on both engines (the suite runs 60).
 FUZZ_CASES ?= 10000
+CASCADE_FUZZ_CASES ?= 1000  # random cascades x strategies x engines (the unit suite runs 60)
 fuzz:
-	FUZZ_CASES=$(FUZZ_CASES) $(PYTHON) -m pytest tests/test_spec_fuzz.py -p no:cacheprovider -p no:logging
+	FUZZ_CASES=$(FUZZ_CASES) CASCADE_FUZZ_CASES=$(CASCADE_FUZZ_CASES) $(PYTHON) -m pytest \
+		tests/test_spec_fuzz.py tests/test_random_cascades.py -p no:cacheprovider -p no:logging
 
 experiments:
 	$(PYTHON) -m experiments

@@ -191,3 +191,17 @@ def test_the_roofline_counts_the_work_the_workload_needs(run_cli):
     assert unfused.ops == pytest.approx(flat.ops, rel=1e-9)
     assert unfused.executed_ops > 1.9 * unfused.ops
     assert flat.executed_ops < 1.1 * flat.ops  # its masked tiles skipped
+
+
+def test_a_loop_listed_twice_is_one_line(tmp_path, run_cli):
+    text = (DATA.parent.parent / "mappings" / "binding.yaml").read_text()
+    assert "loops: [P2, M1, P1]" in text
+    bad = tmp_path / "twice.yaml"
+    bad.write_text(
+        text.replace("loops: [P2, M1, P1]", "loops: [P2, M1, P1, P2]").replace(
+            "cascade: attention-1pass", "cascade: attention-1pass"
+        )
+    )
+    code, out, err = run_cli(run_main, ["--mapping", str(bad), "--seq", "4K"])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "lists 'P2' twice" in err and "twice.yaml:" in err

@@ -336,3 +336,13 @@ def test_the_paper_files_hand_a_length_their_tiles_do_not_divide_to_their_strate
     assert code == 0, err
     assert "+Binding: its tiles do not divide" in out and "whole tiles padded" in out
     assert "auto: FuseMax" in out and "auto: unfused" in out
+
+
+def test_an_array_side_that_does_not_divide_the_length_pads_it(run_cli):
+    """A 3 x 3 array at 1K tokens: +Binding's tiles of 3 do not divide 1024, so its strategy
+    pads the last tile (said in a note) rather than refusing the point."""
+    code, out, err = run_cli(
+        run_main, ["--seq", "1K", "--pe-dim", "3", "--accel", "binding", "--engine", "analytic"]
+    )
+    assert code == 0, err
+    assert "+Binding: its tiles do not divide" in out

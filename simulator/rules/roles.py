@@ -60,8 +60,9 @@ def tile(
 
 def scales(size: int, most: int = 4) -> list[int]:
     """The divisors of an array side a template may use part of it by: 1, 2, 4 (those that
-    divide it)."""
-    return [s for s in (1, 2, 4) if s <= most and size % s == 0 and size // s >= 1]
+    divide it, leaving at least 16 PEs a side: a narrower array -- a GPU core's 16-row
+    tensor tiles -- is used whole)."""
+    return [1] + [s for s in (2, 4) if s <= most and size % s == 0 and size // s >= 16]
 
 
 def einsum_ranks(e: Einsum) -> tuple[str, ...]:

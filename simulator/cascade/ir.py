@@ -487,10 +487,15 @@ class Cascade:
 
     # ---- lookups (derived, cheap) ----
     def tensor(self, name: str) -> TensorDecl:
+        return self._tensor_by_name[name]  # KeyError for an unknown name, as before
+
+    @functools.cached_property
+    def _tensor_by_name(self) -> dict[str, TensorDecl]:
+        """The declarations by name, built once (a lookup per access of every analysis)."""
+        out: dict[str, TensorDecl] = {}
         for decl in self.tensors:
-            if decl.name == name:
-                return decl
-        raise KeyError(name)
+            out.setdefault(decl.name, decl)
+        return out
 
     def shape_loc(self, rank: str) -> Loc:
         """Where the file gives the rank's default extent (else the file itself)."""
@@ -520,7 +525,26 @@ class Cascade:
         return dict(self.iterative)
 
     def producers(self, tensor: str) -> tuple[Einsum, ...]:
-        return tuple(e for e in self.einsums if e.output.tensor == tensor)
+        return self._producers_by_tensor.get(tensor, ())
+
+    @functools.cached_property
+    def _producers_by_tensor(self) -> dict[str, tuple[Einsum, ...]]:
+        out: dict[str, list[Einsum]] = {}
+        for e in self.einsums:
+            out.setdefault(e.output.tensor, []).append(e)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def readers(self, tensor: str) -> tuple[Einsum, ...]:
+        """The Einsums reading `tensor`, in cascade order."""
+        return self._readers_by_tensor.get(tensor, ())
+
+    @functools.cached_property
+    def _readers_by_tensor(self) -> dict[str, tuple[Einsum, ...]]:
+        out: dict[str, dict[str, Einsum]] = {}
+        for e in self.einsums:
+            for a in e.reads():
+                out.setdefault(a.tensor, {})[e.name] = e
+        return {k: tuple(v.values()) for k, v in out.items()}
 
     @functools.cached_property
     def inputs(self) -> tuple[str, ...]:

@@ -251,19 +251,19 @@ def _derived(cascade: Cascade, tensor: str, group: str) -> set[str]:
     """`tensor` and the tensors computed from it element-wise along the group (they keep a
     group rank): traversing them traverses `tensor`'s values again, or what replaced them."""
     derived = {tensor}
-    changed = True
-    while changed:
-        changed = False
-        for e in cascade.einsums:
+    todo = [tensor]
+    while todo:  # breadth first over the readers of what is derived (each edge once)
+        source = todo.pop()
+        for e in cascade.readers(source):
             if e.output.tensor in derived:
                 continue
             reads_derived = any(
-                a.tensor in derived and _traverses(cascade, a, group) for a in e.reads()
+                a.tensor == source and _traverses(cascade, a, group) for a in e.reads()
             )
             keeps_group = any(cascade.rank_group(rank_of(v)) == group for v in e.output_vars)
             if reads_derived and keeps_group:
                 derived.add(e.output.tensor)
-                changed = True
+                todo.append(e.output.tensor)
     return derived
 
 
@@ -292,10 +292,12 @@ def _fiber(
         for e in cascade.producers(tensor)
         if not _is_view(e) and _components_iterated(cascade, e, group)
     ]
+    candidates = {e.name: e for d in derived for e in cascade.readers(d)}
     readers = [
         e
         for e in cascade.einsums
-        if not _is_view(e)
+        if e.name in candidates
+        and not _is_view(e)
         and _components_iterated(cascade, e, group)
         and any(a.tensor in derived and _traverses(cascade, a, group) for a in e.reads())
     ]

@@ -98,12 +98,14 @@ def check_writable(path: Path) -> None:
         raise SpecError(f"cannot write {path}: folder {parent} does not exist")
     if not parent.is_dir():
         raise SpecError(f"cannot write {path}: {parent} is not a folder")
+    probe = partial_name(path)
     try:
-        probe = partial_name(path)
         probe.open("w").close()
-        probe.unlink()
     except OSError as err:
         raise SpecError(f"cannot write {path}: {err.strerror or err}") from None
+    finally:  # even when Ctrl-C comes between the two: no probe left behind
+        with contextlib.suppress(OSError):
+            probe.unlink()
 
 
 def write_text(path: Path, text: str) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from experiments.experiment import Selection
 from experiments.run import RunOptions, default_experiments, run
+from simulator.atomic import check_writable
 from simulator.cli import guarded
 from simulator.errors import SpecError
 from simulator.spec.workload import default_sequence_lengths, load_models, workloads_file
@@ -68,6 +69,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
                 f"--only: unknown experiment '{n}' (known: {', '.join(default_experiments())})"
             )
     order = [n for n in default_experiments() if n in names]
+    check_out_folder(args.out)
     return RunOptions(
         out=args.out,
         selection=Selection(tuple(dict.fromkeys(chosen)), tuple(dict.fromkeys(seqs))),
@@ -76,6 +78,19 @@ def options_from(args: argparse.Namespace) -> RunOptions:
         compare=args.compare,
         progress=not args.no_progress,
     )
+
+
+def check_out_folder(out: Path) -> None:
+    """Before any work: `--out` is a folder that exists or can be made (its parent exists)
+    and that takes files -- one line otherwise, not a traceback after a minute's work."""
+    if out.exists() and not out.is_dir():
+        raise SpecError(f"--out {out}: a file, not a folder")
+    if not out.exists() and not out.parent.is_dir():
+        raise SpecError(f"--out {out}: folder {out.parent} does not exist")
+    if out.exists():
+        check_writable(out / "report.md")
+    elif not os.access(out.parent, os.W_OK):
+        raise SpecError(f"--out {out}: cannot create it in {out.parent} (no write permission)")
 
 
 def _terminate(signum, frame) -> None:  # noqa: ARG001

@@ -380,3 +380,16 @@ def test_report_and_specs_speak_of_the_project_only():
     hits = [f"{f.relative_to(ROOT)}: {m.group(0)}" for f in files for m in
             pattern.finditer(f.read_text())]  # fmt: skip
     assert not hits, hits
+
+
+def test_experiments_check_their_out_folder_before_any_work(tmp_path):
+    """An existing file as --out, or a folder whose parent is missing: one line, exit 2, in
+    well under the seconds the experiments take, nothing written."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for out, says in ((afile, "a file, not a folder"), (tmp_path / "no" / "x", "does not exist")):
+        started = time.perf_counter()
+        p = _run(["-m", "experiments", "--out", str(out)], Path(__file__).resolve().parent.parent)
+        assert p.returncode == 2 and says in p.stderr and len(p.stderr.splitlines()) == 1
+        assert time.perf_counter() - started < 10
+    assert afile.read_text() == "x" and not (tmp_path / "no").exists()

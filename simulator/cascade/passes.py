@@ -238,33 +238,14 @@ def analyze_passes(cascade: Cascade) -> PassReport:
         deepest = max(traversing, key=lambda e: states.start[e.name].level, default=None)
         n = 1 + (states.start[deepest.name].level if deepest else 0)
         per_rank.append((group, n, states.start[deepest.name].why if deepest else ()))
+        reach = _reach(cascade, group, states)
         for t in cascade.tensors:
             t_comps = tuple(r for r in t.ranks if cascade.rank_group(r) == group)
             if not t_comps:
                 continue
-            fibers.append(_fiber(cascade, t.name, group, t_comps, states))
+            fibers.append(_fiber(cascade, t.name, group, t_comps, states, reach))
     max_passes = max((n for _, n, _ in per_rank), default=1)
     return PassReport(cascade.name, max_passes, tuple(per_rank), tuple(fibers))
-
-
-def _derived(cascade: Cascade, tensor: str, group: str) -> set[str]:
-    """`tensor` and the tensors computed from it element-wise along the group (they keep a
-    group rank): traversing them traverses `tensor`'s values again, or what replaced them."""
-    derived = {tensor}
-    todo = [tensor]
-    while todo:  # breadth first over the readers of what is derived (each edge once)
-        source = todo.pop()
-        for e in cascade.readers(source):
-            if e.output.tensor in derived:
-                continue
-            reads_derived = any(
-                a.tensor == source and _traverses(cascade, a, group) for a in e.reads()
-            )
-            keeps_group = any(cascade.rank_group(rank_of(v)) == group for v in e.output_vars)
-            if reads_derived and keeps_group:
-                derived.add(e.output.tensor)
-                todo.append(e.output.tensor)
-    return derived
 
 
 def _leaves(cascade: Cascade, ranks: tuple[str, ...]) -> frozenset[str]:
@@ -279,48 +260,152 @@ def _fibre_extent(cascade: Cascade, group: str, t_comps: tuple[str, ...]) -> str
     return "*".join(t_comps)
 
 
+@dataclass(frozen=True)
+class _Readers:
+    """What the traversals of a tensor's values -- its readers and the readers of what is
+    computed from it element-wise along the group -- come to: their least and greatest
+    start levels, the first Einsum (cascade order) at the greatest, the components every
+    one of them has reduced on starting, and those some one of them has reduced and
+    iterates."""
+
+    lo: int
+    hi: int
+    deepest: Einsum
+    reduced_by_all: frozenset[str]
+    reduced_iterated: frozenset[str]
+
+
+def _reach(cascade: Cascade, group: str, states: GroupStates) -> dict[str, _Readers | None]:
+    """Every tensor's :class:`_Readers` along the group, in one pass over the graph of
+    element-wise descent (strongly connected components first: a recurrence's state reads
+    itself), so the analysis stays near linear in the cascade's size."""
+    order = {e.name: i for i, e in enumerate(cascade.einsums)}
+
+    def traverses(e: Einsum, source: str) -> bool:
+        return any(a.tensor == source and _traverses(cascade, a, group) for a in e.reads())
+
+    tensors = list(dict.fromkeys([t.name for t in cascade.tensors]))
+    direct: dict[str, list[Einsum]] = {}
+    children: dict[str, list[str]] = {}
+    for s in tensors:
+        for e in cascade.readers(s):
+            if not traverses(e, s):
+                continue
+            if not _is_view(e) and _components_iterated(cascade, e, group):
+                direct.setdefault(s, []).append(e)
+            keeps = any(cascade.rank_group(rank_of(v)) == group for v in e.output_vars)
+            if keeps and e.output.tensor != s:
+                children.setdefault(s, []).append(e.output.tensor)
+
+    def single(e: Einsum) -> _Readers:
+        st = states.start[e.name]
+        iterated = st.reduced & _components_iterated(cascade, e, group)
+        return _Readers(st.level, st.level, e, st.reduced, iterated)
+
+    def combine(a: _Readers | None, b: _Readers | None) -> _Readers | None:
+        if a is None:
+            return b
+        if b is None:
+            return a
+        if b.hi > a.hi or (b.hi == a.hi and order[b.deepest.name] < order[a.deepest.name]):
+            deepest, hi = b.deepest, b.hi
+        else:
+            deepest, hi = a.deepest, a.hi
+        return _Readers(
+            min(a.lo, b.lo),
+            hi,
+            deepest,
+            a.reduced_by_all & b.reduced_by_all,
+            a.reduced_iterated | b.reduced_iterated,
+        )
+
+    # Tarjan's strongly connected components, iteratively; they come out children first.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: dict[str, _Readers | None] = {}
+    counter = 0
+    for root in tensors:
+        if root in index:
+            continue
+        work = [(root, iter(children.get(root, ())))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            child = next(it, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(children.get(child, ()))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] != index[node]:
+                continue
+            members = []
+            while True:
+                m = stack.pop()
+                on_stack.discard(m)
+                members.append(m)
+                if m == node:
+                    break
+            agg: _Readers | None = None
+            for m in members:
+                for e in direct.get(m, ()):
+                    agg = combine(agg, single(e))
+                for c in children.get(m, ()):
+                    if c not in members:
+                        agg = combine(agg, out[c])
+            for m in members:
+                out[m] = agg
+    return out
+
+
 def _fiber(
     cascade: Cascade,
     tensor: str,
     group: str,
     t_comps: tuple[str, ...],
     states: GroupStates,
+    reach: dict[str, _Readers | None],
 ) -> FiberPasses:
-    derived = _derived(cascade, tensor, group)
     producers = [
         e
         for e in cascade.producers(tensor)
         if not _is_view(e) and _components_iterated(cascade, e, group)
     ]
-    candidates = {e.name: e for d in derived for e in cascade.readers(d)}
-    readers = [
-        e
-        for e in cascade.einsums
-        if e.name in candidates
-        and not _is_view(e)
-        and _components_iterated(cascade, e, group)
-        and any(a.tensor in derived and _traverses(cascade, a, group) for a in e.reads())
-    ]
-    traversals = producers + readers
-    if not traversals:
+    readers = reach.get(tensor)
+    if not producers and readers is None:
         return FiberPasses(tensor, group, t_comps, 1, "1", ())
-    first = min(states.start[e.name].level for e in traversals)
-    deepest = max(traversals, key=lambda e: states.start[e.name].level)
-    last = states.start[deepest.name].level
+    levels = [states.start[e.name].level for e in producers]
+    first = min([*levels, *([readers.lo] if readers else [])])
+    last = max([*levels, *([readers.hi] if readers else [])])
+    deepest = next((e for e in producers if states.start[e.name].level == last), None)
+    if deepest is None:
+        assert readers is not None
+        deepest = readers.deepest
     if last > first:
         why = states.start[deepest.name].why[first:last]
         footprint = _fibre_extent(cascade, group, t_comps)
         return FiberPasses(tensor, group, t_comps, 1 + last - first, footprint, why)
     # One pass: what must stay live between the first traversal and a later one that
     # waits for a partial reduction (BQK's M0 chunk, re-read by SLN after LM reduced it).
-    if producers:
-        base = states.tensors[tensor].reduced
-    else:
-        base = frozenset.intersection(*(states.start[e.name].reduced for e in readers))
+    if readers is None:
+        return FiberPasses(tensor, group, t_comps, 1, "1", ())
+    base = states.tensors[tensor].reduced if producers else readers.reduced_by_all
     own = _leaves(cascade, t_comps)
-    chunk: set[str] = set()
-    for e in readers:
-        chunk |= (states.start[e.name].reduced - base) & _components_iterated(cascade, e, group)
+    chunk = readers.reduced_iterated - base
     ordered = [c for c in cascade.group_components(group) if c in chunk & own]
     footprint = "*".join(ordered) if ordered else "1"
     return FiberPasses(tensor, group, t_comps, 1, footprint, ())

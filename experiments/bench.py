@@ -174,6 +174,27 @@ def bench_search() -> tuple[float, str]:
     return slowest, which
 
 
+def long_cascade(n: int) -> str:
+    """A cascade of `n` element-wise Einsums, each reading the two before it."""
+    decl = [f"    X{i}: [E, P]" for i in range(n + 1)]
+    exprs = [
+        f"    - X{i}[e, p] = X{i - 1}[e, p] * 0.5 + X{max(0, i - 2)}[e, p]" for i in range(1, n + 1)
+    ]
+    return (
+        "name: long\ndescription: a long chain\nshapes: {E: 64, P: 128}\neinsum:\n"
+        "  declaration:\n" + "\n".join(decl) + "\n  expressions:\n" + "\n".join(exprs) + "\n"
+    )
+
+
+def bench_passes(n: int = 1000) -> float:
+    """`python -m simulator.cascade passes` on a cascade of `n` Einsums (wall)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "long.yaml"
+        path.write_text(long_cascade(n))
+        cmd = [sys.executable, "-m", "simulator.cascade", "passes", str(path)]
+        return _best_of(1, lambda: subprocess.run(cmd, capture_output=True, check=True))
+
+
 def bench_rewrite() -> float:
     """`python -m simulator.cascade rewrite attention-3pass --target-passes 1` (wall)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -209,6 +230,7 @@ def main() -> int:
         ("python -m simulator.compare: 5 cascades at 128K (wall)", bench_compare(), 5.0),
         (f"slowest extreme input: simulator.run {which} (wall)", extreme, 2.0),
         (f"mapper, slowest point searched afresh: simulator.run {point} (wall)", searched, 2.0),
+        ("simulator.cascade passes, 1,000 Einsums (wall)", bench_passes(), 1.5),
         (
             "simulator.cascade rewrite attention-3pass --target-passes 1 (wall)",
             bench_rewrite(),

@@ -21,6 +21,7 @@ import argparse
 import csv
 import dataclasses
 import io
+import math
 import os
 import sys
 from collections import deque
@@ -58,6 +59,10 @@ Rows = list[tuple[int, dict[str, Any]]]
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise SpecError(f"{self.prog}: {message}")
+
+
+# Points a sweep runs without --yes: its rows stay in memory until the CSV is written.
+LARGE_GRID = 100_000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
         "phase) gets its row with the reason in `error` (default: no limit)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"run a grid of more than {LARGE_GRID:,} points (refused without it)",
+    )
     p.add_argument("--list", action="store_true", help="print the sweepable parameters")
     return p
 
@@ -305,6 +315,14 @@ def main(argv: list[str] | None = None) -> int:
     specs = Specs(cascade_override=cascade, arch_override=arch)
     cascades = _cascade_files(spec)
     check(spec, specs, cascades)  # unknown configurations, models, specs, names: first
+    size = math.prod(len(values) for _name, values in spec.grid)
+    if size > LARGE_GRID and not args.yes:
+        raise SpecError(
+            f"the grid has {size:,} points (more than {LARGE_GRID:,}; every row is kept in "
+            "memory and written at the end): add --yes to run it, or sweep fewer values"
+        )
+    if size > 1000:
+        print(f"sweeping {size:,} points", file=sys.stderr)
     if args.resume and not args.out:
         raise SpecError("--resume continues a sweep written with --out: give its --out")
     out = output_path(args.out, "sweep.csv") if args.out else None

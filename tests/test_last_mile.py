@@ -393,3 +393,18 @@ def test_experiments_check_their_out_folder_before_any_work(tmp_path):
         assert p.returncode == 2 and says in p.stderr and len(p.stderr.splitlines()) == 1
         assert time.perf_counter() - started < 10
     assert afile.read_text() == "x" and not (tmp_path / "no").exists()
+
+
+def test_a_huge_sweep_says_its_size_and_asks_for_yes(tmp_path, run_cli):
+    """A grid of 200,000 points: refused in one line, before any work, saying its size and
+    that --yes runs it; nothing written."""
+    from simulator.sweep import main as sweep_main
+
+    ten = ",".join(str(2**i) for i in range(4, 14))
+    out = tmp_path / "s.csv"
+    argv = ["--grid", f"pe_dim={ten}", f"seq={ten}", f"pe_dim_1d={ten}", "model=bert,xlm"]
+    argv += [f"register_words_1d={ten}", f"register_words_2d={ten}", "--out", str(out)]
+    code, printed, err = run_cli(sweep_main, argv)
+    assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1, err
+    assert "200,000 points" in err and "--yes" in err
+    assert list(tmp_path.iterdir()) == []

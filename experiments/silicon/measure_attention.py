@@ -114,7 +114,7 @@ def attention_flops(b: int, h: int, q: int, k: int, d: int, causal: bool) -> flo
 
 def reference(q, k, v, causal: bool, rows: slice) -> torch.Tensor:
     """float32 attention of one K/V head's group (batch 0, heads 0..G-1) for `rows`."""
-    g = Q_HEADS // KV_HEADS
+    g = q.shape[1] // k.shape[1]
     qs = q[0, :g, rows].float()
     ks, vs = k[0, 0].float(), v[0, 0].float()
     s = qs @ ks.T / math.sqrt(q.shape[-1])
@@ -129,7 +129,7 @@ def check(out, q, k, v, causal: bool) -> tuple[float, float]:
     """Largest absolute and the relative (Frobenius) error against float32."""
     n = q.shape[2]
     rows = slice(max(0, n - 256), n)
-    g = Q_HEADS // KV_HEADS
+    g = q.shape[1] // k.shape[1]
     ref = reference(q, k, v, causal, rows)
     diff = out[0, :g, rows].float() - ref
     return float(diff.abs().max()), float(diff.norm() / ref.norm())
@@ -147,7 +147,7 @@ def sdpa(backend: str, q, k, v, causal: bool):
         return (lambda: call(k, v, True)), ""
     except RuntimeError:
         pass
-    rep = Q_HEADS // KV_HEADS
+    rep = q.shape[1] // k.shape[1]
     ke, ve = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     call(ke, ve, False)  # raises if the backend cannot run the shape at all
     return (lambda: call(ke, ve, False)), "kv expanded"
@@ -171,8 +171,8 @@ def unfused(q, k, v, causal: bool):
     kernels, each through DRAM; a K/V head's group of query heads x its queries are the
     rows of one batched GEMM (no K/V expansion)."""
     b, h, n, d = q.shape
-    g = h // KV_HEADS
-    qg = q.reshape(b, KV_HEADS, g * n, d)
+    hkv = k.shape[1]
+    qg = q.reshape(b, hkv, (h // hkv) * n, d)
     scale = 1.0 / math.sqrt(d)
 
     def run():
@@ -187,8 +187,8 @@ def unfused(q, k, v, causal: bool):
 def unfused_phases(q, k, v, causal: bool):
     """The unfused path's three kernels, each timed alone on its own inputs."""
     b, h, n, d = q.shape
-    g = h // KV_HEADS
-    qg = q.reshape(b, KV_HEADS, g * n, d) * (1.0 / math.sqrt(d))
+    hkv = k.shape[1]
+    qg = q.reshape(b, hkv, (h // hkv) * n, d) * (1.0 / math.sqrt(d))
     s = torch.matmul(qg, k.transpose(-1, -2))
     p = softmax_rows(s, n, causal)
     return {
@@ -205,20 +205,35 @@ def row(env, **fields) -> dict[str, str]:
     return out
 
 
-def measure_attention(env, writer, flush, kind, b, n, m, d, causals, impls, rounds=ROUNDS):
+def measure_attention(
+    env,
+    writer,
+    flush,
+    kind,
+    b,
+    n,
+    m,
+    d,
+    causals,
+    impls,
+    rounds=ROUNDS,
+    heads=(Q_HEADS, KV_HEADS),
+    budget_ms=300.0,
+):
     """Each implementation at one shape, full and causal on the same inputs: checked once
     each, then timed in `rounds` alternating rounds (full, causal, full, ...), the median
     written -- the chip's clock and temperature drift between shapes, and a ratio of two
     times should not see it. The memory-efficient backend (never the fastest) gets one
     round."""
-    gen = torch.Generator(device="cuda").manual_seed(b * 1_000_003 + n * 7 + d)
-    q = torch.randn(b, Q_HEADS, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k = torch.randn(b, KV_HEADS, m, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    v = torch.randn(b, KV_HEADS, m, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    h, hkv = heads
+    gen = torch.Generator(device="cuda").manual_seed(b * 1_000_003 + n * 7 + d + 31 * h + hkv)
+    q = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(b, hkv, m, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(b, hkv, m, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     for impl in impls:
         fused = impl != "unfused"
-        common = dict(kind=kind, impl="fused" if fused else "unfused", batch=b, q_heads=Q_HEADS,
-                      kv_heads=KV_HEADS, queries=n, keys=m, head_dim=d)  # fmt: skip
+        common = dict(kind=kind, impl="fused" if fused else "unfused", batch=b, q_heads=h,
+                      kv_heads=hkv, queries=n, keys=m, head_dim=d)  # fmt: skip
         runs = {}
         for causal in causals:
             try:
@@ -237,7 +252,7 @@ def measure_attention(env, writer, flush, kind, b, n, m, d, causals, impls, roun
         try:
             for _ in range(1 if impl == "efficient" else rounds):
                 for fn, *_rest, times in runs.values():
-                    times.append(bench(fn))
+                    times.append(bench(fn, budget_ms))
         except Exception as exc:  # noqa: BLE001
             for causal in runs:
                 writer.writerow(row(env, **common, backend=impl if fused else "torch",
@@ -249,7 +264,7 @@ def measure_attention(env, writer, flush, kind, b, n, m, d, causals, impls, roun
         for causal, (_fn, note, err, rel, times) in runs.items():
             t = statistics.median(times)
             spread = (max(times) - min(times)) / t
-            flops = attention_flops(b, Q_HEADS, n, m, d, causal)
+            flops = attention_flops(b, h, n, m, d, causal)
             rounds_note = f"median of {len(times)} rounds, spread {spread:.1%}"
             writer.writerow(row(env, **common, backend=impl if fused else "torch",
                                 causal=int(causal), time_s=t, flops=flops,
@@ -344,10 +359,77 @@ def ceilings(env, writer, flush) -> None:
     flush()
 
 
+# The wide grid (`--grid wide`): shapes the model was not built on. Query and K/V heads of
+# the three families -- multi-head (H = Hkv), grouped (H / Hkv = 4, 8) and multi-query
+# (Hkv = 1) --, head dimension 64/128/256, 512..64K tokens, full and causal on the same
+# inputs, at a batch that fills the chip with several waves of 128-row blocks and at a
+# batch of one or two requests (B x H below 132); decode at several batch sizes and
+# contexts. The shapes are taken in a seeded random order until the time budget ends, so
+# what was measured is a random sample of the grid, not its first corner.
+WIDE_HEADS = ((8, 8), (16, 16), (32, 32), (64, 64), (16, 4), (32, 8), (64, 8), (64, 16),
+              (8, 1), (16, 1), (32, 1), (64, 1))  # fmt: skip
+WIDE_SEQS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+WIDE_FLOPS_CAP = 1.2e14  # full-attention FLOPs of one request above this: left out (time)
+WIDE_FILL_BLOCKS = 4 * 132  # a filling batch gives at least four waves of 128-row blocks
+WIDE_FLOPS_TARGET = 3e13  # ... and at most this many FLOPs (fewer requests, at least one)
+WIDE_DECODE_HEADS = ((32, 32), (32, 8), (32, 1), (64, 8), (64, 1), (16, 16))
+WIDE_DECODE = ((1, 8, 64, 256), (1024, 4096, 16384, 65536))  # batches, contexts
+WIDE_KV_BYTES_CAP = 8e9  # decode shapes whose K/V cache is larger: left out
+WIDE_SEED = 20261127
+
+
+def wide_prefill() -> list[tuple[int, int, int, int, int]]:
+    """(batch, heads, kv heads, sequence, head dim) of the wide grid, in seeded order."""
+    import random
+
+    shapes = []
+    for h, hkv in WIDE_HEADS:
+        for d in HEAD_DIMS:
+            for n in WIDE_SEQS:
+                one = 4.0 * h * n * n * d
+                if one > WIDE_FLOPS_CAP:
+                    continue
+                fill = max(1, -(-WIDE_FILL_BLOCKS * 128 // (h * n)))
+                fill = max(1, min(fill, int(WIDE_FLOPS_TARGET // one)))
+                small = 1 if h * n >= 128 * 132 else 2
+                for b in dict.fromkeys((fill, small)):
+                    if b * h < 132 or b == fill:
+                        shapes.append((b, h, hkv, n, d))
+    random.Random(WIDE_SEED).shuffle(shapes)
+    return shapes
+
+
+def wide_decode() -> list[tuple[int, int, int, int, int]]:
+    """(batch, heads, kv heads, context, head dim) of the wide decode grid, seeded order."""
+    import random
+
+    shapes = []
+    for h, hkv in WIDE_DECODE_HEADS:
+        for d in (64, 128):
+            for b in WIDE_DECODE[0]:
+                for m in WIDE_DECODE[1]:
+                    if 2 * 2 * b * hkv * m * d <= WIDE_KV_BYTES_CAP:
+                        shapes.append((b, h, hkv, m, d))
+    random.Random(WIDE_SEED + 1).shuffle(shapes)
+    return shapes
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--quick", action="store_true", help="a few shapes (a smoke test)")
+    p.add_argument(
+        "--grid",
+        choices=["paper", "wide"],
+        default="paper",
+        help="wide: the families, head counts and batches of the wide grid",
+    )
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="stop taking new shapes after this many seconds (wide grid)",
+    )
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -355,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if args.grid == "wide":
+        return main_wide(env, out, args.deadline_s, args.quick)
     seqs = SEQS[:2] if args.quick else SEQS
     dims = HEAD_DIMS[1:2] if args.quick else HEAD_DIMS
     with out.open("w", newline="", encoding="utf-8") as fh:
@@ -376,6 +460,41 @@ def main(argv: list[str] | None = None) -> int:
             measure_attention(env, writer, fh.flush, "decode", DECODE_BATCH, 1, m, 128, (False,),
                               [*BACKENDS, "unfused"])  # fmt: skip
     print(f"wrote {out}", flush=True)
+    return 0
+
+
+def main_wide(env, out: Path, deadline_s: float | None, quick: bool) -> int:
+    """The wide grid: ceilings, then prefill and decode shapes (three to one), each list in
+    its seeded order, until the deadline (rows flushed as measured)."""
+    start = time.perf_counter()
+    decode, prefill = wide_decode(), wide_prefill()
+    if quick:
+        decode, prefill = decode[:2], [s for s in prefill if s[3] <= 2048][:2]
+    print(f"wide grid: {len(decode)} decode and {len(prefill)} prefill shapes", flush=True)
+    done = 0
+    with out.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, COLUMNS)
+        writer.writeheader()
+        ceilings(env, writer, fh.flush)
+        # three prefill shapes to one decode shape, so a deadline cuts both at random
+        jobs = []
+        for i, shape in enumerate(prefill):
+            jobs.append(("prefill", shape))
+            if i % 3 == 2 and decode:
+                jobs.append(("decode", decode.pop(0)))
+        jobs += [("decode", shape) for shape in decode]
+        for kind, (b, h, hkv, n, d) in jobs:
+            if deadline_s is not None and time.perf_counter() - start > deadline_s:
+                break
+            if kind == "decode":
+                measure_attention(env, writer, fh.flush, "decode", b, 1, n, d, (False,),
+                                  ["cudnn", "flash"], heads=(h, hkv), budget_ms=60.0)  # fmt: skip
+            else:
+                measure_attention(env, writer, fh.flush, "prefill", b, n, n, d, (False, True),
+                                  ["cudnn", "flash"], heads=(h, hkv), budget_ms=100.0)  # fmt: skip
+            done += 1
+    print(f"wrote {out}: {done} of {len(jobs)} shapes in {time.perf_counter() - start:.0f} s",
+          flush=True)  # fmt: skip
     return 0
 
 

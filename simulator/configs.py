@@ -255,6 +255,17 @@ class Specs:
             return True
         return runs_model_attention(self.cascade(self.mapping(config)), workload)
 
+    def binds_on(self, config: str) -> bool:
+        """Does the configuration's file name only arrays the architecture it would run on
+        has (automatic configurations always do)? The paper's files bind FuseMax's and
+        FLAT's arrays by name; another chip (`--arch h100`) has its own."""
+        if is_auto(config):
+            return True
+        spec = self.mapping(config)
+        binding = spec.data.get("binding")
+        names = {a.name for a in self.architecture(spec).arrays}
+        return not isinstance(binding, dict) or all(str(a) in names for a in binding)
+
     def _uncovered(self, spec: MappingSpec, workload: Workload, arch_changed: bool) -> str | None:
         """Why a mapping file does not cover a point (None: it does)."""
         if self.cascade_override is None:

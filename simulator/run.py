@@ -763,11 +763,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"--accel: unknown configuration '{c}' (known: {', '.join(known)}, fusemax)"
                 )
     elif workload.phase == "decode" or not all(
-        specs.runs_model_attention(c, workload) for c in shipped_configs() if c in STANDARD
+        specs.runs_model_attention(c, workload) and specs.binds_on(c)
+        for c in shipped_configs()
+        if c in STANDARD
     ):
         # The paper's configurations are prefill mappings of multi-head attention without a
-        # mask: decode, and a model with another attention, bind automatically (the model's
-        # own cascade for each strategy).
+        # mask on FuseMax's and FLAT's arrays: decode, a model with another attention, and
+        # another chip (--arch) bind automatically (the model's own cascade for each
+        # strategy).
         configs = ["auto:unfused", "auto:flat", "auto:fusemax"]
     else:
         configs = shipped_configs()

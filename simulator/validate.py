@@ -100,6 +100,26 @@ class Shape:
         return make_workload("custom", self.keys, overrides)
 
     @property
+    def family(self) -> str:
+        """MHA (a K/V head per query head), MQA (one K/V head) or GQA (groups between)."""
+        if self.kv_heads == self.q_heads:
+            return "MHA"
+        return "MQA" if self.kv_heads == 1 else "GQA"
+
+    @property
+    def split_key(self) -> tuple[str, int, int, int, int, int, int]:
+        """The shape as a split file names it (full and causal runs together)."""
+        return (
+            self.kind,
+            self.batch,
+            self.q_heads,
+            self.kv_heads,
+            self.queries,
+            self.keys,
+            self.head_dim,
+        )
+
+    @property
     def matmul_flops(self) -> float:
         """QK^T and AV: 2 x 2 x queries x keys x head_dim per head (the kept pairs where
         causal, queries aligned to the last keys)."""
@@ -127,6 +147,7 @@ class Measured:
     device: str
     ceilings: dict[str, float]  # mac_per_s, dram_bytes_per_s, exp_per_s
     measurements: tuple[Measurement, ...]
+    cores: int = 0  # the device's cores (`sm_count`; 0: not recorded)
 
 
 @dataclass(frozen=True)
@@ -187,11 +208,14 @@ def read_measured(path: str | Path) -> Measured:
     ceilings: dict[str, float] = {}
     fastest: dict[tuple[Shape, str], Measurement] = {}
     device = ""
+    cores = 0
     for line, row in enumerate(reader, start=2):
         loc = Loc(str(p), line)
         if row.get("ok") != "1":
             continue
         device = device or row.get("gpu", "")
+        if not cores and (row.get("sm_count") or "").isdigit():
+            cores = int(row["sm_count"])
         if row["kind"] == "ceiling":
             if row["impl"] in CEILINGS:
                 rate = _number(row["rate"], "rate", loc)
@@ -221,7 +245,32 @@ def read_measured(path: str | Path) -> Measured:
         )
     if not fastest:
         raise SpecError("measured file has no passing attention measurement", Loc(str(p)))
-    return Measured(str(p), device, ceilings, tuple(fastest.values()))
+    return Measured(str(p), device, ceilings, tuple(fastest.values()), cores)
+
+
+SPLIT_COLUMNS = ("kind", "batch", "q_heads", "kv_heads", "queries", "keys", "head_dim", "half")
+HALVES = ("design", "held-out")
+
+
+def read_split(path: str | Path) -> dict[tuple, str]:
+    """A split file (experiments/silicon/split.py): shape -> `design` or `held-out`."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(f"cannot read the split file: {err.strerror}", Loc(str(p))) from None
+    reader = csv.DictReader(text.splitlines())
+    missing = [c for c in SPLIT_COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise SpecError(f"split file lacks column(s) {', '.join(missing)}", Loc(str(p), 1))
+    out: dict[tuple, str] = {}
+    for line, row in enumerate(reader, start=2):
+        loc = Loc(str(p), line)
+        if row["half"] not in HALVES:
+            raise SpecError(f"half must be {' or '.join(HALVES)}, got {row['half']!r}", loc)
+        key = (row["kind"],) + tuple(int(_number(row[c], c, loc)) for c in SPLIT_COLUMNS[1:-1])
+        out[key] = row["half"]
+    return out
 
 
 def _number(text: str | None, column: str, loc: Loc) -> float:
@@ -330,24 +379,66 @@ GROUPS = (
 def summaries(rows: Sequence[Validation]) -> tuple[Summary, ...]:
     out = []
     for name, kind, impl, min_keys in GROUPS:
-        errors = [
-            abs(r.error)
-            for r in rows
-            if r.measurement.shape.kind == kind
-            and r.measurement.impl == impl
-            and r.measurement.shape.keys >= min_keys
-        ]
-        if errors:
-            out.append(
-                Summary(
-                    name,
-                    len(errors),
-                    statistics.mean(errors),
-                    statistics.median(errors),
-                    max(errors),
-                )
-            )
+        out += _summary(
+            name,
+            [
+                r
+                for r in rows
+                if r.measurement.shape.kind == kind
+                and r.measurement.impl == impl
+                and r.measurement.shape.keys >= min_keys
+            ],
+        )
     return tuple(out)
+
+
+def _summary(name: str, rows: Sequence[Validation]) -> list[Summary]:
+    errors = [abs(r.error) for r in rows]
+    if not errors:
+        return []
+    return [
+        Summary(name, len(errors), statistics.mean(errors), statistics.median(errors), max(errors))
+    ]
+
+
+def families(rows: Sequence[Validation], cores: int) -> tuple[Summary, ...]:
+    """Fused errors by family: prefill from 4K tokens per head family (MHA, GQA, MQA), per
+    head dimension, and at batches that do not fill the chip (batch x query heads below
+    its `cores`); decode per family."""
+    fused = [r for r in rows if r.measurement.impl == "fused"]
+    prefill = [
+        r
+        for r in fused
+        if r.measurement.shape.kind == "prefill" and r.measurement.shape.keys >= 4096
+    ]
+    decode = [r for r in fused if r.measurement.shape.kind == "decode"]
+    out: list[Summary] = []
+    for fam in ("MHA", "GQA", "MQA"):
+        out += _summary(
+            f"{fam} prefill, S >= 4K", [r for r in prefill if r.measurement.shape.family == fam]
+        )
+    for d in sorted({r.measurement.shape.head_dim for r in prefill}):
+        out += _summary(
+            f"d{d} prefill, S >= 4K", [r for r in prefill if r.measurement.shape.head_dim == d]
+        )
+    if cores:
+        out += _summary(
+            f"small batch (B x H < {cores}) prefill, S >= 4K",
+            [r for r in prefill if r.measurement.shape.batch * r.measurement.shape.q_heads < cores],
+        )
+    for fam in ("MHA", "GQA", "MQA"):
+        out += _summary(f"{fam} decode", [r for r in decode if r.measurement.shape.family == fam])
+    return tuple(out)
+
+
+def halves(
+    rows: Sequence[Validation], split: dict[tuple, str]
+) -> tuple[tuple[str, tuple[Validation, ...]], ...]:
+    """The rows of each half of a split (shapes the split does not name: in neither)."""
+    return tuple(
+        (half, tuple(r for r in rows if split.get(r.measurement.shape.split_key) == half))
+        for half in HALVES
+    )
 
 
 @dataclass(frozen=True)
@@ -444,7 +535,28 @@ def utilisation_by_head_dim(
 # Output
 
 
-def render_table(measured: Measured, arch: str, rows: Sequence[Validation]) -> str:
+def _summary_rows(items: Sequence[Summary], prefix: str = "") -> list[tuple]:
+    return [
+        (
+            prefix + s.group,
+            s.shapes,
+            f"{100 * s.mean:.1f}%",
+            f"{100 * s.median:.1f}%",
+            f"{100 * s.largest:.1f}%",
+        )
+        for s in items
+    ]
+
+
+SUMMARY_HEADER = ["group", "shapes", "mean |error|", "median |error|", "largest |error|"]
+
+
+def render_table(
+    measured: Measured,
+    arch: str,
+    rows: Sequence[Validation],
+    split: dict[tuple, str] | None = None,
+) -> str:
     head = [
         f"{measured.device or 'measured'} ({measured.path}) against arch '{arch}' at its "
         f"measured ceilings: matrix {2 * measured.ceilings['mac_per_s'] / 1e12:.4g} TFLOP/s, "
@@ -485,18 +597,9 @@ def render_table(measured: Measured, arch: str, rows: Sequence[Validation]) -> s
             shape_rows,
         ),  # fmt: skip
         table(
-            ["group", "shapes", "mean |error|", "median |error|", "largest |error|"],
-            [
-                (
-                    s.group,
-                    s.shapes,
-                    f"{100 * s.mean:.1f}%",
-                    f"{100 * s.median:.1f}%",
-                    f"{100 * s.largest:.1f}%",
-                )
-                for s in summaries(rows)
-            ],
-        ),  # fmt: skip
+            SUMMARY_HEADER,
+            _summary_rows(summaries(rows)) + _summary_rows(families(rows, measured.cores)),
+        ),
         table(
             ["ratio", "shape", "measured", "predicted", "error"],
             [
@@ -518,11 +621,25 @@ def render_table(measured: Measured, arch: str, rows: Sequence[Validation]) -> s
             ],
         ),  # fmt: skip
     ]
+    if split:
+        lines: list[tuple] = []
+        for half, picked in halves(rows, split):
+            lines += _summary_rows(summaries(picked), f"{half}: ")
+            lines += _summary_rows(families(picked, measured.cores), f"{half}: ")
+        parts.append(
+            f"Split ({len(split)} shapes named, design and held-out at random):\n"
+            + table(SUMMARY_HEADER, lines)
+        )
     return "\n\n".join(parts) + "\n"
 
 
-def to_json(measured: Measured, arch: str, rows: Sequence[Validation]) -> str:
-    doc = {
+def to_json(
+    measured: Measured,
+    arch: str,
+    rows: Sequence[Validation],
+    split: dict[tuple, str] | None = None,
+) -> str:
+    doc: dict[str, object] = {
         "device": measured.device,
         "measured": measured.path,
         "arch": arch,
@@ -536,7 +653,16 @@ def to_json(measured: Measured, arch: str, rows: Sequence[Validation]) -> str:
             {"head_dim": d, "measured": m, "predicted": p}
             for d, m, p in utilisation_by_head_dim(rows)
         ],
+        "families": [s.__dict__ for s in families(rows, measured.cores)],
     }
+    if split:
+        doc["halves"] = {
+            half: {
+                "summary": [s.__dict__ for s in summaries(picked)],
+                "families": [s.__dict__ for s in families(picked, measured.cores)],
+            }
+            for half, picked in halves(rows, split)
+        }
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
@@ -595,6 +721,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--arch", default="h100", help="architecture (shipped name or file)")
     p.add_argument("--measured", help=f"the measured CSV (default: {DEFAULT_MEASURED_NAME})")
+    p.add_argument(
+        "--split",
+        help="a split file (experiments/silicon/split.py): report its design and held-out "
+        "halves apart",
+    )
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.add_argument("-o", "--out", help="write here instead of standard output")
     p.add_argument("--plot", help="figure stem: predicted vs measured (.png and .pdf)")
@@ -613,14 +744,15 @@ def main(argv: list[str] | None = None) -> int:
         for suffix in (".png", ".pdf"):
             check_writable(plot.with_name(plot.name + suffix))
     measured = read_measured(args.measured or default_measured())
+    split = read_split(args.split) if args.split else None
     arch = args.arch
     rows = validate(measured, arch)
     if args.format == "json":
-        text = to_json(measured, arch, rows)
+        text = to_json(measured, arch, rows, split)
     elif args.format == "csv":
         text = to_csv(rows)
     else:
-        text = render_table(measured, arch, rows)
+        text = render_table(measured, arch, rows, split)
     if out is not None:
         write_text(out, text)
     else:

@@ -21,6 +21,7 @@ its traffic is the chosen mapping's DRAM access counts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simulator.plan.facts import CascadeFacts, canonical, placement_of
@@ -34,6 +35,13 @@ from simulator.plan.nest import (
     tensor_size,
     tile_values,
     transfer_factor,
+)
+from simulator.plan.waves import (
+    SharedRead,
+    cached_values,
+    hit_share,
+    sharing_group,
+    unit_loops,
 )
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping, Phase
@@ -96,6 +104,11 @@ def plan_phase(
         if cons
     }
     tallies: dict[str, _TensorTally] = {}
+    # A cache shared by a fan-out of cores (simulator.plan.waves): reads the units of a
+    # wave may share, priced once the phase's working set is known.
+    units = unit_loops(cascade, phase, partitions) if arch.cores > 1 and arch.buffer.cache else ()
+    items = math.prod(n for _, n in instances) * math.prod(extents.get(u, 1) for u in units)
+    shareable: list[SharedRead] = []
     shared: set[tuple] = set()
     buffer_tiles: dict[str, float] = {}
     spilled_tiles: dict[str, float] = {}  # fixed spill: the resident part of the tile
@@ -133,22 +146,32 @@ def plan_phase(
             if key in shared:
                 continue
             shared.add(key)
+            fetched = 1.0
             if masks[name]:  # only the tiles with kept points fetch (or write) theirs
                 # the loops that refetch (the signature), and those inside the kept tile
                 # that split its values: only the kept parts of a tile are fetched
                 parts = [lv for lv in nest.tile_loops if lv in comps]
                 loops = tuple(dict.fromkeys([*(lv for lv, _ in signature), *parts]))
                 fetched = active_fraction(masks[name], loops, extents)
-                if is_write:
-                    tally.write += size * factor * fetched
-                    tally.read += size * (factor - 1) * fetched
-                else:
-                    tally.read += size * factor * fetched
-            elif is_write:
-                tally.write += size * factor
-                tally.read += size * (factor - 1)  # partial results read back
+            if is_write:
+                tally.write += size * factor * fetched
+                tally.read += size * (factor - 1) * fetched  # partial results read back
+                continue
+            group = sharing_group(units, signature, comps) if units else 1
+            if group > 1:  # the units of a wave may share it (priced below)
+                held = tile_values(nest, comps, iterative, keep, extents)
+                in_flight = size if masks[name] else 2 * held
+                union = size * factor / group * min(1.0, fetched * group)
+                shareable.append(
+                    SharedRead(tensor, size * factor * fetched, group, union, in_flight)
+                )
             else:
-                tally.read += size * factor
+                tally.read += size * factor * fetched
+    if shareable:
+        room = max(0.0, arch.buffer_values - _resident(buffer_tiles, phase, facts))
+        hits = hit_share(shareable, items, arch.cores, room)
+        for read in shareable:
+            tallies[read.tensor].read += cached_values(read, arch.cores, hits)
     # An output that is a view of a recurrence's final step (`Y = RY[K]`) leaves the chip
     # once, from the phase that runs the recurrence, when the state stays on chip.
     in_phase = {em.einsum for em in phase.einsums}

@@ -18,6 +18,7 @@ from simulator.plan.extents import choose_extents, example_shape_notes, factor_c
 from simulator.plan.facts import CascadeFacts, cascade_facts
 from simulator.plan.phases import PhasePlan
 from simulator.plan.views import EinsumView, phase_views
+from simulator.plan.waves import unit_loops
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload
@@ -66,23 +67,10 @@ class PointPlan:
         return math.ceil(self.instances * units / cores) / units
 
     def parallel_units(self, phase: PlannedPhase) -> int:
-        """Independent units of work in one instance of a phase: the iterations of its
-        outer loops up to the first whose rank one of its Einsums reduces or steps through
-        (a recurrence's chunks run in order)."""
-        names = {em.einsum for em in phase.plan.phase.einsums}
-        ordered: set[str] = set()
-        for e in self.cascade.einsums:
-            if e.name in names:
-                ordered.update(e.reduced)
-                if e.iterative:
-                    ordered.add(e.iterative)
-        units = 1
-        for loop in phase.plan.phase.loops:
-            rank = next((r for r, comps in self.partitions.items() if loop in comps), loop)
-            if rank.lower() in ordered or loop.lower() in ordered:
-                break
-            units *= self.extents.get(loop, 1)
-        return units
+        """Independent units of work in one instance of a phase
+        (:func:`simulator.plan.waves.unit_loops`)."""
+        loops = unit_loops(self.cascade, phase.plan.phase, self.partitions)
+        return math.prod(self.extents.get(loop, 1) for loop in loops)
 
     @property
     def costs(self) -> tuple[EinsumCost, ...]:

@@ -110,6 +110,12 @@ class Array:
     # Operations computed from the others (`via:`), kept apart from the primitive ones: what
     # reads `operations` (the units a PE has, their precision scaling) sees the units.
     composites: tuple[Composite, ...] = ()
+    # The array's own clock where its container declares one (`frequency_hz`): a datasheet
+    # quotes each unit's rate at the clock that unit runs at (the H100's tensor rate at
+    # 1.83 GHz, its FP32 and special-function rates at the 1.98 GHz boost). Its operations'
+    # `cycles` are then counted in the system clock's cycles (x system clock / own clock),
+    # so every engine keeps one clock. None: the system clock.
+    frequency_hz: float | None = None
 
     def precision(self, name: str) -> Precision | None:
         return next((p for p in self.precisions if p.name == name), None)
@@ -175,6 +181,10 @@ class Memory:
     read_bandwidth: float | None = None
     write_bandwidth: float | None = None
     shared_bandwidth: float | None = None
+    # A hardware cache shared by a fan-out of cores (`cache: true`: a GPU's L2), not a
+    # scratchpad: the cores of a wave that read the same data fetch it from DRAM once
+    # (simulator.plan.waves). Tiles a mapping keeps in it still count against its capacity.
+    cache: bool = False
 
     @property
     def capacity_bytes(self) -> int:
@@ -646,6 +656,15 @@ def _bandwidth_attr(node: _Node, key: str) -> float:
     return float(value)
 
 
+def _bool_attr(node: _Node, key: str) -> bool:
+    value = node.attrs.get(key, False)
+    if not isinstance(value, bool):
+        raise SpecError(
+            f"attribute '{key}' of '{node.name}' must be true or false, got {value!r}", node.loc
+        )
+    return value
+
+
 def _positive_attr(node: _Node, key: str) -> float:
     """A positive, finite number (a clock, a bandwidth)."""
     value = node.attrs[key]
@@ -892,6 +911,7 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
         _int_attr(bnode, "depth"),
         _int_attr(bnode, "datawidth", datawidth or dw),
         **{key: _bandwidth_attr(bnode, key) for key in PORT_BANDWIDTHS if key in bnode.attrs},
+        cache=_bool_attr(bnode, "cache"),
     )
     if frequency is None:
         raise SpecError("the top container needs 'frequency_hz' (or 'global_cycle_seconds')", top)
@@ -927,6 +947,11 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
             if key in top.attrs:
                 timing[key] = _int_attr(top, key)
         primitive, composite = _operations(comp)
+        own_clock = _positive_attr(top, "frequency_hz") if "frequency_hz" in top.attrs else None
+        if own_clock is not None:  # its cycles in the system clock's (see Array)
+            primitive = tuple(
+                dataclasses.replace(o, cycles=o.cycles * frequency / own_clock) for o in primitive
+            )
         arrays.append(
             Array(
                 path[0],
@@ -940,6 +965,7 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
                 precisions=_precisions(comp),
                 multiplier_units=_names(comp, "multiplier_units"),
                 composites=composite,
+                frequency_hz=own_clock,
             )
         )
     if not arrays:

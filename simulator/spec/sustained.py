@@ -9,11 +9,14 @@ measure, nothing else:
 * the MAC rate of the array with the most MACs per second: its MAC unit's operations take
   `peak / sustained` times their cycles;
 * the exponential rate of the array that computes `exp` as a primitive operation fastest:
-  every operation on that unit (on a GPU the special-function unit: exp2, reciprocal,
-  rsqrt) likewise;
+  every operation of that array likewise. A unit's results per clock are fixed by its
+  design, so an exp2 loop running below its peak measures the clock the array ran at
+  (a GPU's lanes and special-function units share the SM's clock, which boosts and
+  throttles with power): the FP32 lanes beside the special-function units slow alike;
 * DRAM bandwidth: the copy's bytes (read + written) per second.
 
-A sustained rate above its peak is an error: the file's peak would be wrong.
+A sustained rate above its peak -- at the clock that array runs at (`frequency_hz` of
+its own, else the system's) -- is an error: the file's peak would be wrong.
 """
 
 from __future__ import annotations
@@ -47,9 +50,10 @@ def _unit_rate(arch: Architecture, array: Array, op: str) -> float:
     return arch.cores * array.pes * arch.frequency_hz / cost.cycles
 
 
-def _scaled(array: Array, unit: str, factor: float) -> Array:
+def _scaled(array: Array, unit: str | None, factor: float) -> Array:
+    """`array` with the operations on `unit` (None: all of them) `factor` times longer."""
     ops = tuple(
-        dataclasses.replace(o, cycles=o.cycles * factor) if o.unit == unit else o
+        dataclasses.replace(o, cycles=o.cycles * factor) if unit in (None, o.unit) else o
         for o in array.operations
     )
     return dataclasses.replace(array, operations=ops)
@@ -78,7 +82,7 @@ def with_sustained(
         peak = _unit_rate(arch, array, op)
         _check(rate, value, peak, arch.name)
         unit = next(o.unit for o in array.operations if o.name == op)
-        scaled = _scaled(array, unit, peak / value)
+        scaled = _scaled(array, None if op == "exp" else unit, peak / value)
         arch = dataclasses.replace(
             arch, arrays=tuple(scaled if a.name == array.name else a for a in arch.arrays)
         )

@@ -1,0 +1,118 @@
+"""A fan-out of cores: the units a phase deals to them in waves, and what a shared cache
+saves while a wave runs.
+
+A chip of many cores (a GPU's SMs: `Architecture.cores`) runs a tiled phase as a grid of
+independent **units** -- an instance's iterations of its outer loops up to the first loop
+whose rank one of its Einsums reduces or steps through (FlashAttention's blocks of query
+rows of one head) -- dealt to the cores in **waves** of `cores` units, in order: the
+(batch, head) instances outermost, then the unit loops, the last fastest (as a GPU's grid
+with its x index fastest). A grid that does not divide into waves leaves cores idle in its
+last one.
+
+Where the global buffer is a **cache shared by the cores** (`cache: true`, a GPU's L2),
+the units of one wave that read the same data fetch it from DRAM once: a tensor a unit
+loop does not index (K and V under the blocks of query rows) is read by every unit of its
+instance, and the units of one instance in one wave share that read. What the wave's
+readers hold in flight must fit the cache; the share that does not is read again, as
+without the cache:
+
+* units that make the same steps (no mask) walk the shared tensor in step: in flight is
+  each group's current tile, double-buffered;
+* under a mask the units make different numbers of steps, fall out of step after the
+  first wave and spread over the whole tensor: in flight is each group's whole data.
+
+Left out: hits between waves and between instances (a weight every instance reads is read
+per instance), and the order in which a real scheduler issues units beyond "in order".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.cascade.ir import Cascade
+from simulator.spec.mapping import Phase
+
+
+def unit_loops(
+    cascade: Cascade,
+    phase: Phase,
+    partitions: dict[str, tuple[str, ...]],
+) -> tuple[str, ...]:
+    """The phase's outer loops that make independent units: up to the first whose rank one
+    of its Einsums reduces or steps through (a recurrence's chunks run in order)."""
+    names = {em.einsum for em in phase.einsums}
+    ordered: set[str] = set()
+    for e in cascade.einsums:
+        if e.name in names:
+            ordered.update(r.lower() for r in e.reduced)
+            if e.iterative:
+                ordered.add(e.iterative.lower())
+    out: list[str] = []
+    for loop in phase.loops:
+        rank = next((r for r, comps in partitions.items() if loop in comps), loop)
+        if rank.lower() in ordered or loop.lower() in ordered:
+            break
+        out.append(loop)
+    return tuple(out)
+
+
+def sharing_group(
+    units: tuple[str, ...],
+    signature: tuple[tuple[str, int], ...],
+    tensor_comps: tuple[str, ...],
+) -> int:
+    """How many consecutive units read the same data of a tensor: the innermost unit loops
+    that refetch it (in its reuse signature) without indexing it. A unit loop that indexes
+    it ends the run (units further apart read other data)."""
+    refetch = dict(signature)
+    group = 1
+    for loop in reversed(units):
+        if loop in tensor_comps:
+            break
+        extent = refetch.get(loop)
+        if extent is None:
+            continue  # extent 1, or the tensor is kept above it: no refetch here
+        group *= extent
+    return group
+
+
+def spans(group: int, cores: int) -> float:
+    """Waves a run of `group` consecutive units spans, on average over where it starts in
+    a wave of `cores`: 1 + (group - 1) / cores."""
+    return 1.0 + (group - 1) / cores
+
+
+def groups_in_flight(group: int, items: int, cores: int) -> float:
+    """Distinct groups of readers in one wave (on average)."""
+    if group <= 1:
+        return float(min(items, cores))
+    return min(math.ceil(items / group), cores / group + 1.0)
+
+
+@dataclass(frozen=True)
+class SharedRead:
+    """One DRAM read of a phase that the cores of a wave may share through the cache."""
+
+    tensor: str
+    values: float  # per instance, as fetched without the cache (one fetch per unit)
+    group: int  # consecutive units reading the same data
+    union: float  # per instance, the data one group reads together (once per wave it spans)
+    in_flight: float  # values one group holds in the cache while it reads
+
+
+def hit_share(reads: list[SharedRead], items: int, cores: int, capacity_values: float) -> float:
+    """The share of the sharing the cache delivers: 1 where the wave's groups' data in
+    flight fits it, else the part that fits."""
+    working = sum(groups_in_flight(r.group, items, cores) * r.in_flight for r in reads)
+    if working <= 0:
+        return 1.0
+    return max(0.0, min(1.0, capacity_values / working))
+
+
+def cached_values(read: SharedRead, cores: int, hits: float) -> float:
+    """DRAM values of one shared read with the cache: each group's data once per wave it
+    spans where the cache holds it, each unit's own fetches where it does not -- never
+    more than without the cache."""
+    shared = read.union * spans(read.group, cores)
+    return min(read.values, hits * shared + (1.0 - hits) * read.values)

@@ -374,3 +374,72 @@ def test_the_mapper_alone_predicts_the_h100(tmp_path):
     assert prefill.shapes == 30 and decode.shapes == 4
     assert prefill.mean <= 0.16 and prefill.largest <= 0.30
     assert decode.largest <= 0.05
+
+
+# ---------------------------------------------------------------------------------------
+# Families and the design / held-out split (issue 34)
+
+
+def test_family_of_a_shape():
+    from simulator.validate import Shape
+
+    def shape(h, kv):
+        return Shape("prefill", 1, h, kv, 1024, 1024, 128, False)
+
+    assert shape(32, 32).family == "MHA"
+    assert shape(32, 8).family == "GQA"
+    assert shape(32, 1).family == "MQA"
+
+
+def test_split_is_seeded_and_keeps_full_and_causal_together(tmp_path):
+    import subprocess
+    import sys
+
+    script = ROOT / "experiments" / "silicon" / "split.py"
+    outs = []
+    for name in ("a.csv", "b.csv"):
+        out = tmp_path / name
+        subprocess.run(
+            [sys.executable, str(script), str(MEASURED), "--seed", "7", "--out", str(out)],
+            check=True,
+            capture_output=True,
+        )
+        outs.append(out.read_text())
+    assert outs[0] == outs[1]  # seeded: the same split
+    rows = list(csv.DictReader(outs[0].splitlines()))
+    assert "causal" not in rows[0]  # a shape's full and causal runs go together
+    for kind in ("prefill", "decode"):
+        mine = [r["half"] for r in rows if r["kind"] == kind]
+        assert abs(mine.count("design") - mine.count("held-out")) <= 1
+
+
+def test_validate_reports_each_half_and_family(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from simulator.validate import families, halves, read_split
+
+    split = tmp_path / "split.csv"
+    subprocess.run(
+        [sys.executable, str(ROOT / "experiments" / "silicon" / "split.py"), str(MEASURED),
+         "--seed", "3", "--out", str(split)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    measured = read_measured(MEASURED)
+    keep = [m for m in measured.measurements if m.shape.keys >= 8192 and m.impl == "fused"]
+    small = dataclasses.replace(measured, measurements=tuple(keep))
+    rows = validate(small, "h100")
+    parts = dict(halves(rows, read_split(split)))
+    assert len(parts["design"]) + len(parts["held-out"]) == len(rows)
+    assert parts["design"] and parts["held-out"]
+    # a family's mean is the mean of its rows' absolute errors
+    gqa = next(s for s in families(parts["held-out"], 132) if s.group.startswith("GQA prefill"))
+    picked = [abs(r.error) for r in parts["held-out"] if r.measurement.shape.kind == "prefill"]
+    assert gqa.shapes == len(picked) and gqa.mean == pytest.approx(statistics.mean(picked))
+    assert validate_main(["--measured", str(MEASURED), "--split", str(split)]) == 0
+    out = capsys.readouterr().out
+    assert "held-out: fused prefill, S >= 4K" in out and "design: GQA decode" in out
+    bad = tmp_path / "bad.csv"
+    bad.write_text(split.read_text().replace("held-out", "later", 1))
+    assert validate_main(["--measured", str(MEASURED), "--split", str(bad)]) == 2
+    assert "half must be design or held-out" in capsys.readouterr().err

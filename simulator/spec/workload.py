@@ -164,13 +164,35 @@ def workload_files() -> list[Path]:
     return [first] + sorted(p for p in folder.glob("*.yaml") if p != first)
 
 
+# Every shipped workloads file's models, by the files' (path, size, modification time):
+# a sweep or a validation makes thousands of workloads from the same files.
+_SHIPPED: dict[tuple, dict[str, Workload]] = {}
+
+
 def load_models(path: str | Path | None = None) -> dict[str, Workload]:
     """The models of a workloads file, or of every shipped one (sequence length 0 until one
     is chosen)."""
     if path is not None:
         return _load_models_file(Path(path))
+    files = workload_files()
+    key = tuple((str(f), *_stamp(f)) for f in files)
+    if key not in _SHIPPED:
+        _SHIPPED.clear()
+        _SHIPPED[key] = _load_shipped(files)
+    return dict(_SHIPPED[key])
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except OSError:
+        return (-1, -1)
+    return (st.st_size, st.st_mtime_ns)
+
+
+def _load_shipped(files: list[Path]) -> dict[str, Workload]:
     out: dict[str, Workload] = {}
-    for file in workload_files():
+    for file in files:
         models = yamlio.load(file).get("workloads")
         for key, model in _load_models_file(file).items():
             if key in out:

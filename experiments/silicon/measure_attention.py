@@ -153,6 +153,39 @@ def sdpa(backend: str, q, k, v, causal: bool):
     return (lambda: call(ke, ve, False)), "kv expanded"
 
 
+ROTATE_BYTES = 160e6  # distinct inputs a graph's calls rotate through: over 3x the L2
+MAX_GRAPH_CALLS = 512
+
+
+def graphed(impl: str, q, k, v, causal: bool):
+    """One CUDA graph of `calls` fused calls, each on its own fresh inputs, so that neither
+    the host's dispatch of each call (tens of microseconds in PyTorch, more than a small
+    kernel takes) nor the L2 (the calls' inputs together are over three times its size)
+    shows in the time: (replay, calls, note). Where capture fails: the eager call, noted."""
+    per_call = (q.numel() + k.numel() + v.numel()) * q.element_size()
+    calls = int(min(MAX_GRAPH_CALLS, max(1, math.ceil(ROTATE_BYTES / per_call))))
+    sets = [(q, k, v)] + [
+        (torch.randn_like(q), torch.randn_like(k), torch.randn_like(v)) for _ in range(calls - 1)
+    ]
+    fns = [sdpa(impl, *x, causal)[0] for x in sets]
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for fn in fns[:3]:
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for fn in fns:
+                fn()
+    except Exception as exc:  # noqa: BLE001 - a backend that cannot be captured runs eager
+        del sets, fns
+        torch.cuda.empty_cache()
+        return sdpa(impl, q, k, v, causal)[0], 1, f"no graph ({str(exc).splitlines()[0][:60]})"
+    return graph.replay, calls, f"cuda graph of {calls} calls on distinct inputs"
+
+
 def softmax_rows(s: torch.Tensor, n_queries: int, causal: bool) -> torch.Tensor:
     """The unfused softmax phase as one library-style kernel: each row of scores read whole
     from DRAM (dense, as a library call computes what it is given), the causal mask applied
@@ -219,12 +252,14 @@ def measure_attention(
     rounds=ROUNDS,
     heads=(Q_HEADS, KV_HEADS),
     budget_ms=300.0,
+    graphs=False,
 ):
     """Each implementation at one shape, full and causal on the same inputs: checked once
     each, then timed in `rounds` alternating rounds (full, causal, full, ...), the median
     written -- the chip's clock and temperature drift between shapes, and a ratio of two
     times should not see it. The memory-efficient backend (never the fastest) gets one
-    round."""
+    round. `graphs`: each fused call timed inside a CUDA graph of calls on distinct inputs
+    (:func:`graphed`)."""
     h, hkv = heads
     passed = 0
     gen = torch.Generator(device="cuda").manual_seed(b * 1_000_003 + n * 7 + d + 31 * h + hkv)
@@ -243,7 +278,11 @@ def measure_attention(
                 else:
                     fn, note = unfused(q, k, v, causal), ""
                 err, rel = check(fn(), q, k, v, causal)
-                runs[causal] = (fn, note, err, rel, [])
+                calls = 1
+                if graphs and fused:
+                    fn, calls, gnote = graphed(impl, q, k, v, causal)
+                    note = "; ".join(x for x in (note, gnote) if x)
+                runs[causal] = (fn, note, err, rel, [], calls)
             except Exception as exc:  # noqa: BLE001 - a failed shape is a row, not the end
                 writer.writerow(row(env, **common, backend=impl if fused else "torch",
                                     causal=int(causal), ok=0,
@@ -252,8 +291,8 @@ def measure_attention(
                 torch.cuda.empty_cache()
         try:
             for _ in range(1 if impl == "efficient" else rounds):
-                for fn, *_rest, times in runs.values():
-                    times.append(bench(fn, budget_ms))
+                for fn, _note, _err, _rel, times, calls in runs.values():
+                    times.append(bench(fn, budget_ms) / calls)
         except Exception as exc:  # noqa: BLE001
             for causal in runs:
                 writer.writerow(row(env, **common, backend=impl if fused else "torch",
@@ -262,7 +301,7 @@ def measure_attention(
             flush()
             torch.cuda.empty_cache()
             continue
-        for causal, (_fn, note, err, rel, times) in runs.items():
+        for causal, (_fn, note, err, rel, times, _calls) in runs.items():
             passed += int(rel < 2e-2)
             t = statistics.median(times)
             spread = (max(times) - min(times)) / t
@@ -438,6 +477,13 @@ def main(argv: list[str] | None = None) -> int:
         default="0/1",
         help="K/N: every N-th shape of the wide grid from the K-th (runs split over calls)",
     )
+    p.add_argument(
+        "--graphs-below",
+        type=int,
+        default=0,
+        help="wide grid: time decode and the prefill shapes up to this many tokens as CUDA "
+        "graphs of calls on distinct inputs (no host dispatch, no L2 hits), only those",
+    )
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -447,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.grid == "wide":
         k, n = (int(x) for x in args.part.split("/"))
-        return main_wide(env, out, args.deadline_s, args.quick, (k, n))
+        return main_wide(env, out, args.deadline_s, args.quick, (k, n), args.graphs_below)
     seqs = SEQS[:2] if args.quick else SEQS
     dims = HEAD_DIMS[1:2] if args.quick else HEAD_DIMS
     with out.open("w", newline="", encoding="utf-8") as fh:
@@ -473,7 +519,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def main_wide(
-    env, out: Path, deadline_s: float | None, quick: bool, part: tuple[int, int] = (0, 1)
+    env,
+    out: Path,
+    deadline_s: float | None,
+    quick: bool,
+    part: tuple[int, int] = (0, 1),
+    graphs_below: int = 0,
 ) -> int:
     """The wide grid: ceilings, then prefill and decode shapes (three to one), each list in
     its seeded order, until the deadline (rows flushed as measured)."""
@@ -495,6 +546,8 @@ def main_wide(
                 jobs.append(("decode", decode.pop(0)))
         jobs += [("decode", shape) for shape in decode]
         jobs = jobs[part[0] :: part[1]]
+        if graphs_below:  # only decode and the prefill shapes up to this many tokens
+            jobs = [j for j in jobs if j[0] == "decode" or j[1][3] <= graphs_below]
         for kind, (b, h, hkv, n, d) in jobs:
             if deadline_s is not None and time.perf_counter() - start > deadline_s:
                 break
@@ -503,12 +556,14 @@ def main_wide(
             # fails; decode times both (flash is the faster at some shapes)
             if kind == "decode":
                 measure_attention(env, writer, fh.flush, "decode", b, 1, n, d, (False,),
-                                  ["cudnn", "flash"], heads=(h, hkv), budget_ms=60.0)  # fmt: skip
+                                  ["cudnn", "flash"], heads=(h, hkv), budget_ms=60.0,
+                                  graphs=bool(graphs_below))  # fmt: skip
             elif not measure_attention(env, writer, fh.flush, "prefill", b, n, n, d,
                                        (False, True), ["cudnn"], heads=(h, hkv),
-                                       budget_ms=100.0):  # fmt: skip
+                                       budget_ms=100.0, graphs=bool(graphs_below)):  # fmt: skip
                 measure_attention(env, writer, fh.flush, "prefill", b, n, n, d, (False, True),
-                                  ["flash"], heads=(h, hkv), budget_ms=100.0)  # fmt: skip
+                                  ["flash"], heads=(h, hkv), budget_ms=100.0,
+                                  graphs=bool(graphs_below))  # fmt: skip
             done += 1
     print(f"wrote {out}: {done} of {len(jobs)} shapes in {time.perf_counter() - start:.0f} s",
           flush=True)  # fmt: skip

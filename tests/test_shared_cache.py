@@ -190,3 +190,49 @@ def test_run_on_the_h100_with_its_default_engine(capsys):
     assert run_main(["--arch", str(H100), "--seq", "4K"]) == 0
     out = capsys.readouterr().out
     assert "auto" in out and "analytic engine" in out
+
+
+# ---------------------------------------------------------------------------------------
+# Units of unequal work: dealt in order to the first free core
+
+
+def test_uniform_units_take_whole_waves():
+    from simulator.plan.waves import makespan
+
+    assert makespan((1.0,) * 200, 1, 132) == 2.0  # 200 units: two waves
+    assert makespan((1.0,) * 100, 1, 132) == 1.0
+
+
+def test_causal_blocks_dealt_in_order_leave_a_tail():
+    """8 heads x 32 causal blocks of lengths 1..32 on 132 cores: the average says 33 chunk
+    times (two waves of 16.5); dealt in order, the longest blocks start last and the
+    grid takes longer -- never less than the longest block or the work over the cores."""
+    from simulator.plan.waves import makespan
+
+    weights = tuple(float(i + 1) for i in range(32))
+    span = makespan(weights, 8, 132)
+    total = 8 * sum(weights)
+    assert span >= max(max(weights), total / 132)
+    assert span > 2 * (total / (8 * 32))  # more than two average waves
+    assert span <= total / 132 + max(weights)  # list scheduling's bound
+
+
+def test_causal_unit_weights_count_chunks():
+    """A causal block of 128 rows over chunks of 128 keys: block i keeps i + 1 chunks."""
+    from simulator.plan.masks import constraints
+    from simulator.plan.waves import unit_weights
+
+    w = make_workload(
+        "custom", "2K", {"batch": 1, "heads": 8, "kv_heads": 8, "embed": 128, "causal": True}
+    )
+    specs = Specs(arch_override=str(H100))
+    from simulator.configs import prepare
+    from simulator.plan.point import plan_point
+
+    cascade, mapping, arch = prepare(specs, "h100/flash-causal", w)
+    point = plan_point(cascade, mapping, arch, w)
+    phase = point.phases[0]
+    name = phase.plan.activity[0][0]
+    cons = constraints(cascade.einsum(name), point.partitions, point.extents)
+    weights = unit_weights(cons, ("P2",), ("M1",), point.extents)
+    assert weights == tuple(float(i + 1) for i in range(2048 // 128))

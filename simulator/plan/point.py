@@ -16,9 +16,10 @@ from simulator.errors import Loc, SpecError
 from simulator.plan.costs import EinsumCost, plan_costs
 from simulator.plan.extents import choose_extents, example_shape_notes, factor_context
 from simulator.plan.facts import CascadeFacts, cascade_facts
+from simulator.plan.masks import constraints
 from simulator.plan.phases import PhasePlan
 from simulator.plan.views import EinsumView, phase_views
-from simulator.plan.waves import unit_loops
+from simulator.plan.waves import MAX_SCHEDULED_WAVES, makespan, unit_loops, unit_weights
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload
@@ -64,7 +65,28 @@ class PointPlan:
         if not phase.plan.phase.loops or phase.plan.gemm is not None:
             return self.instances / cores
         units = self.parallel_units(phase)
+        uneven = self._uneven_makespan(phase)
+        if uneven is not None:
+            return uneven / units
         return math.ceil(self.instances * units / cores) / units
+
+    def _uneven_makespan(self, phase: PlannedPhase) -> float | None:
+        """Under a mask the units do unequal work: the in-order deal's time in units of the
+        average unit (None: no mask, or so many waves that the average holds)."""
+        filtered = [name for name, _ in phase.plan.activity]
+        if not filtered:
+            return None
+        einsum = self.cascade.einsum(filtered[0])
+        cons = constraints(einsum, self.partitions, self.extents)
+        loops = unit_loops(self.cascade, phase.plan.phase, self.partitions)
+        count = math.prod(self.extents.get(lp, 1) for lp in loops)
+        if count * self.instances > MAX_SCHEDULED_WAVES * self.arch.cores:
+            return None
+        inner = tuple(lp for lp in phase.plan.nests[einsum.name].tile_loops if lp not in loops)
+        weights = unit_weights(cons, loops, inner, self.extents)
+        span = makespan(weights, self.instances, self.arch.cores)
+        mean = sum(weights) / len(weights)
+        return None if span is None or mean <= 0 else span / mean
 
     def parallel_units(self, phase: PlannedPhase) -> int:
         """Independent units of work in one instance of a phase

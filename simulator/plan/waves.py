@@ -21,16 +21,24 @@ without the cache:
 * under a mask the units make different numbers of steps, fall out of step after the
   first wave and spread over the whole tensor: in flight is each group's whole data.
 
+Under a mask the units do unequal work (causal: block i of query rows computes i + 1
+chunks of keys): with few waves the order matters, and the units are dealt in order to the
+first core that is free (:func:`makespan`).
+
 Left out: hits between waves and between instances (a weight every instance reads is read
 per instance), and the order in which a real scheduler issues units beyond "in order".
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from simulator.cascade.ir import Cascade
+from simulator.plan.masks import Constraint, active_count
 from simulator.spec.mapping import Phase
 
 
@@ -116,3 +124,54 @@ def cached_values(read: SharedRead, cores: int, hits: float) -> float:
     more than without the cache."""
     shared = read.union * spans(read.group, cores)
     return min(read.values, hits * shared + (1.0 - hits) * read.values)
+
+
+# --------------------------------------------------------------------------------------
+# Units of unequal work (a mask): dealt in order to the first free core
+
+MAX_SCHEDULED_WAVES = 64  # more waves than this: the tail is under 2% -- the average holds
+
+
+def unit_weights(
+    cons: tuple[Constraint, ...],
+    units: tuple[str, ...],
+    inner: tuple[str, ...],
+    extents: dict[str, int],
+) -> tuple[float, ...]:
+    """Each unit's work in tiles (units in order, the last unit loop fastest): the tiles of
+    the `inner` tile loops that hold a kept point with the unit loops fixed. Under a causal
+    mask block i of query rows computes i + 1 chunks of keys."""
+    shape = [int(extents.get(u, 1)) for u in units]
+    constrained = [
+        i for i, u in enumerate(units) if any(u == c for con in cons for c, _ in con.coef)
+    ]
+    if not constrained:
+        count = active_count(cons, inner, extents) if inner else 1
+        return (float(count),) * math.prod(shape)
+    out = np.empty(shape, dtype=np.float64)
+    for index in np.ndindex(*shape):
+        fixed = {units[i]: index[i] for i in constrained}
+        sub = tuple(
+            Constraint(
+                tuple((c, a) for c, a in con.coef if c not in fixed),
+                con.const + sum(a * fixed[c] for c, a in con.coef if c in fixed),
+            )
+            for con in cons
+        )
+        out[index] = active_count(sub, inner, extents)
+    return tuple(out.ravel().tolist())
+
+
+def makespan(weights: tuple[float, ...], instances: int, cores: int) -> float | None:
+    """The time to run `instances` copies of the units (in order, each to the first core
+    that is free, as a GPU deals its grid's blocks), in units of work; None past
+    `MAX_SCHEDULED_WAVES` waves (the average then holds)."""
+    items = instances * len(weights)
+    if items > MAX_SCHEDULED_WAVES * cores:
+        return None
+    free = [0.0] * min(cores, items)
+    heapq.heapify(free)
+    for _ in range(instances):
+        for w in weights:
+            heapq.heappush(free, heapq.heappop(free) + w)
+    return max(free)

@@ -295,8 +295,9 @@ def test_new_cascades_bind_near_their_bound(name, arch):
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_flashattention_mappings_are_points_of_the_space(causal):
     """`mappings/h100/flash*.yaml` (written by hand from FlashAttention-3) is the FuseMax
-    template with the lanes filling the 1D array, tiles handed in registers (two stages) and
-    P1 = 8: the same numbers."""
+    template with the lanes filling the 1D array, tiles handed in registers (two stages),
+    the query heads outermost (one head's block of rows per SM, as FlashAttention's grid:
+    `reuse=False`) and P1 = 8: the same numbers."""
     w = make_workload(
         "custom", "8K", {"batch": 8, "heads": 32, "kv_heads": 8, "embed": 128, "causal": causal}
     )
@@ -305,7 +306,11 @@ def test_the_flashattention_mappings_are_points_of_the_space(causal):
     c = load_cascade(resolve_spec("cascades", name))
     a = load_architecture(resolve_spec("arch", "h100"))
     data = template(
-        bind_context(c, a, w, name, "h100"), "fusemax", lanes="fill", handoff="registers"
+        bind_context(c, a, w, name, "h100"),
+        "fusemax",
+        lanes="fill",
+        handoff="registers",
+        reuse=False,
     )
     spec = loads_mapping(mapping_yaml(data), "<template>", "template")
     r = evaluate_mapping(c, with_factors(resolved(spec, c, a, w), {"P1": 8}), a, w)

@@ -46,8 +46,25 @@ def traffic_bytes(point: PointPlan, phase: PlannedPhase) -> float:
 
 
 def memory_seconds(point: PointPlan, phase: PlannedPhase) -> float:
-    """The time the phase's DRAM traffic needs at the architecture's bandwidth."""
-    return traffic_bytes(point, phase) / point.arch.dram.bandwidth_bytes_per_s
+    """The time the phase's DRAM traffic needs at the architecture's bandwidth -- or, on a
+    fan-out of cores, at what the busy cores' ports take, if less: a core takes at most
+    one access of its own memory's width per clock (a GPU's SM 128 bytes per clock), and
+    a grid of fewer units than cores leaves the others' ports idle (decode of one request
+    on a few SMs)."""
+    return traffic_bytes(point, phase) / dram_bandwidth(point, phase)
+
+
+def dram_bandwidth(point: PointPlan, phase: PlannedPhase) -> float:
+    """Bytes per second the phase can move to and from DRAM (see :func:`memory_seconds`)."""
+    arch = point.arch
+    bandwidth = arch.dram.bandwidth_bytes_per_s
+    port = arch.core_memory
+    if arch.cores <= 1 or port is None:
+        return bandwidth
+    busy = arch.cores
+    if phase.plan.phase.loops and phase.plan.gemm is None:
+        busy = min(arch.cores, point.instances * point.parallel_units(phase))
+    return min(bandwidth, busy * port.width_bits / 8 * arch.frequency_hz)
 
 
 def buffer_port_cycles(views: tuple[EinsumView, ...] | list[EinsumView], buffer: Memory) -> float:

@@ -107,6 +107,11 @@ class Shape:
         return "MQA" if self.kv_heads == 1 else "GQA"
 
     @property
+    def kv_bytes(self) -> float:
+        """Bytes of K and V the shape reads once (BF16)."""
+        return 2.0 * 2 * self.batch * self.kv_heads * self.keys * self.head_dim
+
+    @property
     def split_key(self) -> tuple[str, int, int, int, int, int, int]:
         """The shape as a split file names it (full and causal runs together)."""
         return (
@@ -406,10 +411,11 @@ def _summary(name: str, rows: Sequence[Validation]) -> list[Summary]:
     ]
 
 
-def families(rows: Sequence[Validation], cores: int) -> tuple[Summary, ...]:
+def families(rows: Sequence[Validation], cores: int, copy_rate: float = 0.0) -> tuple[Summary, ...]:
     """Fused errors by family: prefill from 4K tokens per head family (MHA, GQA, MQA), per
     head dimension, and at batches that do not fill the chip (batch x query heads below
-    its `cores`); decode per family."""
+    its `cores`); decode per family, and (given the copy rate, bytes/s) by how long its
+    K/V cache takes to stream."""
     fused = [r for r in rows if r.measurement.impl == "fused"]
     prefill = [
         r
@@ -433,7 +439,20 @@ def families(rows: Sequence[Validation], cores: int) -> tuple[Summary, ...]:
         )
     for fam in ("MHA", "GQA", "MQA"):
         out += _summary(f"{fam} decode", [r for r in decode if r.measurement.shape.family == fam])
+    if copy_rate:
+        for lo, hi in DECODE_STREAM_US:
+            label = f"{lo:g}-{hi:g} us" if hi != float("inf") else f">= {lo:g} us"
+            out += _summary(
+                f"decode, K/V stream {label}",
+                [r for r in decode if lo <= r.measurement.shape.kv_bytes / copy_rate * 1e6 < hi],
+            )
     return tuple(out)
+
+
+# Decode by the time its K/V cache takes to stream at the measured copy rate (microseconds):
+# below ~100 us the fixed costs of a call (its kernels' launches, the split-KV combine),
+# which the model does not have, weigh against the stream.
+DECODE_STREAM_US = ((0.0, 20.0), (20.0, 100.0), (100.0, float("inf")))
 
 
 def halves(
@@ -461,8 +480,8 @@ class Pair:
         return self.predicted / self.measured - 1.0
 
 
-def _key(s: Shape) -> tuple[str, int, int, int]:
-    return (s.kind, s.head_dim, s.queries, s.keys)
+def _key(s: Shape) -> tuple[str, int, int, int, int, int]:
+    return (s.kind, s.head_dim, s.queries, s.keys, s.q_heads, s.kv_heads)
 
 
 def causal_ratios(rows: Sequence[Validation], min_seq: int = 8192) -> tuple[Pair, ...]:
@@ -603,7 +622,8 @@ def render_table(
         ),  # fmt: skip
         table(
             SUMMARY_HEADER,
-            _summary_rows(summaries(rows)) + _summary_rows(families(rows, measured.cores)),
+            _summary_rows(summaries(rows))
+            + _summary_rows(families(rows, measured.cores, measured.ceilings["dram_bytes_per_s"])),
         ),
         table(
             ["ratio", "shape", "measured", "predicted", "error"],
@@ -630,7 +650,9 @@ def render_table(
         lines: list[tuple] = []
         for half, picked in halves(rows, split):
             lines += _summary_rows(summaries(picked), f"{half}: ")
-            lines += _summary_rows(families(picked, measured.cores), f"{half}: ")
+            lines += _summary_rows(
+                families(picked, measured.cores, measured.ceilings["dram_bytes_per_s"]), f"{half}: "
+            )
         parts.append(
             f"Split ({len(split)} shapes named, design and held-out at random):\n"
             + table(SUMMARY_HEADER, lines)
@@ -658,13 +680,19 @@ def to_json(
             {"head_dim": d, "measured": m, "predicted": p}
             for d, m, p in utilisation_by_head_dim(rows)
         ],
-        "families": [s.__dict__ for s in families(rows, measured.cores)],
+        "families": [
+            s.__dict__
+            for s in families(rows, measured.cores, measured.ceilings["dram_bytes_per_s"])
+        ],
     }
     if split:
         doc["halves"] = {
             half: {
                 "summary": [s.__dict__ for s in summaries(picked)],
-                "families": [s.__dict__ for s in families(picked, measured.cores)],
+                "families": [
+                    s.__dict__
+                    for s in families(picked, measured.cores, measured.ceilings["dram_bytes_per_s"])
+                ],
             }
             for half, picked in halves(rows, split)
         }

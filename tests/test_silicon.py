@@ -443,3 +443,79 @@ def test_validate_reports_each_half_and_family(tmp_path, capsys):
     bad.write_text(split.read_text().replace("held-out", "later", 1))
     assert validate_main(["--measured", str(MEASURED), "--split", str(bad)]) == 2
     assert "half must be design or held-out" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------
+# The wide grid (issue 34): shapes the model was not built on, split before any error was
+# looked at (experiments/data/h100-attention-wide-split.csv, seed 34)
+
+WIDE = ROOT / "experiments" / "data" / "h100-attention-wide.csv"
+WIDE_SPLIT = ROOT / "experiments" / "data" / "h100-attention-wide-split.csv"
+
+
+@pytest.fixture(scope="module")
+def wide():
+    from simulator.validate import read_split
+
+    measured = read_measured(WIDE)
+    return measured, validate(measured, "h100"), read_split(WIDE_SPLIT)
+
+
+def test_wide_grid_is_what_the_issue_asked_for(wide):
+    measured, rows, split = wide
+    shapes = {m.shape for m in measured.measurements}
+    assert {s.family for s in shapes} == {"MHA", "GQA", "MQA"}
+    assert {s.q_heads for s in shapes} >= {8, 16, 32, 64}
+    assert {s.head_dim for s in shapes} == {64, 128, 256}
+    prefill = [s for s in shapes if s.kind == "prefill"]
+    assert min(s.keys for s in prefill) == 512 and max(s.keys for s in prefill) == 65536
+    assert {s.causal for s in prefill} == {False, True}
+    assert any(s.batch * s.q_heads < 132 for s in prefill)
+    decode = [s for s in shapes if s.kind == "decode"]
+    assert len({s.batch for s in decode}) >= 4 and len({s.keys for s in decode}) >= 4
+    assert measured.device.startswith("NVIDIA H100")
+    # every measured shape is in exactly one half
+    assert {s.split_key for s in shapes} == set(split)
+
+
+@pytest.mark.parametrize("half", ["held-out", "all"])
+def test_wide_fused_prefill_within_the_issue_goals(wide, half):
+    """Fused prefill from 4K tokens: mean |error| <= 10%, largest <= 25%, each head
+    family's mean <= 10%; the tensor cores' utilisation per head dimension within 10
+    points of the measured."""
+    from simulator.validate import families, halves
+
+    measured, rows, split = wide
+    picked = rows if half == "all" else dict(halves(rows, split))[half]
+    group = next(s for s in summaries(picked) if s.group == "fused prefill, S >= 4K")
+    assert group.shapes >= 150
+    assert group.mean <= 0.10 and group.largest <= 0.25
+    for s in families(picked, measured.cores):
+        if "prefill" in s.group:
+            assert s.mean <= 0.10, s
+    for _d, m, p in utilisation_by_head_dim(picked):
+        assert abs(m - p) <= 0.10
+
+
+def test_wide_decode_where_the_cache_streams(wide):
+    """Decode whose K/V cache takes 100 us or more to stream at the copy rate: within 5% on
+    average in each half. (Below that, a call's fixed costs -- its kernels' launches, the
+    split-KV combine -- weigh against the stream and the model has none: the issue's 5% for
+    every decode shape is not met; docs/silicon.md.)"""
+    from simulator.validate import families, halves
+
+    measured, rows, split = wide
+    rate = measured.ceilings["dram_bytes_per_s"]
+    for _half, picked in halves(rows, split):
+        streamed = next(
+            s for s in families(picked, measured.cores, rate) if s.group.endswith(">= 100 us")
+        )
+        assert streamed.shapes >= 20 and streamed.mean <= 0.05
+
+
+def test_wide_causal_ratios(wide):
+    """Causal over full time from 8K tokens: most within 5% of the measured ratio."""
+    _measured, rows, _split = wide
+    pairs = causal_ratios(rows)
+    assert len(pairs) >= 100
+    assert sum(abs(p.error) <= 0.05 for p in pairs) >= 0.8 * len(pairs)

@@ -28,6 +28,15 @@ clock drifts with its temperature between shapes); every backend's output is che
 float32 reference on one K/V head's group (the last 256 queries where the sequence is
 long, so the causal diagonal is covered). The CSV holds the device, driver, torch and CUDA
 versions on every row. Rows are flushed as they are measured.
+
+`--grid wide` measures the wide grid (`wide_prefill`, `wide_decode`: the three head
+families, small batches, decode at several batches and contexts) in a seeded order until
+`--deadline-s`, `--part K/N` of it per call (experiments/data/h100-attention-wide.csv:
+two calls). `--graphs-below N` times decode and the prefill shapes up to N tokens again as
+CUDA graphs of calls on distinct inputs (experiments/data/h100-attention-graphs.csv: the
+same times within 1% at the median; the smallest 3-5 us less); on PyTorch 2.11 capturing
+cuDNN's multi-query prefill at 8K tokens, d64, hit an illegal memory access, which ends
+the process (the CUDA context is lost): that file stops there.
 """
 
 from __future__ import annotations

@@ -327,10 +327,16 @@ def bound_by(result: Result) -> str:
     return str(max(result.util, key=lambda u: u[1])[0])  # a plain str: rows are pickled
 
 
-def validate_one(specs: Specs, m: Measurement, arch: str, ceilings: dict[str, float]) -> Validation:
+def validate_one(
+    specs: Specs,
+    m: Measurement,
+    arch: str,
+    ceilings: dict[str, float],
+    kernels: str | None = None,
+) -> Validation:
     """One measured shape: the fastest prediction of the first configurations that run it
     (the architecture's own mapping files, else the mapper's)."""
-    tiers = fused_configs(arch, m.shape) if m.impl == "fused" else ((UNFUSED,),)
+    tiers = fused_configs(kernels or arch, m.shape) if m.impl == "fused" else ((UNFUSED,),)
     best: tuple[Result, str] | None = None
     errors: list[str] = []
     for configs in tiers:
@@ -357,10 +363,14 @@ def validate_one(specs: Specs, m: Measurement, arch: str, ceilings: dict[str, fl
     )
 
 
-def validate(measured: Measured, arch: str, specs: Specs | None = None) -> tuple[Validation, ...]:
+def validate(
+    measured: Measured, arch: str, specs: Specs | None = None, kernels: str | None = None
+) -> tuple[Validation, ...]:
     """Every measured shape, in the file's order."""
     specs = specs or Specs(arch_override=arch)
-    return tuple(validate_one(specs, m, arch, measured.ceilings) for m in measured.measurements)
+    return tuple(
+        validate_one(specs, m, arch, measured.ceilings, kernels) for m in measured.measurements
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -755,6 +765,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default="h100", help="architecture (shipped name or file)")
     p.add_argument("--measured", help=f"the measured CSV (default: {DEFAULT_MEASURED_NAME})")
     p.add_argument(
+        "--kernels",
+        help="the folder of mapping files under mappings/ that describe the measured kernels "
+        "(default: the architecture's name: mappings/h100/ for --arch h100)",
+    )
+    p.add_argument(
         "--split",
         help="a split file (experiments/silicon/split.py): report its design and held-out "
         "halves apart",
@@ -779,7 +794,9 @@ def main(argv: list[str] | None = None) -> int:
     measured = read_measured(args.measured or default_measured())
     split = read_split(args.split) if args.split else None
     arch = args.arch
-    rows = validate(measured, arch)
+    if args.kernels and not (data_dir("mappings") / args.kernels).is_dir():
+        raise SpecError(f"--kernels: no folder mappings/{args.kernels}")
+    rows = validate(measured, arch, kernels=args.kernels)
     if args.format == "json":
         text = to_json(measured, arch, rows, split)
     elif args.format == "csv":

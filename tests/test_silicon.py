@@ -519,3 +519,17 @@ def test_wide_causal_ratios(wide):
     pairs = causal_ratios(rows)
     assert len(pairs) >= 100
     assert sum(abs(p.error) <= 0.05 for p in pairs) >= 0.8 * len(pairs)
+
+
+def test_h200_from_its_datasheet_predicts_the_measured_h200():
+    """A second chip the model was never built on: arch/h200.yaml is the H100's file with
+    the H200 datasheet's memory (HBM3e, 4.8 TB/s), the kernels mappings/h100/ describe, the
+    H200's own three ceilings; 179 wide-grid shapes measured on an H200, never looked at
+    while the model changed. Fused prefill from 4K tokens within the H100's goals."""
+    measured = read_measured(ROOT / "experiments" / "data" / "h200-attention-wide.csv")
+    assert measured.device.startswith("NVIDIA H200")
+    keep = [m for m in measured.measurements if m.shape.kind == "prefill" and m.shape.keys >= 4096]
+    rows = validate(dataclasses.replace(measured, measurements=tuple(keep)), "h200", kernels="h100")
+    group = next(s for s in summaries(rows) if s.group == "fused prefill, S >= 4K")
+    assert group.shapes >= 100 and group.mean <= 0.10 and group.largest <= 0.25
+    assert load_architecture(ROOT / "arch" / "h200.yaml").dram.bandwidth_bytes_per_s == 4.8e12

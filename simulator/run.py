@@ -45,7 +45,13 @@ from simulator.spec.workload import make_workload, parse_shape
 from simulator.textfmt import table
 from simulator.timeloop import backend as timeloop_backend
 from simulator.timing.options import UNLIMITED, TimingOptions
-from simulator.units import parse_bandwidth, parse_bytes, parse_count, parse_seconds
+from simulator.units import (
+    format_bytes,
+    parse_bandwidth,
+    parse_bytes,
+    parse_count,
+    parse_seconds,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -511,13 +517,6 @@ def _fmt_x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _fmt_bytes(value: float) -> str:
-    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.0f} B"
-
-
 def _fmt_pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -588,7 +587,7 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
                 _fmt_x(row.speedup_vs_flat),
                 f"{100 * r.util_2d:.1f}%",
                 f"{100 * r.util_1d:.1f}%",
-                _fmt_bytes(r.traffic_bytes),
+                format_bytes(r.traffic_bytes),
                 "-" if r.energy_pj is None else f"{r.energy_pj * 1e-12:.4g}",
                 _fmt_pct(row.energy_vs_unfused),
                 _fmt_pct(row.energy_vs_flat),

@@ -114,6 +114,14 @@ def parse_seconds(text: str | float, what: str = "time") -> float:
     return value
 
 
+def format_bytes(value: float) -> str:
+    """Bytes in decimal units, three significant digits: `7.52 GB`."""
+    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
 def format_duration(seconds: float) -> str:
     """`42 s`, `7.5 min`, `3.2 h`, `12 days`, `3.1e+04 years`: a wait a person can read."""
     for unit, size in (("years", 365 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):

@@ -68,6 +68,18 @@ class ScaleCheck:
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """An equivalent cascade the search reached (checked numerically against the input)."""
+
+    cascade: Cascade
+    draft: Draft
+    report: PassReport
+    steps: tuple[Step, ...]
+    checks: tuple[ScaleCheck, ...]
+    unstable: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class RewriteResult:
     original: Cascade
     cascade: Cascade
@@ -80,6 +92,9 @@ class RewriteResult:
     expanded: int
     candidates: int
     unstable: tuple[str, ...]  # unstable rules the chain uses
+    # every equivalent cascade reached, the input first (with `every=True`: the search does
+    # not stop at the pass target, so a ranking by cost sees them all)
+    reached: tuple[Candidate, ...] = ()
 
     @property
     def improved(self) -> bool:
@@ -228,13 +243,19 @@ def rewrite(
     allow_unstable: bool = False,
     overrides: Mapping[str, int] | None = None,
     seed: int = 0,
+    every: bool = False,
 ) -> RewriteResult:
     """The cascade with the fewest passes the rules reach (the input itself if none lowers
-    them), with the chain of rules, the checks and any rejected candidate."""
+    them), with the chain of rules, the checks and any rejected candidate. `every`: search
+    on past the target (within the same bounds) and keep every equivalent cascade reached,
+    for a ranking by another measure than passes."""
     where = Loc(cascade.path)
     checker = NumericalCheck(cascade, overrides, seed, where)
     report = analyze_passes(cascade)
-    start = _State(draft_of(cascade), cascade, report, (), (), ())
+    start = _State(
+        draft_of(cascade), cascade, report, (), checker.check(cascade) if every else (), ()
+    )
+    reached_all: list[_State] = [start]
     counter = itertools.count()
     frontier = [(start.score(), next(counter), start)]
     seen = {start.draft.key()}
@@ -242,7 +263,7 @@ def rewrite(
     best, expanded, generated = start, 0, 0
     rules = _rules(allow_unstable)
     target_passes = max(target_passes, pass_floor(cascade))
-    reached = report.max_passes <= target_passes
+    reached = report.max_passes <= target_passes and not every
     while frontier and expanded < MAX_EXPANSIONS and not reached:
         _, _, state = heapq.heappop(frontier)
         if len(state.steps) >= MAX_STEPS:
@@ -274,17 +295,22 @@ def rewrite(
                 unstable = state.unstable + (() if rule.STABLE else (rule.NAME,))
                 new = _State(draft, candidate, new_report, state.steps + (step,), checks, unstable)
                 heapq.heappush(frontier, (new.score(), next(counter), new))
+                reached_all.append(new)
                 if new_report.max_passes < report.max_passes and (
                     best is start or new.score() < best.score()
                 ):
                     best = new
                 # an unstable result keeps the search going for a stable one as good
-                if best.report.max_passes <= target_passes and not best.unstable:
+                if best.report.max_passes <= target_passes and not best.unstable and not every:
                     reached = True
     if best is start:
-        checks = checker.check(cascade)
+        checks = start.checks or checker.check(cascade)
     else:
         checks = best.checks
+    kept = tuple(
+        Candidate(x.cascade, x.draft, x.report, x.steps, x.checks or checks, x.unstable)
+        for x in reached_all
+    )
     return RewriteResult(
         original=cascade,
         cascade=best.cascade,
@@ -297,4 +323,5 @@ def rewrite(
         expanded=expanded,
         candidates=generated,
         unstable=best.unstable,
+        reached=kept,
     )

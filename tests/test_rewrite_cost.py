@@ -1,0 +1,84 @@
+"""Rewriting by cost (issue 35): `rewrite --arch` maps and times every equivalent candidate
+and writes the best; the input is always a candidate, so the written cascade is never
+slower on the target than what it was given.
+
+Expected values are comparisons between two evaluations of the same tool (the input and
+the written file), never numbers copied from its output.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.cascade.parse import load_cascade
+from simulator.cascade.passes import analyze_passes
+from simulator.cascade_cli import main as cascade_main
+from simulator.configs import Specs, evaluate
+from simulator.spec.workload import make_workload, parse_shape
+
+from .conftest import ROOT
+
+CASCADES = ROOT / "cascades"
+
+
+def _latency(path, arch: str, at: str, batch: int) -> float:
+    w = make_workload("bert", "4K", {"batch": batch}, shape=parse_shape([at]))
+    specs = Specs(cascade_override=str(path), arch_override=arch, search_s=0.3)
+    return evaluate(specs, "auto", w, engine="analytic").latency_s
+
+
+@pytest.mark.parametrize(
+    ("name", "arch", "at"),
+    [
+        ("softmax", "fusemax", "M=64K,P=16K"),  # the online softmax is slower here
+        ("softmax", "flat", "M=4K,P=4K"),
+        ("layernorm-matmul", "fusemax", "E=4096,F=4096,P=16K"),
+        ("layernorm", "flat", "E=1024,P=16K"),
+    ],
+)
+def test_the_written_cascade_is_never_slower_than_the_input(tmp_path, capsys, name, arch, at):
+    out = tmp_path / f"{name}-best.yaml"
+    code = cascade_main(
+        ["rewrite", name, "--arch", arch, "--at", at, "--batch", "8", "-o", str(out)]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "equivalent candidates on" in text and "wins by latency" in text
+    source = CASCADES / f"{name}.yaml"
+    written = _latency(out, arch, at, 8)
+    given = _latency(source, arch, at, 8)
+    assert written <= given * (1 + 1e-9)
+
+
+def test_a_rewrite_that_is_slower_on_the_chip_is_not_taken(tmp_path, capsys):
+    """A row softmax over 64K columns on FuseMax's chip: the online softmax (2 passes) adds
+    exponentials; the input (3 passes) is faster, so it is what is written."""
+    out = tmp_path / "softmax-best.yaml"
+    assert (
+        cascade_main(
+            ["rewrite", "softmax", "--arch", "fusemax", "--at", "M=64K,P=16K", "-o", str(out)]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert "the input is the best on fusemax" in text
+    assert analyze_passes(load_cascade(out)).max_passes == 3
+    # ... while by passes it would be the 2-pass one
+    out2 = tmp_path / "softmax-passes.yaml"
+    assert cascade_main(
+        ["rewrite", "softmax", "--arch", "fusemax", "--at", "M=64K,P=16K",
+         "--objective", "passes", "-o", str(out2)]
+    ) == 0  # fmt: skip
+    assert analyze_passes(load_cascade(out2)).max_passes == 2
+
+
+def test_without_an_architecture_it_ranks_by_passes(capsys):
+    assert cascade_main(["rewrite", "layernorm"]) == 0
+    assert capsys.readouterr().out.startswith("ranked by passes")
+
+
+@pytest.mark.parametrize("flag", [["--seq", "4K"], ["--objective", "energy"], ["--at", "E=64"]])
+def test_workload_flags_need_an_architecture(capsys, flag):
+    assert cascade_main(["rewrite", "layernorm", *flag]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "add --arch" in err and len(err.splitlines()) == 1

@@ -6,6 +6,7 @@
     compare FILE --reference [--shape ...] [--scale S] [--seed N]   FILE against its `reference:`
     eval    FILE [--shape ...] [--scale S] [--seed N]           run on random inputs
     graph   FILE [--format text|dot]                            dependencies and recurrences
+    show    FILE [--canonical]                                  the cascade (canonical form)
     rewrite FILE [--target-passes N] [--allow-unstable] [-o OUT]  an equivalent cascade with
                                                                 fewer passes, rules and checks
     rewrite FILE --arch A [--model M] [--seq S] [--batch B] [--at R=N,...]
@@ -41,9 +42,12 @@ from simulator.cascade.ops import KINDS, cascade_ops, totals
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite import RewriteResult, rewrite
+from simulator.cascade.rewrite.canonical import canonical
+from simulator.cascade.rewrite.draft import without_dead
 from simulator.cascade.rewrite.search import Candidate
 from simulator.cascade.runs_on import missing_by_architecture, runs_on_line
 from simulator.cascade.shapes import MissingShapes, parse_shape_arg, resolve_shapes
+from simulator.cascade.write import to_yaml
 from simulator.cli import guarded
 from simulator.errors import SpecError
 from simulator.paths import data_dir, resolve_spec
@@ -376,6 +380,19 @@ def _first_words(text: str, width: int) -> str:
     return first[: width - 3].rsplit(" ", 1)[0] + "..."
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    cascade = _load(args.file)
+    if not args.canonical:
+        print(to_yaml(cascade), end="")
+        return 0
+    canon = canonical(cascade)
+    header = [f"{args.file} in canonical form (python -m simulator.cascade show --canonical)"]
+    header += [f"- {c}" for c in canon.changes] or ["- already canonical"]
+    draft = without_dead(canon.cascade, cascade.outputs)
+    print(draft.text(header), end="")
+    return 0
+
+
 def cmd_rewrite(args: argparse.Namespace) -> int:
     cascade = _load(args.file)
     if args.output:  # checked before the search: a typo costs a second, not a search
@@ -585,6 +602,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--at", help="with --arch: the workload's rank extents, e.g. E=4096,P=16K")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_rewrite)
+
+    p = sub.add_parser("show", help="the cascade as a file (--canonical: in canonical form)")
+    p.add_argument("file")
+    p.add_argument(
+        "--canonical",
+        action="store_true",
+        help="one way to write its algebra: literal extents named, scaled sums folded, "
+        "single-use maps inlined, invariants hoisted, operands ordered, duplicates shared",
+    )
+    p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("list", help="the shipped cascades")
     p.set_defaults(func=cmd_list)

@@ -28,6 +28,7 @@ import numpy as np
 from simulator.cascade.evaluate import evaluate, random_inputs
 from simulator.cascade.ir import Cascade, Einsum, rank_of
 from simulator.cascade.passes import PassReport, analyze_passes
+from simulator.cascade.rewrite.canonical import canonical
 from simulator.cascade.rewrite.draft import Draft, draft_of, without_dead, without_duplicates
 from simulator.cascade.rewrite.rules import RULES
 from simulator.cascade.rewrite.rules.base import Context
@@ -236,6 +237,28 @@ def _rules(allow_unstable: bool) -> tuple[ModuleType, ...]:
     return tuple(r for r in RULES if r.STABLE or allow_unstable)
 
 
+def _canonical_state(
+    cascade: Cascade, given: _State, checker: NumericalCheck, rejected: list[Rejected]
+) -> _State:
+    """Where the rules start: the cascade in canonical form (:mod:`.canonical`), checked
+    like any candidate; the input itself where it is already canonical, or where the
+    canonical form fails its check (a bug of that form, reported)."""
+    try:
+        canon = canonical(cascade)
+        if not canon.changes:
+            return given
+        draft = without_dead(canon.cascade, cascade.outputs)
+        built = draft.build()
+        checks = checker.check(built)
+        report = analyze_passes(built)
+    except Exception as err:  # noqa: BLE001 - any failure is the canonical form's bug
+        reason = err.message if isinstance(err, SpecError) else str(err)
+        rejected.append(Rejected("canonical-form", cascade.name, reason))
+        return given
+    step = Step("canonical-form", cascade.name, "; ".join(canon.changes), report.max_passes)
+    return _State(draft, built, report, (step,), checks, ())
+
+
 def rewrite(
     cascade: Cascade,
     *,
@@ -252,15 +275,18 @@ def rewrite(
     where = Loc(cascade.path)
     checker = NumericalCheck(cascade, overrides, seed, where)
     report = analyze_passes(cascade)
-    start = _State(
+    given = _State(
         draft_of(cascade), cascade, report, (), checker.check(cascade) if every else (), ()
     )
-    reached_all: list[_State] = [start]
+    rejected: list[Rejected] = []
+    start = _canonical_state(cascade, given, checker, rejected)
+    reached_all: list[_State] = [given] + ([start] if start is not given else [])
     counter = itertools.count()
     frontier = [(start.score(), next(counter), start)]
-    seen = {start.draft.key()}
-    rejected: list[Rejected] = []
-    best, expanded, generated = start, 0, 0
+    seen = {given.draft.key(), start.draft.key()}
+    best, expanded, generated = given, 0, 0
+    if start.report.max_passes < report.max_passes:
+        best = start
     rules = _rules(allow_unstable)
     target_passes = max(target_passes, pass_floor(cascade))
     reached = report.max_passes <= target_passes and not every
@@ -297,14 +323,14 @@ def rewrite(
                 heapq.heappush(frontier, (new.score(), next(counter), new))
                 reached_all.append(new)
                 if new_report.max_passes < report.max_passes and (
-                    best is start or new.score() < best.score()
+                    best is given or new.score() < best.score()
                 ):
                     best = new
                 # an unstable result keeps the search going for a stable one as good
                 if best.report.max_passes <= target_passes and not best.unstable and not every:
                     reached = True
-    if best is start:
-        checks = start.checks or checker.check(cascade)
+    if best is given:
+        checks = given.checks or checker.check(cascade)
     else:
         checks = best.checks
     kept = tuple(

@@ -231,6 +231,7 @@ def main() -> int:
         (f"slowest extreme input: simulator.run {which} (wall)", extreme, 2.0),
         (f"mapper, slowest point searched afresh: simulator.run {point} (wall)", searched, 2.0),
         ("simulator.cascade passes, 1,000 Einsums (wall)", bench_passes(), 1.5),
+        ("simulator.cascade passes, 100,000 Einsums (wall)", bench_passes(100_000), 60.0),
         (
             "simulator.cascade rewrite attention-3pass --target-passes 1 (wall)",
             bench_rewrite(),

@@ -69,3 +69,33 @@ class SearchProgress:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+class Steps:
+    """A bar for a long loop of `total` steps (parsing a long cascade's Einsums, analysing
+    its tensors), shown once the loop has run SHOW_AFTER_S, on stderr and only on a
+    terminal; a context manager that closes it."""
+
+    def __init__(self, desc: str, total: int, unit: str = "step") -> None:
+        self.desc, self.total, self.unit = desc, total, unit
+        self.start = time.perf_counter()
+        self.bar: tqdm | None = None
+
+    def update(self, done: int) -> None:
+        if self.bar is None:
+            if done % 256 or time.perf_counter() - self.start < SHOW_AFTER_S:
+                return
+            self.bar = tqdm(
+                total=self.total, desc=self.desc, unit=self.unit, file=sys.stderr,
+                disable=None, leave=False,
+            )  # fmt: skip
+        if done - self.bar.n >= 256 or done >= self.total:
+            self.bar.update(done - self.bar.n)
+
+    def __enter__(self) -> Steps:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

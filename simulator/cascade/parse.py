@@ -40,6 +40,7 @@ from simulator.cascade.ir import (
 from simulator.cascade.references import ALGORITHMS, check_reference
 from simulator.cascade.transform import expand, free_names, parse_body, parse_text
 from simulator.errors import Loc, SpecError
+from simulator.progress import Steps
 from simulator.spec import yamlio
 from simulator.spec.yamlio import LocDict, LocList, LocStr
 
@@ -258,16 +259,18 @@ def build_cascade(data: Any, source: str) -> Cascade:
             "einsum.expressions must be a non-empty list of Einsums", einsum.loc_of("expressions")
         )
     statements = []
-    for i, item in enumerate(exprs):
-        if isinstance(item, LocDict) and len(item) == 1:
-            # `- QK: BQK[...] = ...` is YAML for {QK: "BQK[...] = ..."}: a labelled Einsum.
-            ((label, body),) = item.items()
-            body = _as_str(body, item.loc_of(label), "an Einsum")
-            prefix = f"{label}: "
-            text = LocStr(prefix + str(body), body.loc, body.style, prefix=len(prefix))
-        else:
-            text = _as_str(item, exprs.loc_of(i), "an Einsum")
-        statements.append(parse_text(text, "start"))
+    with Steps("parsing Einsums", len(exprs), "Einsum") as progress:
+        for i, item in enumerate(exprs):
+            if isinstance(item, LocDict) and len(item) == 1:
+                # `- QK: BQK[...] = ...` is YAML for {QK: "BQK[...] = ..."}: a labelled Einsum.
+                ((label, body),) = item.items()
+                body = _as_str(body, item.loc_of(label), "an Einsum")
+                prefix = f"{label}: "
+                text = LocStr(prefix + str(body), body.loc, body.style, prefix=len(prefix))
+            else:
+                text = _as_str(item, exprs.loc_of(i), "an Einsum")
+            statements.append(parse_text(text, "start"))
+            progress.update(i + 1)
     reference = _reference(data)
     cascade = Checker(
         str(name), str(description).strip(), source, decls, shapes, ops, statements, shape_locs

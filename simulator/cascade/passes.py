@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from simulator.cascade.graph import recurrences
 from simulator.cascade.ir import Access, Cascade, Einsum, ISym, Read, index_vars, rank_of
 from simulator.errors import SpecError
+from simulator.progress import Steps
 
 
 @dataclass(frozen=True)
@@ -232,18 +233,21 @@ def analyze_passes(cascade: Cascade) -> PassReport:
     groups = cascade.rank_groups()
     per_rank = []
     fibers: list[FiberPasses] = []
-    for group in groups:
-        states = _states(cascade, group)
-        traversing = [e for e in cascade.einsums if _components_iterated(cascade, e, group)]
-        deepest = max(traversing, key=lambda e: states.start[e.name].level, default=None)
-        n = 1 + (states.start[deepest.name].level if deepest else 0)
-        per_rank.append((group, n, states.start[deepest.name].why if deepest else ()))
-        reach = _reach(cascade, group, states)
-        for t in cascade.tensors:
-            t_comps = tuple(r for r in t.ranks if cascade.rank_group(r) == group)
-            if not t_comps:
-                continue
-            fibers.append(_fiber(cascade, t.name, group, t_comps, states, reach))
+    total = len(groups) * len(cascade.tensors)
+    with Steps("passes: tensor fibres", total, "fibre") as progress:
+        for g, group in enumerate(groups):
+            states = _states(cascade, group)
+            traversing = [e for e in cascade.einsums if _components_iterated(cascade, e, group)]
+            deepest = max(traversing, key=lambda e: states.start[e.name].level, default=None)
+            n = 1 + (states.start[deepest.name].level if deepest else 0)
+            per_rank.append((group, n, states.start[deepest.name].why if deepest else ()))
+            reach = _reach(cascade, group, states)
+            for i, t in enumerate(cascade.tensors):
+                progress.update(g * len(cascade.tensors) + i + 1)
+                t_comps = tuple(r for r in t.ranks if cascade.rank_group(r) == group)
+                if not t_comps:
+                    continue
+                fibers.append(_fiber(cascade, t.name, group, t_comps, states, reach))
     max_passes = max((n for _, n, _ in per_rank), default=1)
     return PassReport(cascade.name, max_passes, tuple(per_rank), tuple(fibers))
 

@@ -10,6 +10,7 @@ notations`) runs every shipped cascade (about 3 minutes).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from simulator.cascade.evaluate import evaluate, random_inputs
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.rewrite import rewrite
 from simulator.cascade.rewrite.canonical import canonical
+from simulator.cascade.rewrite.draft import draft_of
 from simulator.cascade.shapes import resolve_shapes
 from simulator.cascade_cli import main as cascade_main
 
@@ -36,7 +38,9 @@ QUICK = (
     "cascade1-dot",
     "gelu-mlp",
 )
-ALL = tuple(sorted(p.stem for p in CASCADES.glob("*.yaml") if p.stem != "cross-entropy"))
+ALL = tuple(sorted(p.stem for p in CASCADES.glob("*.yaml")))
+# shapes too large to evaluate numerically (a vocabulary of 128K): checked at smaller ones
+SMALLER = {"cross-entropy": {"D": 64, "C": 512, "P": 32}}
 NAMES = ALL if os.environ.get("CASCADE_NOTATIONS_ALL") else QUICK
 
 LAYERNORM_APART = """\
@@ -98,9 +102,17 @@ def test_canonical_form_of_the_apart_layernorm():
     assert _equal(loads_cascade(LAYERNORM_APART, "<a>"), c.cascade)
 
 
+def _shipped(name: str):
+    c = load_cascade(CASCADES / f"{name}.yaml")
+    if name not in SMALLER:
+        return c
+    shapes = tuple((k, SMALLER[name].get(k, v)) for k, v in c.shapes)
+    return replace(draft_of(c), shapes=shapes).build()
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_canonical_form_computes_the_same(name):
-    c = load_cascade(CASCADES / f"{name}.yaml")
+    c = _shipped(name)
     canon = canonical(c)
     assert _equal(c, canon.cascade)
     again = canonical(canon.cascade)
@@ -109,7 +121,7 @@ def test_canonical_form_computes_the_same(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_notation_reaches_the_shipped_passes(name):
-    shipped = load_cascade(CASCADES / f"{name}.yaml")
+    shipped = _shipped(name)
     want = rewrite(shipped).passes_after.max_passes
     seen = 0
     for notation, variant in notations(shipped):

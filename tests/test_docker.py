@@ -76,11 +76,23 @@ def _instructions() -> list[tuple[str, str]]:
 def test_image_installs_like_the_readme_and_runs_make_experiments():
     steps = _instructions()
     base = next(arg for kw, arg in steps if kw == "FROM")
-    assert re.fullmatch(r"python:3\.\d+-slim", base), base
+    # pinned to its Python and Debian releases (issue 36)
+    assert re.fullmatch(r"python:3\.\d+\.\d+-slim-[a-z]+", base), base
     pip = [arg for kw, arg in steps if kw == "RUN" and "pip install" in arg]
-    assert pip == ["pip install --no-cache-dir -e ."]
+    # the dependencies first (a layer source edits leave cached), then the project; both
+    # through the lock file
+    assert len(pip) == 2 and all("-c constraints.txt" in p for p in pip)
+    assert pip[1] == "pip install --no-cache-dir -c constraints.txt -e ."
     readme = (ROOT / "README.md").read_text()
-    assert "pip install -e ." in readme  # the README's install, less pip's cache
+    assert "pip install -c constraints.txt -e ." in readme  # the README's, less pip's cache
+    order = [kw + " " + arg for kw, arg in steps]
+    first_copy = next(i for i, x in enumerate(order) if x.startswith("COPY . "))
+    assert order.index("RUN " + pip[0]) < first_copy < order.index("RUN " + pip[1])
+    # the first install is pyproject's dependencies, by name
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!~ \[]", d)[0].lower() for d in deps}
+    assert set(pip[0].split()[5:]) == names
     cmd = json.loads(next(arg for kw, arg in steps if kw == "CMD"))
     assert cmd == ["make", "experiments"]
     volume = json.loads(next(arg for kw, arg in steps if kw == "VOLUME"))
@@ -90,6 +102,36 @@ def test_image_installs_like_the_readme_and_runs_make_experiments():
     mounts = compose["services"]["experiments"]["volumes"]
     assert any(m.split(":")[1] == volume[0] for m in mounts)
     assert "experiments/out" in (ROOT / ".dockerignore").read_text()
+
+
+def test_image_runs_as_an_unprivileged_user():
+    steps = _instructions()
+    user = [arg for kw, arg in steps if kw == "USER"]
+    assert user and user[-1] != "root" and not user[-1].startswith("0")
+    compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
+    assert "UID" in compose["services"]["experiments"]["user"]
+
+
+def test_the_lock_file_pins_every_dependency():
+    """constraints.txt: `name==version` lines covering pyproject's runtime and test
+    dependencies (and what they pull in), which the README, CI and the image install."""
+    lines = [
+        x.strip()
+        for x in (ROOT / "constraints.txt").read_text().splitlines()
+        if x.strip() and not x.startswith("#")
+    ]
+    pinned = {}
+    for line in lines:
+        name, sep, version = line.partition("==")
+        assert sep and version and re.fullmatch(r"[A-Za-z0-9_.-]+", name), line
+        pinned[re.sub(r"[-_.]+", "-", name).lower()] = version
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["test"]
+    for dep in wanted:
+        name = re.sub(r"[-_.]+", "-", re.split(r"[<>=!~ \[;]", dep)[0]).lower()
+        assert name in pinned, dep
+    assert "constraints.txt" in (ROOT / ".ci" / "run").read_text()
 
 
 def test_ci_runs_the_dockerfile_steps():

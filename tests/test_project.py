@@ -18,7 +18,8 @@ def _readme_commands() -> list[str]:
 
 def test_readme_starts_with_install_and_test_commands():
     install, tests = _readme_commands()
-    assert install.startswith("pip install -e .") and "python -m simulator.run" in install
+    assert install.startswith("pip install -c constraints.txt -e .")
+    assert "python -m simulator.run" in install
     assert "--model bert --seq 1M" in install
     assert "pytest" in tests
 

@@ -110,6 +110,15 @@ def bench_experiments() -> float:
         return _best_of(1, lambda: subprocess.run(cmd, check=True, capture_output=True))
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_tests() -> float:
+    """The README's test command, `python -m pytest` (every core, as its addopts say)."""
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+    return _best_of(1, lambda: subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT))
+
+
 def bench_compare() -> float:
     """`python -m simulator.compare` with five cascades at 128K tokens (every strategy
     tried on each, cycle engine), wall time including interpreter start."""
@@ -226,7 +235,8 @@ def main() -> int:
         ("functional 8x8 attention, +Binding and +Architecture", bench_functional(), 10.0),
         ("GEMM mapper: one GEMM (BERT FFN1, 1M tokens, FuseMax)", bench_mapper(), 1.0),
         ("python -m simulator.sweep: 100 points, cycle engine (wall)", bench_sweep_100(), 30.0),
-        ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 60.0),
+        ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 20.0),
+        ("python -m pytest: the whole suite (wall)", bench_tests(), 180.0),
         ("python -m simulator.compare: 5 cascades at 128K (wall)", bench_compare(), 5.0),
         (f"slowest extreme input: simulator.run {which} (wall)", extreme, 2.0),
         (f"mapper, slowest point searched afresh: simulator.run {point} (wall)", searched, 2.0),

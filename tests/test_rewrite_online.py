@@ -170,7 +170,8 @@ def test_cascades_written_by_someone_else_reach_two_passes(name, tmp_path, capsy
     code, text = run(capsys, "rewrite", str(original), "-o", str(out))
     assert code == 0 and "bug:" not in text and "warning" not in text
     rules = [line.split()[1] for line in text.splitlines() if line.startswith("  ")]
-    assert rules == CHAINS[name]
+    # a file written another way is first put in canonical form (a step of its own)
+    assert [r for r in rules if r != "canonical-form"] == CHAINS[name]
     assert analyze_passes(load_cascade(original)).max_passes == 3
     assert analyze_passes(load_cascade(out)).max_passes == 2
     for scale in ("1", "30"):

@@ -32,7 +32,7 @@ def _latency(path, arch: str, at: str, batch: int) -> float:
     [
         ("softmax", "fusemax", "M=64K,P=16K"),  # the online softmax is slower here
         ("softmax", "flat", "M=4K,P=4K"),
-        ("layernorm-matmul", "fusemax", "E=4096,F=4096,P=16K"),
+        ("rmsnorm-matmul", "fusemax", "E=4096,F=4096,P=16K"),
         ("layernorm", "flat", "E=1024,P=16K"),
     ],
 )

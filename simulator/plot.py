@@ -1,0 +1,198 @@
+"""`python -m simulator.plot`: a metric of a sweep against one swept parameter.
+
+    python -m simulator.sweep --grid pe_dim=128,256 seq=16K,64K,256K --out sweep.csv
+    python -m simulator.plot sweep.csv --x seq --y latency_s -o latency      # latency.png/.pdf
+
+One line per combination of the other parameters that vary in the file (or of `--by`'s
+columns), the parameters that do not vary named under the title; a logarithmic axis where
+the values span more than a factor of 50 (sequence lengths, latencies). The sweep's own
+columns: its parameters (configuration, model, sequence length, the architecture's knobs),
+then the metrics (`latency_s`, `traffic_bytes`, `energy_pj`, `util_2d`, ...). Rows with an
+`error` are left out, and counted under the title.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from simulator.atomic import check_writable, output_path
+from simulator.cli import guarded
+from simulator.errors import Loc, SpecError
+from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
+
+# The first metric a sweep writes: the columns before it are the swept parameters.
+FIRST_METRIC = "latency_s"
+LOG_SPAN = 50.0  # values spanning more than this factor get a logarithmic axis
+
+
+def read_sweep(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """The sweep's columns and its rows (without the rows that ended in an error)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(f"cannot read the sweep: {err.strerror}", Loc(str(path))) from None
+    reader = csv.DictReader(text.splitlines())
+    columns = list(reader.fieldnames or [])
+    if not columns:
+        raise SpecError("the sweep file is empty (no header)", Loc(str(path), 1))
+    return columns, list(reader)
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _label(value: str) -> str:
+    number = _number(value)
+    if number is None or number != int(number) or abs(number) < 1024:
+        return value
+    for unit, scale in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if number % scale == 0:
+            return f"{int(number) // scale}{unit}"
+    return value
+
+
+def independent(rows: Sequence[dict[str, str]], varying: Sequence[str]) -> list[str]:
+    """The varying parameters less those the others determine (a sweep of `pe_dim` also
+    writes the 1D array's size and the registers it implies; one line per `pe_dim`, not
+    per each of them)."""
+    kept: list[str] = []
+    for c in varying:
+        seen: dict[tuple[str, ...], set[str]] = {}
+        for r in rows:
+            seen.setdefault(tuple(r[k] for k in kept), set()).add(r[c])
+        if any(len(v) > 1 for v in seen.values()) or not kept:
+            kept.append(c)
+    return kept
+
+
+def lines(
+    columns: Sequence[str], rows: Sequence[dict[str, str]], x: str, y: str, by: Sequence[str]
+) -> dict[tuple[str, ...], list[tuple[float, float, str]]]:
+    """(the `by` values) -> [(x, y, x as written)], sorted by x: one line each."""
+    out: dict[tuple[str, ...], list[tuple[float, float, str]]] = {}
+    for row in rows:
+        xv, yv = _number(row[x]), _number(row[y])
+        if yv is None:
+            continue
+        key = tuple(row[c] for c in by)
+        out.setdefault(key, []).append((xv if xv is not None else math.nan, yv, row[x]))
+    for points in out.values():
+        points.sort(key=lambda p: (math.isnan(p[0]), p[0], p[2]))
+    return out
+
+
+def _numeric_first(item: tuple[tuple[str, ...], list]) -> tuple:
+    """Lines in the order of their values, numbers as numbers (64 before 128)."""
+    return tuple((0, _number(v), "") if _number(v) is not None else (1, 0.0, v) for v in item[0])
+
+
+def draw(path: Path, x: str, y: str, by: Sequence[str] | None, stem: Path) -> list[Path]:
+    columns, rows = read_sweep(path)
+    for name, what in ((x, "--x"), (y, "--y"), *((c, "--by") for c in by or ())):
+        if name not in columns:
+            raise SpecError(
+                f"{what}: no column '{name}' in the sweep (columns: {', '.join(columns)})",
+                Loc(str(path), 1),
+            )
+    failed = [r for r in rows if r.get("error")]
+    rows = [r for r in rows if not r.get("error")]
+    if not rows:
+        raise SpecError("the sweep has no row without an error to draw", Loc(str(path)))
+    if not any(_number(r[y]) is not None for r in rows):
+        raise SpecError(f"--y: column '{y}' holds no numbers", Loc(str(path), 1))
+    params = columns[: columns.index(FIRST_METRIC)] if FIRST_METRIC in columns else []
+    varying = independent(rows, [c for c in params if c != x and len({r[c] for r in rows}) > 1])
+    fixed = [c for c in params if c != x and len({r[c] for r in rows}) == 1]
+    groups = list(by) if by is not None else varying
+    data = lines(columns, rows, x, y, groups)
+    numeric_x = all(not math.isnan(p[0]) for pts in data.values() for p in pts)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(WIDE_IN, 3.0 + 0.12 * len(data)), layout="constrained")
+    ticks: dict[str, int] = {}
+
+    def order(item: tuple[tuple[str, ...], list]) -> tuple:
+        return tuple(
+            (0, _number(v), "") if _number(v) is not None else (1, 0.0, v) for v in item[0]
+        )
+
+    for key, points in sorted(data.items(), key=order):
+        label = ", ".join(f"{c}={_label(v)}" for c, v in zip(groups, key, strict=True))
+        if numeric_x:
+            xs = [p[0] for p in points]
+        else:  # a categorical parameter (the configuration): positions in first-seen order
+            xs = [float(ticks.setdefault(p[2], len(ticks))) for p in points]
+        ax.plot(xs, [p[1] for p in points], marker="o", markersize=3, linewidth=1,
+                label=label or y)  # fmt: skip
+    xs_all = [p[0] for pts in data.values() for p in pts]
+    ys_all = [p[1] for pts in data.values() for p in pts]
+    if numeric_x and min(xs_all) > 0 and max(xs_all) / min(xs_all) > LOG_SPAN:
+        ax.set_xscale("log", base=2)
+    if min(ys_all) > 0 and max(ys_all) / min(ys_all) > LOG_SPAN:
+        ax.set_yscale("log")
+    if numeric_x:
+        values = sorted({p[0]: p[2] for pts in data.values() for p in pts}.items())
+        ax.set_xticks([v for v, _ in values], [_label(t) for _, t in values])
+    else:
+        ax.set_xticks(list(ticks.values()), list(ticks))
+    ax.minorticks_off()
+    ax.set_xlabel(x, fontsize=TEXT_PT)
+    ax.set_ylabel(y, fontsize=TEXT_PT)
+    ax.tick_params(axis="both", labelsize=SMALL_PT)
+    held = ", ".join(f"{c}={_label(rows[0][c])}" for c in fixed)
+    title = f"{y} against {x} ({path.name})"
+    notes = [held] if held else []
+    if failed:
+        notes.append(f"{len(failed)} row(s) with an error left out")
+    ax.set_title("\n".join([title, *notes]), fontsize=TEXT_PT)
+    if len(data) > 1 or groups:  # below the axes, laid out with them: never over a label
+        fig.legend(fontsize=SMALL_PT, loc="outside lower center", columnspacing=3.0,
+                   ncol=2 if len(data) > 3 else 1, frameon=False)  # fmt: skip
+    return save_figures(fig, stem)
+
+
+def _parser() -> argparse.ArgumentParser:
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            raise SpecError(f"{self.prog}: {message}")
+
+    p = Parser(
+        prog="python -m simulator.plot",
+        description="A metric of a sweep (python -m simulator.sweep's CSV) against one swept "
+        "parameter, one line per combination of the others.",
+    )
+    p.add_argument("sweep", help="the sweep's CSV")
+    p.add_argument("--x", required=True, help="the swept parameter across (e.g. seq, pe_dim)")
+    p.add_argument("--y", default="latency_s", help="the metric up (default latency_s)")
+    p.add_argument(
+        "--by", help="comma-separated columns, one line per combination (default: every other "
+        "parameter that varies)"
+    )  # fmt: skip
+    p.add_argument("-o", "--out", default="sweep-plot", help="figure stem: STEM.png, STEM.pdf")
+    return p
+
+
+@guarded
+def main(argv: list[str] | None = None) -> int:
+    """Draw a sweep's metric against a parameter."""
+    args = _parser().parse_args(argv)
+    stem = output_path(args.out, "sweep-plot")
+    for suffix in (".png", ".pdf"):
+        check_writable(stem.with_name(stem.name + suffix))
+    by = [c.strip() for c in args.by.split(",") if c.strip()] if args.by else None
+    for path in draw(Path(args.sweep), args.x, args.y, by, stem):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

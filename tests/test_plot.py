@@ -1,0 +1,102 @@
+"""`python -m simulator.plot`: a sweep's metric against a swept parameter (issue 36)."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from simulator.plot import independent, lines, read_sweep
+from simulator.plot import main as plot_main
+from simulator.sweep import main as sweep_main
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "sweep.csv"
+    code = sweep_main(
+        ["--grid", "pe_dim=64,128", "seq=4K,16K,64K", "accel=binding,flat",
+         "--engine", "analytic", "--no-progress", "--out", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    return out
+
+
+def test_one_line_per_configuration(sweep):
+    columns, rows = read_sweep(sweep)
+    params = columns[: columns.index("latency_s")]
+    varying = [c for c in params if c != "seq" and len({r[c] for r in rows}) > 1]
+    # pe_dim_1d and the registers follow pe_dim and accel: not lines of their own
+    assert independent(rows, varying) == ["accel", "pe_dim"]
+    data = lines(columns, rows, "seq", "latency_s", ["accel", "pe_dim"])
+    assert len(data) == 4 and all(len(points) == 3 for points in data.values())
+    for points in data.values():
+        assert [p[0] for p in points] == sorted(p[0] for p in points)
+        assert all(p[1] > 0 for p in points)
+
+
+def test_draws_png_and_pdf(sweep, tmp_path, capsys):
+    stem = tmp_path / "latency"
+    assert plot_main([str(sweep), "--x", "seq", "-o", str(stem)]) == 0
+    png = stem.with_name("latency.png")
+    pdf = stem.with_name("latency.pdf")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and pdf.read_bytes()[:5] == b"%PDF-"
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_rows_with_an_error_are_left_out(sweep, tmp_path):
+    columns, rows = read_sweep(sweep)
+    rows[0]["error"] = "does not fit"
+    bad = tmp_path / "with-error.csv"
+    with bad.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, columns)
+        w.writeheader()
+        w.writerows(rows)
+    assert plot_main([str(bad), "--x", "seq", "-o", str(tmp_path / "f")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--x", "banana"], "no column 'banana'"),
+        (["--x", "seq", "--y", "accel"], "holds no numbers"),
+        (["--x", "seq", "--by", "nope"], "--by: no column 'nope'"),
+    ],
+)
+def test_bad_columns_are_one_line(sweep, tmp_path, capsys, argv, message):
+    assert plot_main([str(sweep), *argv, "-o", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not list(tmp_path.glob("f.*"))  # nothing half-written
+
+
+def test_the_figure_is_legible_at_print_size(sweep, tmp_path, monkeypatch):
+    """At most 7 in wide, no text under 7 pt, and no two visible texts (ticks, labels,
+    title, legend) overlap."""
+    import matplotlib.figure
+    import matplotlib.text
+
+    seen = []
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, fname, *args, **kwargs):
+        result = original(fig, fname, *args, **kwargs)
+        renderer = fig.canvas.get_renderer()
+        texts = [
+            t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()
+        ]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        overlaps = [
+            (texts[i].get_text(), texts[j].get_text())
+            for i in range(len(boxes))
+            for j in range(i + 1, len(boxes))
+            if boxes[i].overlaps(boxes[j])
+        ]
+        seen.append((fig.get_figwidth(), min(t.get_fontsize() for t in texts), overlaps))
+        return result
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    assert plot_main([str(sweep), "--x", "seq", "-o", str(tmp_path / "f")]) == 0
+    assert seen
+    for width, smallest, overlaps in seen:
+        assert width <= 7.0 + 1e-9 and smallest >= 7 and not overlaps, overlaps

@@ -48,6 +48,9 @@ class Row:
     why: str = ""  # why the strategy does not apply
 
 
+LOG_SPAN = 100.0  # a panel whose values span more than this gets a logarithmic axis
+
+
 def _parser() -> argparse.ArgumentParser:
     class Parser(argparse.ArgumentParser):
         def error(self, message: str) -> None:  # type: ignore[override]
@@ -211,6 +214,7 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
     """Grouped bars, one panel per metric (latency, DRAM traffic, energy, 2D utilisation):
     cascades along x, one bar per strategy."""
     plt = pyplot()
+    from matplotlib.ticker import EngFormatter, PercentFormatter  # noqa: PLC0415 - drawing only
 
     cascades = list(dict.fromkeys(r.cascade for r in rows))
     strategies = list(dict.fromkeys(r.strategy for r in rows))
@@ -220,10 +224,11 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
         ("energy (J)", lambda r: (r.energy_pj or 0.0) * 1e-12),
         ("2D utilisation", lambda r: r.util_2d),
     ]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(WIDE_IN, 3.2))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(WIDE_IN, 3.4), layout="constrained")
     width = 0.8 / max(1, len(strategies))
     colours = plt.get_cmap("tab10")
     for ax, (title, value) in zip(axes, metrics, strict=True):
+        bars = []
         for j, strategy in enumerate(strategies):
             xs, ys = [], []
             for i, c in enumerate(cascades):
@@ -231,11 +236,27 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
                 if row is not None and row.result is not None:
                     xs.append(i + (j - (len(strategies) - 1) / 2) * width)
                     ys.append(value(row.result))
-            ax.bar(xs, ys, width, label=strategy, color=colours(j))
+            bars.append((ax.bar(xs, ys, width, label=strategy, color=colours(j)), ys))
+        shown = [y for _, ys in bars for y in ys if y > 0]
+        if shown and max(shown) / min(shown) > LOG_SPAN:
+            # values three orders apart (38 GB beside 38,000 GB): a logarithmic axis, each
+            # bar labelled with its value, so the small ones stay visible and readable
+            ax.set_yscale("log")
+            ax.set_ylim(top=max(shown) * 40)  # room for the labels above the tallest bars
+            title += " (log)"
+            for container, ys in bars:
+                ax.bar_label(container, [f"{y:.2g}" for y in ys], fontsize=SMALL_PT,
+                             rotation=90, padding=2)  # fmt: skip
         ax.set_xticks(range(len(cascades)), cascades, rotation=30, ha="right", fontsize=SMALL_PT)
         ax.tick_params(axis="y", labelsize=SMALL_PT)
+        if "utilisation" in title:
+            ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+        elif ax.get_yscale() == "linear" and max(shown, default=0) >= 1e4:
+            # 2.5 M, not 2.5 under a "1e6" that runs into the title
+            ax.yaxis.set_major_formatter(EngFormatter(places=1, sep=" "))
         ax.set_title(title, fontsize=TEXT_PT)
-        # linear axes from zero: bar heights compare as the numbers do
+        # linear axes from zero where the values are of one scale: heights compare as the
+        # numbers do
         missing = [
             i for i, c in enumerate(cascades)
             if not any(r.cascade == c and r.result is not None for r in rows)
@@ -243,9 +264,11 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
         for i in missing:
             ax.annotate("not bound", (i, 0), ha="center", va="bottom", rotation=90,
                         fontsize=SMALL_PT, color="#888888")  # fmt: skip
-    axes[0].legend(fontsize=SMALL_PT, frameon=False)
+    # one legend for the panels, below them: never over a bar
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=SMALL_PT, frameon=False, loc="outside lower center",
+               ncol=len(strategies))  # fmt: skip
     fig.suptitle(workload.describe(), fontsize=TEXT_PT)
-    fig.tight_layout()
     return save_figures(fig, out)
 
 

@@ -20,8 +20,9 @@ from simulator.cascade.ops import ops_per_point
 from simulator.errors import BoundBreach, SpecError
 from simulator.plan.costs import EinsumCost
 from simulator.plan.point import PointPlan, plan_point
+from simulator.pricing.accesses import level_accesses
 from simulator.pricing.point import price_point
-from simulator.result import PhaseCost, Result, TensorTraffic
+from simulator.result import LevelAccess, PhaseCost, Result, TensorTraffic
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.tables import AreaTable, EnergyTable
@@ -124,6 +125,7 @@ def build_result(
     if tables is not None:
         price = price_point(point, total_cycles, tables, accounting)
         priced = {f.name: getattr(price, f.name) for f in dataclasses.fields(price)}
+        priced["accesses"] = tuple(LevelAccess(*a) for a in level_accesses(point))
     result = Result(
         accelerator=mapping.name,
         label=mapping.label,

@@ -55,6 +55,20 @@ class SearchStats:
 
 
 @dataclass(frozen=True)
+class LevelAccess:
+    """One tensor at one storage level for one Einsum, as Timeloop counts it (values over
+    the whole run): reads sent to the child level, fills from the parent, updates of
+    partial results written back."""
+
+    einsum: str
+    tensor: str
+    level: str  # DRAM | buffer | registers
+    reads: float
+    fills: float
+    updates: float
+
+
+@dataclass(frozen=True)
 class Result:
     accelerator: str  # mapping name (unfused, flat, cascade, arch, binding, ...)
     label: str
@@ -98,6 +112,8 @@ class Result:
     traffic_bound_bytes: float = 0.0
     compute_bound_s: float = 0.0
     bound_binds: str = ""
+    # Per tensor, level and Einsum (priced results only: the statistics the energy prices)
+    accesses: tuple[LevelAccess, ...] = ()
     cascade: str = ""  # the name of the cascade that ran
     search: SearchStats | None = None  # automatic configurations: how the mapper found it
 

@@ -475,6 +475,18 @@ def record(row: Row) -> dict:
             for t in r.tensors
         },
         "search": search_record(r),
+        # Timeloop's statistics: per Einsum, tensor and level, in values over the run
+        "accesses": [
+            {
+                "einsum": a.einsum,
+                "tensor": a.tensor,
+                "level": a.level,
+                "reads": a.reads,
+                "fills": a.fills,
+                "updates": a.updates,
+            }
+            for a in r.accesses
+        ],
     }
 
 
@@ -562,7 +574,41 @@ def render_breakdown(rows: list[Row]) -> str:
                 [False, True, True, True, True, True],
             )
         )
+        if r.accesses:
+            lines.append("")
+            lines.append(render_accesses(r))
     return "\n".join(lines)
+
+
+LEVEL_ORDER = {"DRAM": 0, "buffer": 1, "registers": 2}
+
+
+def render_accesses(r: Result) -> str:
+    """Reads, fills and updates per tensor at each level (values, summed over the Einsums
+    that touch it; per Einsum in the JSON), as Timeloop reports them."""
+    totals: dict[tuple[str, str], list[float]] = {}
+    users: dict[tuple[str, str], set[str]] = {}
+    for a in r.accesses:
+        key = (a.tensor, a.level)
+        t = totals.setdefault(key, [0.0, 0.0, 0.0])
+        t[0], t[1], t[2] = t[0] + a.reads, t[1] + a.fills, t[2] + a.updates
+        users.setdefault(key, set()).add(a.einsum)
+    body = [
+        (tensor, level, f"{v[0]:.4g}", f"{v[1]:.4g}", f"{v[2]:.4g}", len(users[(tensor, level)]))
+        for (tensor, level), v in sorted(
+            totals.items(), key=lambda kv: (kv[0][0], LEVEL_ORDER.get(kv[0][1], 9))
+        )
+    ]
+    head = f"{r.label}: accesses per tensor and level (values; per Einsum in --format json)"
+    return (
+        head
+        + "\n"
+        + table(
+            ["tensor", "level", "reads", "fills", "updates", "Einsums"],
+            body,
+            [False, False, True, True, True, True],
+        )
+    )
 
 
 def ran(rows: list[Row]) -> str:

@@ -145,3 +145,31 @@ def test_compare_shows_small_bars_beside_large_ones(tmp_path, monkeypatch):
     util = next(ax for ax in fig.axes if "utilisation" in ax.get_title())
     assert any(t.get_text().endswith("%") for t in util.get_yticklabels())
     assert not overlaps, overlaps
+
+
+def test_per_tensor_per_level_statistics(capsys):
+    """`simulator.run --format json` lists reads, fills and updates per Einsum, tensor and
+    level (Timeloop's statistics); `--breakdown` sums them per tensor and level. BERT at
+    4K tokens under +Binding reads K and V from DRAM once: batch x heads x S x E values."""
+    import json
+
+    from simulator.run import main as run_main
+
+    assert run_main(["--seq", "4K", "--accel", "binding", "--engine", "analytic",
+                     "--format", "json"]) == 0  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["results"] if isinstance(doc, dict) and "results" in doc else doc
+    record = rows[0] if isinstance(rows, list) else rows
+    accesses = record["accesses"]
+    assert {a["level"] for a in accesses} <= {"DRAM", "buffer", "registers"}
+    once = 64 * 12 * 4096 * 64
+    for tensor in ("K", "V", "Q"):
+        dram = [a for a in accesses if a["tensor"] == tensor and a["level"] == "DRAM"]
+        assert sum(a["reads"] for a in dram) == once
+    # the buffer's fills of K are DRAM's reads of it: what leaves one level enters the next
+    fills = sum(a["fills"] for a in accesses if a["tensor"] == "K" and a["level"] == "buffer")
+    assert fills == once
+    assert run_main(["--seq", "4K", "--accel", "binding", "--engine", "analytic",
+                     "--breakdown"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "accesses per tensor and level" in out and "updates" in out

@@ -730,23 +730,39 @@ def draw(rows: Sequence[Validation], title: str, out: Path) -> list[Path]:
     ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, label="y = x")
     ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="0.9", label="±10%")
     styles = {"fused": ("o", "tab:blue"), "unfused": ("s", "tab:orange")}
+    named: list[Validation] = []
     for impl, (marker, color) in styles.items():
         picked = [r for r in rows if r.measurement.impl == impl]
         ax.scatter([r.measurement.time_s for r in picked], [r.predicted_s for r in picked],
                    marker=marker, color=color, s=18, label=impl, zorder=3)  # fmt: skip
-        for r in picked:  # fused shapes off by more than 10% by name (all: the table)
-            if impl == "fused" and abs(r.error) > 0.10:
-                xy = (r.measurement.time_s, r.predicted_s)
-                ax.annotate(r.measurement.shape.label, xy, fontsize=SMALL_PT, xytext=(4, -3),
-                            textcoords="offset points")  # fmt: skip
+        if impl == "fused":  # shapes off by more than 10% by number, named in a key
+            named += [r for r in picked if abs(r.error) > 0.10]
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
+    # Numbers at the points, the names in a key: close shapes (a few percent apart) would
+    # print their names over each other. Neighbours take turns above and below.
+    named.sort(key=lambda r: r.measurement.time_s)
+    offsets = ((4, -9), (4, 3), (-9, -9), (-9, 3))
+    for i, r in enumerate(named, 1):
+        xy = (r.measurement.time_s, r.predicted_s)
+        ax.annotate(str(i), xy, fontsize=SMALL_PT, xytext=offsets[(i - 1) % len(offsets)],
+                    textcoords="offset points")  # fmt: skip
+    if named:
+        key = "\n".join(
+            f"{i}  {r.measurement.shape.label} ({100 * r.error:+.0f}%)"
+            for i, r in enumerate(named, 1)
+        )
+        ax.text(0.98, 0.02, key, transform=ax.transAxes, fontsize=SMALL_PT, ha="right",
+                va="bottom", multialignment="left",
+                bbox={"facecolor": "white", "edgecolor": "0.8", "pad": 3})  # fmt: skip
     ax.set_xlabel("measured (s)", fontsize=TEXT_PT)
     ax.set_ylabel("predicted (s)", fontsize=TEXT_PT)
     ax.tick_params(axis="both", labelsize=SMALL_PT)
-    ax.set_title(title + "\n(fused shapes off by more than 10% named)", fontsize=TEXT_PT)
+    ax.set_title(
+        title + "\n(fused shapes off by more than 10% numbered, named in the key)", fontsize=TEXT_PT
+    )
     ax.legend(fontsize=SMALL_PT, loc="upper left")
     fig.tight_layout()
     return save_figures(fig, out)

@@ -173,3 +173,39 @@ def test_per_tensor_per_level_statistics(capsys):
                      "--breakdown"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "accesses per tensor and level" in out and "updates" in out
+
+
+def test_the_silicon_figure_names_shapes_without_overlap(tmp_path, monkeypatch):
+    """validate's figure numbers the shapes off by more than 10% and names them in a key:
+    no two of its texts (numbers, key, title, legend) overlap, and every number is in the
+    key."""
+    import matplotlib.figure
+
+    from simulator.validate import main as validate_main
+
+    seen = []
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, fname, *args, **kwargs):
+        result = original(fig, fname, *args, **kwargs)
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        texts = [ax.title, *ax.texts, *ax.get_legend().get_texts()]
+        texts = [t for t in texts if t.get_text().strip()]
+        boxes = [t.get_window_extent(renderer) for t in texts]
+        overlaps = [
+            (texts[i].get_text()[:20], texts[j].get_text()[:20])
+            for i in range(len(boxes))
+            for j in range(i + 1, len(boxes))
+            if boxes[i].overlaps(boxes[j])
+        ]
+        seen.append((ax, overlaps))
+        return result
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    assert validate_main(["--plot", str(tmp_path / "v"), "-o", str(tmp_path / "v.txt")]) == 0
+    ax, overlaps = seen[0]
+    numbers = [t.get_text() for t in ax.texts if t.get_text().isdigit()]
+    key = next(t.get_text() for t in ax.texts if "\n" in t.get_text())
+    assert numbers and all(f"{n}  " in key for n in numbers)
+    assert not overlaps, overlaps

@@ -281,17 +281,19 @@ def figures(rows: Sequence[AttnRow], ctx: Context) -> list[Path]:
     out = ctx.out
     paths = []
     paths += plots.grouped_bars(
-        _series_util(rows, ctx, "util_1d"), pts, "1D array utilization", out / "fig6a", ctx.compare
-    )
+        _series_util(rows, ctx, "util_1d"), pts, "1D array utilization", out / "fig6a",
+        ctx.compare, title="Attention: 1D PE array utilisation",
+    )  # fmt: skip
     paths += plots.grouped_bars(
-        _series_util(rows, ctx, "util_2d"), pts, "2D array utilization", out / "fig6b", ctx.compare
-    )
-    _, bars, published, categories = fig7_bars(rows, ctx)
+        _series_util(rows, ctx, "util_2d"), pts, "2D array utilization", out / "fig6b",
+        ctx.compare, title="Attention: 2D PE array utilisation",
+    )  # fmt: skip
+    model, bars, published, categories = fig7_bars(rows, ctx)
     names = dict(_configs(rows))
     spelled = "\n".join(f"{v}: {names.get(k, k)}" for k, v in FIG7_SHORT.items())
     paths += plots.stacked_breakdown(
         bars, published, categories, "2D array: share active", out / "fig7", ctx.compare,
-        note=spelled,
+        note=spelled, title=f"{model} attention: the 2D array's active time by Einsum",
     )  # fmt: skip
     paths += plots.grouped_bars(
         _series_relative(rows, ctx, "latency", "latency_s", invert=True),

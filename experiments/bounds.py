@@ -111,7 +111,8 @@ def figures(rows: Sequence[BoundRow], ctx: Context) -> list[Path]:
     roof = roofs(specs.architecture(specs.mapping("binding")))
     points = [(r.label, r.result) for r in rows]
     title = "Attention of " + ", ".join(dict.fromkeys(r.model for r in rows)) + " on the roofline"
-    return draw(points, roof, title, ctx.out / "roofline", lines=False)
+    groups = [r.model for r in rows]
+    return draw(points, roof, title, ctx.out / "roofline", lines=False, groups=groups)
 
 
 def report(rows: Sequence[BoundRow], ctx: Context) -> str:

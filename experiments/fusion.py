@@ -169,8 +169,10 @@ def figures(rows: Sequence[FusionRow], ctx: Context) -> list[Path]:
     ]
     colours = (plots.CONFIG_COLOURS[0], plots.CONFIG_COLOURS[4], plots.CONFIG_COLOURS[2])
     return plots.grouped_bars(
-        series, pts, "speedup over\nwritten, unfused", ctx.out / "fusion", colours=colours
-    )
+        series, pts, "speedup over\nwritten, unfused", ctx.out / "fusion", colours=colours,
+        title="Fusion beyond attention: LayerNorm + matmul and RMSNorm + FFN, written vs "
+        "rewritten", heading=False,
+    )  # fmt: skip
 
 
 def report(rows: Sequence[FusionRow], ctx: Context) -> str:

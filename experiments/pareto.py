@@ -18,8 +18,9 @@ from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
 from experiments.published import Published
 from simulator.configs import Specs
-from simulator.design_space import pareto_point
+from simulator.design_space import load_sweep, pareto_point, resolve_sweep
 from simulator.spec.workload import make_workload
+from simulator.units import format_count
 
 # The reference's columns, in order; `accel` is the artifact's name for FuseMax.
 COLUMNS = (
@@ -102,6 +103,13 @@ def draw(
     compare: bool,
 ) -> list[Path]:
     """Figure 12 from pareto.csv-shaped rows (ours; the published ones as markers)."""
+    grid = dict(load_sweep(resolve_sweep("pareto")).grid)
+    seqs = ", ".join(format_count(int(s)) for s in grid["seq"])
+    dims = grid["pe_dim"]
+    title = (
+        f"FuseMax (+Binding): attention at {seqs} tokens,\n"
+        f"PE arrays {min(dims)}x{min(dims)} to {max(dims)}x{max(dims)}"
+    )
     return plots.pareto_lines(
         curves(ours),
         curves(published.rows("pareto")),
@@ -109,6 +117,7 @@ def draw(
         "Attention Latency (s)",
         out / "fig12",
         compare,
+        title,
     )
 
 

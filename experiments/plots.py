@@ -75,7 +75,7 @@ def _legend(
     for handle, name in extra:
         handles.append(handle)
         names.append(name)
-    ax.legend(
+    legend = ax.legend(
         handles,
         names,
         loc="center left",
@@ -84,6 +84,11 @@ def _legend(
         fontsize=SMALL_PT,
         handlelength=1.5,
     )
+    # the heading reads as a heading (italic, a colon), not as a series without a swatch
+    for text in legend.get_texts():
+        if text.get_text() == title and heading:
+            text.set_text(f"{title}:")
+            text.set_fontstyle("italic")
 
 
 def _positions(points: Sequence[Point], n_series: int) -> tuple[dict[Point, float], float]:
@@ -132,10 +137,13 @@ def grouped_bars(
     colours: Sequence[str] = CONFIG_COLOURS,
     log: bool = False,
     title: str = "",
+    heading: bool = True,
 ) -> list[Path]:
     """The paper's bar chart: one group per (model, seq), one bar per configuration
     (`colours`: theirs; `log`: a logarithmic axis, without the paper's legend heading;
-    `title`: what the figure shows, so it reads without its caption)."""
+    `title`: what the figure shows, so it reads without its caption; `heading`: the
+    paper's "FuseMax" heading over its configurations -- figures of other series leave it
+    out)."""
     fig, ax = plt.subplots(figsize=(WIDE_IN, 2.4))
     centre, width = _positions(points, len(series))
     offset0 = -(len(series) - 1) / 2 * width
@@ -156,7 +164,7 @@ def grouped_bars(
         ax.set_ylim(0, ymax)
     _model_labels(ax, points, centre)
     extra = [(Line2D([], [], linestyle="none", **PUBLISHED_MARKER), "published")] if compare else []
-    _legend(ax, [s.label for s in series], extra, colours, heading=not log)
+    _legend(ax, [s.label for s in series], extra, colours, heading=heading and not log)
     if log:
         ax.set_yscale("log")
     else:
@@ -176,10 +184,11 @@ def stacked_breakdown(
     path_stem: Path,
     compare: bool = False,
     note: str = "",
+    title: str = "",
 ) -> list[Path]:
     """Figure 7's shape: per sequence length, one stacked bar per configuration (short
     label), stacked by Einsum category. `bars` = (group, short label, {category: value});
-    `note` (the short labels spelled out) under the legend."""
+    `note` (the short labels spelled out) under the legend; `title` (which model) above."""
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(WIDE_IN, 2.6))
     groups: list[str] = []
@@ -232,8 +241,10 @@ def stacked_breakdown(
     if note:
         ax.annotate(note, xy=(1.0, 0.0), xycoords="axes fraction", xytext=(6, -20),
                     textcoords="offset points", fontsize=SMALL_PT, va="top")  # fmt: skip
+    if title:
+        ax.set_title(title, fontsize=TEXT_PT, loc="left")
     fig.subplots_adjust(left=0.6 / fig.get_figwidth(), right=1 - 1.3 / fig.get_figwidth())
-    fig.subplots_adjust(bottom=0.3, top=0.95)
+    fig.subplots_adjust(bottom=0.3, top=0.88 if title else 0.95)
     paths = save_figure(fig, path_stem)
     plt.close(fig)
     return paths
@@ -246,8 +257,10 @@ def pareto_lines(
     ylabel: str,
     path_stem: Path,
     compare: bool = False,
+    title: str = "",
 ) -> list[Path]:
-    """Figure 12's shape: one line per model, log-log (x, y) points."""
+    """Figure 12's shape: one line per model, log-log (x, y) points (`title`: what and at
+    which length, so the figure reads without its caption)."""
     styles = ("-", "--", ":", "-.")
     markers = ("o", "x", ".", "+")
     colours = plt.get_cmap("tab10")
@@ -273,6 +286,8 @@ def pareto_lines(
     ax.set_ylabel(ylabel, fontsize=TEXT_PT)
     ax.tick_params(axis="both", labelsize=SMALL_PT)
     ax.legend(title="Model", fontsize=SMALL_PT, title_fontsize=SMALL_PT)
+    if title:
+        ax.set_title(title, fontsize=SMALL_PT)
     fig.tight_layout()
     paths = save_figure(fig, path_stem)
     plt.close(fig)

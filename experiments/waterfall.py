@@ -70,27 +70,31 @@ def _window(rows: Sequence[WaterfallRow]) -> int:
 
 def figures(rows: Sequence[WaterfallRow], ctx: Context) -> list[Path]:
     end = _window(rows)
-    fig, axes = plt.subplots(len(rows), 1, figsize=(7.0, 1.4 + 1.3 * len(rows)), sharex=True)
+    fig, axes = plt.subplots(
+        len(rows), 1, figsize=(7.0, 1.6 + 1.3 * len(rows)), sharex=True, layout="constrained"
+    )
     for ax, r in zip(axes, rows, strict=True):
         handles, labels = plot_waterfall(ax, list(r.events), list(r.arrays), end, "tab20")
+        # each panel is a window of its run: say how much of it
         ax.set_title(
-            f"{r.label}: {r.tiles_in_flight} tile(s) in flight, {r.cycles} cycles for "
-            f"{r.epochs} epochs",
+            f"{r.label}: {r.tiles_in_flight} tile(s) in flight; cycles 0-{end:,} shown of "
+            f"{r.cycles:,} for {r.epochs} epochs",
             fontsize=8,
             loc="left",
         )
         ax.tick_params(axis="both", labelsize=7)
     axes[-1].set_xlabel(f"cycle (BERT, {SEQ} tokens, one batch x head instance)", fontsize=8)
-    axes[-1].legend(
+    # laid out with the panels (never off the figure's edges)
+    fig.legend(
         handles,
         labels,
         fontsize=7,
         ncol=min(len(labels), 8),
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.45),
+        loc="outside lower center",
         frameon=False,
+        columnspacing=1.0,
+        handlelength=1.5,
     )
-    fig.tight_layout()
     paths = save_figure(fig, ctx.out / f"waterfall-{MODEL}-{SEQ}")
     plt.close(fig)
     return paths

@@ -15,6 +15,7 @@ memory-bound. The table gives each point's fraction of its latency bound
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +34,9 @@ from simulator.units import format_count, parse_count
 
 # The paper's colours for its five configurations, in order (others get the next colours).
 COLOURS = ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00")
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P")  # one shape per model where points are not joined
 
 
 def parse_seqs(text: str) -> list[int]:
@@ -61,6 +65,7 @@ def draw(
     title: str,
     out: Path,
     lines: bool = True,
+    groups: Sequence[str] | None = None,
 ) -> list[Path]:
     """Points (label, result: anything with traffic_bytes, intensity and throughput) on
     log-log axes with the roof and the slope; `out`.png/.pdf (`lines`: join each label's
@@ -81,28 +86,31 @@ def draw(
         va="bottom",
         fontsize=7,
     )
-    ax.annotate(
-        f"{bandwidth / 2**30:.3g} GiB/s",
-        (lo, bandwidth * lo),
-        ha="left",
-        va="bottom",
-        fontsize=7,
-        rotation=25,
-    )
     labels = list(dict.fromkeys(label for label, _r in points))
+    # several models without lines: a marker shape per model says which point is which
+    # (`groups`: each point's model, where the points do not carry it)
+    model_of = list(groups) if groups is not None else [getattr(r, "model", "") for _l, r in points]
+    models = list(dict.fromkeys(model_of))
+    shaped = not lines and len(models) > 1
     for i, label in enumerate(labels):
-        mine = [r for lab, r in points if lab == label and r.traffic_bytes]
-        ax.plot(
-            [r.intensity for r in mine],
-            [r.throughput for r in mine],
-            marker="o",
-            markersize=4,
-            linestyle="-" if lines else "none",
-            linewidth=0.6,
-            color=COLOURS[i % len(COLOURS)],
-            label=label,
-        )
-        ends = (mine[:1] + mine[-1:]) if lines and mine else []
+        mine = [
+            (r, m) for (lab, r), m in zip(points, model_of, strict=True)
+            if lab == label and r.traffic_bytes
+        ]  # fmt: skip
+        joined = [r for r, _ in mine]
+        sets = [[r for r, g in mine if g == m] for m in models] if shaped else [joined]
+        for j, group in enumerate(sets):
+            ax.plot(
+                [r.intensity for r in group],
+                [r.throughput for r in group],
+                marker=MARKERS[j % len(MARKERS)] if shaped else "o",
+                markersize=4,
+                linestyle="-" if lines else "none",
+                linewidth=0.6,
+                color=COLOURS[i % len(COLOURS)],
+                label=label if j == 0 else None,
+            )
+        ends = (joined[:1] + joined[-1:]) if lines and joined else []
         for r in ends:  # where each line starts and ends (points of a Result: its length)
             if getattr(r, "seq_len", None):
                 xy = (r.intensity, r.throughput)
@@ -112,11 +120,38 @@ def draw(
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (operations per DRAM byte)", fontsize=TEXT_PT)
     ax.set_ylabel("attained operations per second", fontsize=TEXT_PT)
-    ax.tick_params(axis="both", labelsize=SMALL_PT)
+    ax.tick_params(axis="both", which="both", labelsize=SMALL_PT)  # minor labels too
     ax.set_title(title, fontsize=TEXT_PT)
-    ax.legend(fontsize=SMALL_PT, frameon=False, loc="lower right")
+    legend = ax.legend(fontsize=SMALL_PT, frameon=False, loc="lower right")
+    if shaped:  # the models' shapes, in grey, beside the configurations' colours
+        ax.add_artist(legend)
+        handles = [
+            ax.plot([], [], marker=MARKERS[j % len(MARKERS)], linestyle="none", color="0.4",
+                    markersize=4, label=str(m))[0]
+            for j, m in enumerate(models)
+        ]  # fmt: skip
+        ax.legend(handles=handles, fontsize=SMALL_PT, frameon=False, loc="lower center",
+                  title="model", title_fontsize=SMALL_PT)  # fmt: skip
     ax.grid(True, which="major", color="#dddddd", linewidth=0.6)
     fig.tight_layout()
+    # the bandwidth on its slope: along it (its angle on the page, once laid out) and beside
+    # it, not across it
+    ridge = peak / bandwidth
+    at = (lo * (ridge / lo) ** 0.25, bandwidth * lo * (ridge / lo) ** 0.25)
+    (x0, y0), (x1, y1) = ax.transData.transform([(lo, bandwidth * lo), (ridge, peak)])
+    angle = math.degrees(math.atan2(y1 - y0, x1 - x0))
+    normal = math.radians(angle + 90)
+    ax.annotate(
+        f"{bandwidth / 2**30:.3g} GiB/s",
+        at,
+        xytext=(7 * math.cos(normal), 7 * math.sin(normal)),
+        textcoords="offset points",
+        ha="center",
+        va="center",
+        fontsize=7,
+        rotation=angle,
+        rotation_mode="anchor",
+    )
     return save_figures(fig, out)
 
 

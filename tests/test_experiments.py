@@ -88,7 +88,7 @@ def test_figures_show_five_configurations_for_four_models_and_six_lengths(full_r
         assert fig["bars"] == {c: 24 for c in plots.CONFIG_COLOURS}, (name, fig["bars"])
         assert fig["ticks"] == [s for _ in MODELS for s in SEQS]
         assert fig["annotations"] == list(MODELS)
-        assert [t for t in fig["legend"] if t != "FuseMax"] == CONFIG_LABELS
+        assert [t for t in fig["legend"] if t.rstrip(":") != "FuseMax"] == CONFIG_LABELS
     fig7 = log.figures["fig7"]
     assert fig7["ticks"] == ["FL", "+C", "+A", "+B"] * 6
     assert fig7["annotations"][:-1] == list(SEQS)

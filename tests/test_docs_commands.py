@@ -12,8 +12,9 @@ import shlex
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 from .conftest import ROOT
 
@@ -67,8 +68,9 @@ def test_the_pages_show_commands():
     assert sum(len(commands(p)) for p in PAGES) >= 40
 
 
-def test_every_documented_command_runs(tmp_path):
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda p: _run_page(p, tmp_path), PAGES))
-    failures = [f for page in results for f in page]
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_documented_command_runs(tmp_path, page):
+    """A page at a time (its commands in order, each may use what the one before wrote):
+    pytest-xdist spreads the pages over the cores."""
+    failures = _run_page(page, tmp_path)
     assert not failures, failures

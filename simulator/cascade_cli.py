@@ -334,6 +334,19 @@ def _passes_text(n: int) -> str:
     return f"{n} pass" if n == 1 else f"{n} passes"
 
 
+def _as_result(result: RewriteResult, chosen: Candidate) -> RewriteResult:
+    """The search's result with `chosen` (a candidate ranked on a chip) as its answer."""
+    return replace(
+        result,
+        cascade=chosen.cascade,
+        draft=chosen.draft,
+        steps=chosen.steps,
+        passes_after=chosen.report,
+        checks=chosen.checks,
+        unstable=chosen.unstable,
+    )
+
+
 def _rewritten_draft(
     result: RewriteResult, source: str, out: str | None, chosen: Candidate | None = None
 ):
@@ -342,15 +355,7 @@ def _rewritten_draft(
     rules made it."""
     original = result.original
     if chosen is not None:
-        result = replace(
-            result,
-            cascade=chosen.cascade,
-            draft=chosen.draft,
-            steps=chosen.steps,
-            passes_after=chosen.report,
-            checks=chosen.checks,
-            unstable=chosen.unstable,
-        )
+        result = _as_result(result, chosen)
     if out:
         name = Path(out).stem
     else:
@@ -438,14 +443,7 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
         print("ranked by passes (--arch ranks the candidates by their cost on a chip)")
     draft, header = _rewritten_draft(result, args.file, args.output, chosen)
     if chosen is not None:
-        result = replace(
-            result,
-            cascade=chosen.cascade,
-            steps=chosen.steps,
-            passes_after=chosen.report,
-            checks=chosen.checks,
-            unstable=chosen.unstable,
-        )
+        result = _as_result(result, chosen)
     text = draft.text(header)
     loads_cascade(text, draft.name)  # what is written parses back (else a bug, not a file)
     before, after = result.passes_before, result.passes_after

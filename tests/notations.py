@@ -12,21 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
-from simulator.cascade.ir import Cascade, Einsum, Expr, Num, Op, Read, Size, VarValue
+from simulator.cascade.ir import Cascade, Expr, Num, Op, Read, Size, VarValue
 from simulator.cascade.parse import loads_cascade
-from simulator.cascade.rewrite.draft import is_plain_sum, statement
+from simulator.cascade.rewrite.draft import is_plain_sum, restate
 from simulator.cascade.write import cascade_yaml, einsum_text, to_yaml
-
-
-def _restate(e: Einsum, expr: Expr) -> str:
-    return statement(
-        e.output,
-        expr,
-        label=e.name,
-        reduce_op=e.reduce_op,
-        reduced=e.reduced,
-        until=str(e.until) if e.until is not None else None,
-    )
 
 
 def _file(c: Cascade, statements: list[str], extra: list[tuple[str, tuple[str, ...]]]) -> str:
@@ -41,7 +30,7 @@ def _map_exprs(c: Cascade, fn: Callable[[Expr], Expr]) -> str:
             statements.append(einsum_text(e))
             continue
         new = fn(e.expr)
-        statements.append(_restate(e, new) if new != e.expr else einsum_text(e))
+        statements.append(restate(e, new) if new != e.expr else einsum_text(e))
     return _file(c, statements, [])
 
 

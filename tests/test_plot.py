@@ -11,6 +11,19 @@ from simulator.plot import main as plot_main
 from simulator.sweep import main as sweep_main
 
 
+def _overlaps(fig, texts) -> list[tuple[str, str]]:
+    """Pairs of the visible, non-empty `texts` whose boxes on the drawn figure overlap."""
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in texts if t.get_visible() and t.get_text().strip()]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    return [
+        (texts[i].get_text()[:20], texts[j].get_text()[:20])
+        for i in range(len(boxes))
+        for j in range(i + 1, len(boxes))
+        if boxes[i].overlaps(boxes[j])
+    ]
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "sweep.csv"
@@ -81,18 +94,10 @@ def test_the_figure_is_legible_at_print_size(sweep, tmp_path, monkeypatch):
 
     def record(fig, fname, *args, **kwargs):
         result = original(fig, fname, *args, **kwargs)
-        renderer = fig.canvas.get_renderer()
-        texts = [
-            t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()
-        ]
-        boxes = [t.get_window_extent(renderer) for t in texts]
-        overlaps = [
-            (texts[i].get_text(), texts[j].get_text())
-            for i in range(len(boxes))
-            for j in range(i + 1, len(boxes))
-            if boxes[i].overlaps(boxes[j])
-        ]
-        seen.append((fig.get_figwidth(), min(t.get_fontsize() for t in texts), overlaps))
+        texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip()]
+        seen.append(
+            (fig.get_figwidth(), min(t.get_fontsize() for t in texts), _overlaps(fig, texts))
+        )
         return result
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
@@ -115,22 +120,13 @@ def test_compare_shows_small_bars_beside_large_ones(tmp_path, monkeypatch):
 
     def record(fig, fname, *args, **kwargs):
         result = original(fig, fname, *args, **kwargs)
-        renderer = fig.canvas.get_renderer()
         # titles, the legend and the bars' value labels (tick labels are matplotlib's)
         texts = [fig._suptitle] if fig._suptitle else []
         for ax in fig.axes:
             texts += [ax.title, *ax.texts]
         for legend in fig.legends:
             texts += legend.get_texts()
-        texts = [t for t in texts if t.get_visible() and t.get_text().strip()]
-        boxes = [t.get_window_extent(renderer) for t in texts]
-        overlaps = [
-            (texts[i].get_text(), texts[j].get_text())
-            for i in range(len(boxes))
-            for j in range(i + 1, len(boxes))
-            if boxes[i].overlaps(boxes[j])
-        ]
-        seen.append((fig, overlaps))
+        seen.append((fig, _overlaps(fig, texts)))
         return result
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
@@ -188,18 +184,8 @@ def test_the_silicon_figure_names_shapes_without_overlap(tmp_path, monkeypatch):
 
     def record(fig, fname, *args, **kwargs):
         result = original(fig, fname, *args, **kwargs)
-        renderer = fig.canvas.get_renderer()
         ax = fig.axes[0]
-        texts = [ax.title, *ax.texts, *ax.get_legend().get_texts()]
-        texts = [t for t in texts if t.get_text().strip()]
-        boxes = [t.get_window_extent(renderer) for t in texts]
-        overlaps = [
-            (texts[i].get_text()[:20], texts[j].get_text()[:20])
-            for i in range(len(boxes))
-            for j in range(i + 1, len(boxes))
-            if boxes[i].overlaps(boxes[j])
-        ]
-        seen.append((ax, overlaps))
+        seen.append((ax, _overlaps(fig, [ax.title, *ax.texts, *ax.get_legend().get_texts()])))
         return result
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)

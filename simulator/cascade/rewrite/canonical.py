@@ -42,7 +42,7 @@ from simulator.cascade.rewrite.draft import (
     plain_vars,
     read,
     readers,
-    statement,
+    restate,
     var,
     without_duplicates,
 )
@@ -80,18 +80,6 @@ def canonical(cascade: Cascade) -> Canonical:
         changes.append("shared common subexpressions")
     draft = draft_of(current)
     return Canonical(current, draft, tuple(changes))
-
-
-def _restate(e: Einsum, expr: Expr) -> str:
-    """The Einsum with another expression (its output, reduction and stop kept)."""
-    return statement(
-        e.output,
-        expr,
-        label=e.name,
-        reduce_op=e.reduce_op,
-        reduced=e.reduced,
-        until=str(e.until) if e.until is not None else None,
-    )
 
 
 def _one_step(c: Cascade) -> tuple[Draft, str] | None:
@@ -137,7 +125,7 @@ def _literal_sizes(c: Cascade) -> tuple[Draft, str] | None:
             if rank is None:
                 continue
             new_args = tuple(Size(rank) if j == i else a for j, a in enumerate(args))
-            text = _restate(e, Op(e.expr.name, new_args))
+            text = restate(e, Op(e.expr.name, new_args))
             return edited(c, {e.name: [text]}), f"{e.name}: {arg} is the extent {rank}"
     return None
 
@@ -169,7 +157,7 @@ def _fold_scaled_sum(c: Cascade) -> tuple[Draft, str] | None:
         ):
             continue
         body = Op(u.expr.name, (t.expr, scale) if read is a else (scale, t.expr))
-        text = _restate(u, body)
+        text = restate(u, body)
         return (
             edited(c, {t.name: [], u.name: [text]}),
             f"{u.name}: the sum {t.name} scaled in one reduction",
@@ -206,7 +194,7 @@ def _inline_same_space(c: Cascade) -> tuple[Draft, str] | None:
         if body is None:
             continue
         new_expr = _substitute(u.expr, reads[0], body)
-        text = _restate(u, new_expr)
+        text = restate(u, new_expr)
         return edited(c, {p.name: [], u.name: [text]}), f"{u.name}: {p.name} inlined"
     return None
 
@@ -266,7 +254,7 @@ def _hoist_invariant(c: Cascade) -> tuple[Draft, str] | None:
         index = ", ".join(keep)
         hoisted = f"{name}[{index}] = {_text(sub)}"
         new_expr = _replace(e.expr, sub, read(name, [var(v) for v in keep]))
-        text = _restate(e, new_expr)
+        text = restate(e, new_expr)
         draft = edited(
             c,
             {e.name: [hoisted, text]},
@@ -300,7 +288,7 @@ def _ordered(c: Cascade) -> tuple[Draft, str] | None:
             continue
         expr = _sorted_operands(e.expr)
         if expr != e.expr:
-            replacements[e.name] = [_restate(e, expr)]
+            replacements[e.name] = [restate(e, expr)]
     if not replacements:
         return None
     return edited(c, replacements), "operands of sums and products in one order"

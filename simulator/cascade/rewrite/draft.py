@@ -199,6 +199,18 @@ def statement(
     return text
 
 
+def restate(e: Einsum, expr: Expr) -> str:
+    """The Einsum with another expression: its output, label, reduction and stop kept."""
+    return statement(
+        e.output,
+        expr,
+        label=e.name,
+        reduce_op=e.reduce_op,
+        reduced=e.reduced,
+        until=str(e.until) if e.until is not None else None,
+    )
+
+
 def restated(e: Einsum, fn: Callable[[Access], Expr | None]) -> str:
     """An Einsum's text with its reads replaced by `fn` (see `map_reads`), the rest kept."""
     return statement(

@@ -414,6 +414,14 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
         )
     workload = None
     if by_cost:
+        resolve_spec("arch", args.arch)  # an unknown chip: one line, before any search
+        at = parse_shape([args.at] if args.at else None, "--at")
+        unknown = sorted(set(at) - set(cascade.shape_names()))
+        if unknown:
+            raise SpecError(
+                f"--at: {cascade.name} has no rank {', '.join(unknown)} (its ranks: "
+                f"{', '.join(sorted(cascade.shape_names()))})"
+            )
         workload = make_workload(
             args.model or "bert",
             args.seq or "4K",

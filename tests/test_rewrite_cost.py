@@ -82,3 +82,18 @@ def test_workload_flags_need_an_architecture(capsys, flag):
     assert cascade_main(["rewrite", "layernorm", *flag]) == 2
     err = capsys.readouterr().err.strip()
     assert "add --arch" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--arch", "banana"], "banana: no such file"),
+        (["--arch", "fusemax", "--at", "Z=5"], "has no rank Z"),
+        (["--arch", "fusemax", "--at", "E=foo"], "is not a count"),
+    ],
+)
+def test_a_bad_chip_or_workload_is_one_line_before_the_search(capsys, argv, message):
+    assert cascade_main(["rewrite", "layernorm", *argv]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert "candidates" not in captured.out  # nothing was searched or ranked

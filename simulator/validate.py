@@ -18,9 +18,14 @@ engine:
 It prints the relative error of each, the array (or DRAM) that bounds the prediction, the
 tensor-core utilisation measured (achieved matrix FLOP/s over the measured matrix ceiling)
 and predicted (the 2D array's busy share), and the summary: mean, median and largest
-absolute relative error per group, the causal/full time ratio and the fused/unfused
-speedup, measured and predicted. `--format json|csv`; `--plot FILE` draws predicted
-against measured (log-log, the y = x line, points labelled by shape).
+absolute relative error per group and per family (MHA, GQA, MQA; head dimension; batches
+that do not fill the chip; decode by how long its K/V cache streams), the causal/full time
+ratio and the fused/unfused speedup, measured and predicted. `--split FILE` (written by
+experiments/silicon/split.py before any error was looked at) reports a design and a
+held-out half apart; `--kernels NAME` names the folder of mapping files that describe the
+measured kernels when the architecture's own name has none (an H200 running the H100's
+kernels). `--format json|csv`; `--plot FILE` draws predicted against measured (log-log,
+the y = x line, the shapes off by more than 10% numbered and named in a key).
 """
 
 from __future__ import annotations

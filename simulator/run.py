@@ -395,7 +395,27 @@ def compare(
                 "computes are masked (its kernels compute whole tiles); of bound counts only "
                 "the useful work"
             )
-    return rows, notes
+    return rows, merged_notes(notes)
+
+
+def merged_notes(notes: list[str]) -> list[str]:
+    """Notes that say the same of several configurations (`auto:flat: the cycle engine
+    simulates one core ...` for each of three) as one, naming them all."""
+    out: list[str] = []
+    said: dict[str, int] = {}
+    for note in notes:
+        config, sep, message = note.partition(": ")
+        if not sep or " " in config or not message:
+            out.append(note)
+            continue
+        if message in said:
+            i = said[message]
+            head, _, rest = out[i].partition(": ")
+            out[i] = f"{head}, {config}: {rest}"
+            continue
+        said[message] = len(out)
+        out.append(note)
+    return out
 
 
 def _ratio(base: Result | None, r: Result) -> float | None:

@@ -236,3 +236,19 @@ def test_causal_unit_weights_count_chunks():
     cons = constraints(cascade.einsum(name), point.partitions, point.extents)
     weights = unit_weights(cons, ("P2",), ("M1",), point.extents)
     assert weights == tuple(float(i + 1) for i in range(2048 // 128))
+
+
+def test_the_same_note_for_several_configurations_is_said_once():
+    from simulator.run import merged_notes
+
+    notes = [
+        "auto:unfused: the cycle engine simulates one core; shown: analytic",
+        "auto:flat: the cycle engine simulates one core; shown: analytic",
+        "no flat baseline at this point: why",
+        "auto:fusemax: the cycle engine simulates one core; shown: analytic",
+    ]
+    assert merged_notes(notes) == [
+        "auto:unfused, auto:flat, auto:fusemax: the cycle engine simulates one core; shown: "
+        "analytic",
+        "no flat baseline at this point: why",
+    ]

@@ -195,3 +195,51 @@ def test_the_silicon_figure_names_shapes_without_overlap(tmp_path, monkeypatch):
     key = next(t.get_text() for t in ax.texts if "\n" in t.get_text())
     assert numbers and all(f"{n}  " in key for n in numbers)
     assert not overlaps, overlaps
+
+
+@pytest.mark.parametrize("tool", ["compare", "roofline", "plot"])
+@pytest.mark.parametrize("step", ["png", "pdf", "rename-png", "rename-pdf"])
+def test_ctrl_c_at_every_step_of_a_figure_write(sweep, tmp_path, monkeypatch, capsys, tool, step):
+    """Ctrl-C made to arrive deterministically while the PNG is drawn, while the PDF is
+    drawn, or as either is renamed into place: the command says one line and exits 130,
+    and the figure's PNG and PDF are both absent (never one without the other, never a
+    temporary left)."""
+    import os as os_module
+
+    import matplotlib.figure
+
+    from simulator import atomic
+    from simulator.compare import main as compare_main
+    from simulator.roofline import main as roofline_main
+
+    original_save = matplotlib.figure.Figure.savefig
+    original_replace = os_module.replace
+    calls = {"save": 0, "replace": 0}
+
+    def save(fig, fname, *args, **kwargs):
+        calls["save"] += 1
+        if (step, calls["save"]) in (("png", 1), ("pdf", 2)):
+            raise KeyboardInterrupt
+        return original_save(fig, fname, *args, **kwargs)
+
+    def replace(src, dst):
+        calls["replace"] += 1
+        if (step, calls["replace"]) in (("rename-png", 1), ("rename-pdf", 2)):
+            raise KeyboardInterrupt
+        return original_replace(src, dst)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", save)
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    out = tmp_path / "out"
+    out.mkdir()
+    stem = out / "fig"
+    argv = {
+        "compare": ["--cascades", "attention-1pass,attention-3pass", "--seq", "1K",
+                    "--engine", "analytic", "--out", str(stem)],
+        "roofline": ["--seqs", "1K,4K", "-o", str(stem)],
+        "plot": [str(sweep), "--x", "seq", "-o", str(stem)],
+    }[tool]  # fmt: skip
+    main = {"compare": compare_main, "roofline": roofline_main, "plot": plot_main}[tool]
+    assert main(argv) == 130
+    assert capsys.readouterr().err.strip().endswith("no partial result file was left")
+    assert sorted(p.name for p in out.iterdir()) == []

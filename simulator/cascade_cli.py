@@ -48,19 +48,12 @@ from simulator.cascade.rewrite.search import Candidate
 from simulator.cascade.runs_on import missing_by_architecture, runs_on_line
 from simulator.cascade.shapes import MissingShapes, parse_shape_arg, resolve_shapes
 from simulator.cascade.write import to_yaml
-from simulator.cli import guarded
+from simulator.cli import ArgumentParser, guarded
 from simulator.errors import SpecError
 from simulator.paths import data_dir, resolve_spec
 from simulator.rewrite_cost import OBJECTIVES, best, rank, render
 from simulator.spec.workload import make_workload, parse_shape
 from simulator.textfmt import table
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises SpecError (one line, exit 2) instead of printing usage."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SpecError(f"{self.prog}: {message}")
 
 
 def _seed(text: str) -> int:
@@ -531,11 +524,11 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = ArgumentParser(
         prog="python -m simulator.cascade",
         description="Analyse, execute and compare cascades of Extended Einsums.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     shape_help = "rank extents, e.g. M=4096,P=4096,E=64,F=64 (K/M suffixes allowed)"
 
     p = sub.add_parser("passes", help="passes per rank and minimum live footprint per fibre")

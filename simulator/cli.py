@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import os
 import signal
@@ -15,6 +16,15 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 3  # a result that breaks its own lower bound: a bug of the tool
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 INTERRUPTED = "interrupted: no partial result file was left"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are a :class:`SpecError`: one line on stderr and exit
+    code 2 through :func:`guarded`, like every other bad input (argparse's own would print
+    the usage and exit itself)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SpecError(f"{self.prog}: {message}")
 
 
 def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from simulator.atomic import check_writable, output_path
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
-from simulator.cli import guarded
+from simulator.cli import ArgumentParser, guarded
 from simulator.configs import Specs, check_shape, evaluate
 from simulator.errors import SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
@@ -52,11 +52,7 @@ LOG_SPAN = 100.0  # a panel whose values span more than this gets a logarithmic 
 
 
 def _parser() -> argparse.ArgumentParser:
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # type: ignore[override]
-            raise SpecError(f"{self.prog}: {message}")
-
-    p = Parser(
+    p = ArgumentParser(
         prog="python -m simulator.compare",
         description="Compare cascades (passes, footprint, latency, traffic, utilisation, "
         "energy) on one accelerator, each bound automatically.",

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from simulator.atomic import write_text
-from simulator.cli import guarded
+from simulator.cli import ArgumentParser, guarded
 from simulator.configs import ALIASES, Specs
 from simulator.errors import SpecError
 from simulator.spec.workload import make_workload
@@ -32,14 +32,11 @@ from simulator.timeloop.export import (
 from simulator.units import parse_count
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SpecError(f"{self.prog}: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m simulator.export", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="format", metavar="timeloop", required=True, parser_class=_Parser)
+    p = ArgumentParser(prog="python -m simulator.export", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(
+        dest="format", metavar="timeloop", required=True, parser_class=ArgumentParser
+    )
     t = sub.add_parser("timeloop", help="Timeloop v0.4 inputs, one directory per Einsum")
     t.add_argument("--accel", default="binding", help="configuration (default: binding)")
     t.add_argument("--mapping", help="a mapping file instead of --accel")

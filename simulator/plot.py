@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from simulator.atomic import check_writable, output_path
-from simulator.cli import guarded
+from simulator.cli import ArgumentParser, guarded
 from simulator.errors import Loc, SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
+from simulator.units import format_count
 
 # The first metric a sweep writes: the columns before it are the swept parameters.
 FIRST_METRIC = "latency_s"
@@ -52,13 +53,11 @@ def _number(text: str) -> float | None:
 
 
 def _label(value: str) -> str:
+    """A whole number as the units write it (65536 -> 64K); anything else as written."""
     number = _number(value)
-    if number is None or number != int(number) or abs(number) < 1024:
+    if number is None or number != int(number) or number < 1024:
         return value
-    for unit, scale in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if number % scale == 0:
-            return f"{int(number) // scale}{unit}"
-    return value
+    return format_count(int(number))
 
 
 def independent(rows: Sequence[dict[str, str]], varying: Sequence[str]) -> list[str]:
@@ -76,7 +75,7 @@ def independent(rows: Sequence[dict[str, str]], varying: Sequence[str]) -> list[
 
 
 def lines(
-    columns: Sequence[str], rows: Sequence[dict[str, str]], x: str, y: str, by: Sequence[str]
+    rows: Sequence[dict[str, str]], x: str, y: str, by: Sequence[str]
 ) -> dict[tuple[str, ...], list[tuple[float, float, str]]]:
     """(the `by` values) -> [(x, y, x as written)], sorted by x: one line each."""
     out: dict[tuple[str, ...], list[tuple[float, float, str]]] = {}
@@ -114,7 +113,7 @@ def draw(path: Path, x: str, y: str, by: Sequence[str] | None, stem: Path) -> li
     varying = independent(rows, [c for c in params if c != x and len({r[c] for r in rows}) > 1])
     fixed = [c for c in params if c != x and len({r[c] for r in rows}) == 1]
     groups = list(by) if by is not None else varying
-    data = lines(columns, rows, x, y, groups)
+    data = lines(rows, x, y, groups)
     numeric_x = all(not math.isnan(p[0]) for pts in data.values() for p in pts)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(WIDE_IN, 3.0 + 0.12 * len(data)), layout="constrained")
@@ -161,11 +160,7 @@ def draw(path: Path, x: str, y: str, by: Sequence[str] | None, stem: Path) -> li
 
 
 def _parser() -> argparse.ArgumentParser:
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # type: ignore[override]
-            raise SpecError(f"{self.prog}: {message}")
-
-    p = Parser(
+    p = ArgumentParser(
         prog="python -m simulator.plot",
         description="A metric of a sweep (python -m simulator.sweep's CSV) against one swept "
         "parameter, one line per combination of the others.",

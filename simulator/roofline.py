@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.atomic import check_writable, output_path
-from simulator.cli import guarded
+from simulator.cli import ArgumentParser, guarded
 from simulator.configs import ALIASES, STANDARD, Sizing, Specs, evaluate
 from simulator.errors import SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
@@ -156,11 +156,7 @@ def draw(
 
 
 def _parser() -> argparse.ArgumentParser:
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # type: ignore[override]
-            raise SpecError(f"{self.prog}: {message}")
-
-    p = Parser(
+    p = ArgumentParser(
         prog="python -m simulator.roofline",
         description="Arithmetic intensity vs attained throughput of each configuration "
         "and sequence length, under the architecture's roof.",

@@ -22,7 +22,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from simulator.cli import guarded
+from simulator.cli import ArgumentParser, guarded
 from simulator.configs import (
     ALIASES,
     STANDARD,
@@ -54,13 +54,8 @@ from simulator.units import (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SpecError(f"{self.prog}: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = ArgumentParser(
         prog="python -m simulator.run",
         description="Latency, speedup, utilisation and DRAM traffic of attention "
         "accelerator configurations at one workload point.",

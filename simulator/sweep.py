@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from simulator import journal
 from simulator.atomic import check_writable, output_path, write_text
-from simulator.cli import die_with_parent, guarded
+from simulator.cli import ArgumentParser, die_with_parent, guarded
 from simulator.configs import Specs
 from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
 from simulator.errors import BoundBreach, SpecError
@@ -56,17 +56,12 @@ from simulator.units import parse_seconds
 Rows = list[tuple[int, dict[str, Any]]]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SpecError(f"{self.prog}: {message}")
-
-
 # Points a sweep runs without --yes: its rows stay in memory until the CSV is written.
 LARGE_GRID = 100_000
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = ArgumentParser(
         prog="python -m simulator.sweep",
         description="Sweep a design space (PE array, buffer, bandwidth, 1D width, sequence "
         "length, model, configuration) and write one CSV row per point.",

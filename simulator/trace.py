@@ -21,7 +21,7 @@ from pathlib import Path
 
 from simulator.atomic import check_writable, output_path, write_text
 from simulator.bounds import point_bounds
-from simulator.cli import guarded
+from simulator.cli import ArgumentParser, guarded
 from simulator.configs import ALIASES, Specs, prepare
 from simulator.errors import BoundBreach, SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot
@@ -34,13 +34,8 @@ from simulator.timing.cycle.waterfall import TraceEvent, Waterfall, WaterfallRes
 from simulator.units import parse_count
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SpecError(f"{self.prog}: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m simulator.trace", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m simulator.trace", description=__doc__.splitlines()[0])
     p.add_argument("--accel", default="binding", help="a configuration with a pipelined phase")
     p.add_argument("--mapping", help="a mapping file instead of --accel")
     p.add_argument("--model", default="bert")

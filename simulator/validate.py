@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.atomic import check_writable, output_path, write_text
-from simulator.cli import guarded
+from simulator.cli import ArgumentParser, guarded
 from simulator.configs import Specs, prepare
 from simulator.errors import Loc, SpecError
 from simulator.evaluate import evaluate_mapping
@@ -774,11 +774,7 @@ def draw(rows: Sequence[Validation], title: str, out: Path) -> list[Path]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # type: ignore[override]
-            raise SpecError(f"{self.prog}: {message}")
-
-    p = Parser(
+    p = ArgumentParser(
         prog="python -m simulator.validate",
         description="Predictions of an architecture against attention measured on the chip "
         "it describes (experiments/silicon/measure_attention.py wrote the file).",

@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
-from simulator.cascade.ir import Cascade, Expr, Num, Op, Read, Size, VarValue
+from simulator.cascade.ir import Cascade, Expr, Num, Op, Size, VarValue
 from simulator.cascade.parse import loads_cascade
 from simulator.cascade.rewrite.draft import is_plain_sum, restate
-from simulator.cascade.write import cascade_yaml, einsum_text, to_yaml
+from simulator.cascade.write import cascade_yaml, einsum_text, expr_text, to_yaml
 
 
 def _file(c: Cascade, statements: list[str], extra: list[tuple[str, tuple[str, ...]]]) -> str:
@@ -103,8 +103,6 @@ def _constant(x: Expr) -> bool:
 
 
 def _text(x: Expr) -> str:
-    from simulator.cascade.write import expr_text
-
     return expr_text(x)
 
 
@@ -216,4 +214,4 @@ def notations(c: Cascade) -> Iterator[tuple[str, Cascade]]:
         yield name, loads_cascade(fn(c), f"<{c.name} {name}>")
 
 
-__all__ = ["NOTATIONS", "notations", "Read"]
+__all__ = ["NOTATIONS", "notations"]

@@ -41,7 +41,7 @@ def test_one_line_per_configuration(sweep):
     varying = [c for c in params if c != "seq" and len({r[c] for r in rows}) > 1]
     # pe_dim_1d and the registers follow pe_dim and accel: not lines of their own
     assert independent(rows, varying) == ["accel", "pe_dim"]
-    data = lines(columns, rows, "seq", "latency_s", ["accel", "pe_dim"])
+    data = lines(rows, "seq", "latency_s", ["accel", "pe_dim"])
     assert len(data) == 4 and all(len(points) == 3 for points in data.values())
     for points in data.values():
         assert [p[0] for p in points] == sorted(p[0] for p in points)

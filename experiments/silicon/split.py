@@ -19,8 +19,11 @@ import random
 import sys
 from pathlib import Path
 
-# a shape's full and causal runs (the same inputs) go to the same half
-KEY = ("kind", "batch", "q_heads", "kv_heads", "queries", "keys", "head_dim")
+from simulator.validate import SPLIT_COLUMNS
+
+# a shape's full and causal runs (the same inputs) go to the same half: the columns
+# `simulator.validate --split` reads, less the half
+KEY = SPLIT_COLUMNS[:-1]
 
 
 def shapes(path: Path) -> dict[str, list[tuple[str, ...]]]:

@@ -20,9 +20,8 @@ from pathlib import Path
 
 from simulator.atomic import check_writable, output_path, write_text
 from simulator.cascade.parse import load_cascade
-from simulator.cli import guarded
+from simulator.cli import ArgumentParser, guarded
 from simulator.configs import Specs, check_shape
-from simulator.errors import SpecError
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES, SearchOptions, search
 from simulator.paths import data_dir, resolve_spec
 from simulator.progress import SearchProgress
@@ -39,13 +38,8 @@ from simulator.spec.workload import PHASES, make_workload, parse_shape
 from simulator.units import parse_count
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SpecError(f"{self.prog}: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = ArgumentParser(
         prog="python -m simulator.bind",
         description="Generate the mapping (binding, tiling, tensors, schedule) of a cascade "
         "on an architecture with a binding strategy.",

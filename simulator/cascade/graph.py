@@ -13,6 +13,7 @@ initialisation.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Access, Cascade, Einsum, reads_previous_step
@@ -88,39 +89,36 @@ def _masked_step_edges(cascade: Cascade, e: Einsum) -> list[Edge]:
     ]
 
 
-def strongly_connected(graph: Graph) -> list[tuple[str, ...]]:
-    """SCCs (Tarjan), in topological order of the condensation (producers first)."""
+def components(nodes: Iterable[str], successors: Callable[[str], Iterable[str]]) -> list[list[str]]:
+    """Strongly connected components (Tarjan's, iteratively: no recursion limit on a long
+    cascade), in the order they complete: every component after all it reaches (children
+    first). Members in the order they left the stack."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     on_stack: set[str] = set()
     stack: list[str] = []
-    result: list[tuple[str, ...]] = []
+    result: list[list[str]] = []
     counter = 0
-    succ = {n: graph.successors(n) for n in graph.nodes}
-
-    for root in graph.nodes:
+    for root in nodes:
         if root in index:
             continue
-        work = [(root, iter(succ[root]))]
+        work = [(root, iter(successors(root)))]
         index[root] = low[root] = counter
         counter += 1
         stack.append(root)
         on_stack.add(root)
         while work:
             node, children = work[-1]
-            pushed = False
-            for child in children:
+            child = next(children, None)
+            if child is not None:
                 if child not in index:
                     index[child] = low[child] = counter
                     counter += 1
                     stack.append(child)
                     on_stack.add(child)
-                    work.append((child, iter(succ[child])))
-                    pushed = True
-                    break
-                if child in on_stack:
+                    work.append((child, iter(successors(child))))
+                elif child in on_stack:
                     low[node] = min(low[node], index[child])
-            if pushed:
                 continue
             work.pop()
             if work:
@@ -134,10 +132,16 @@ def strongly_connected(graph: Graph) -> list[tuple[str, ...]]:
                     component.append(member)
                     if member == node:
                         break
-                order = {n: i for i, n in enumerate(graph.nodes)}
-                result.append(tuple(sorted(component, key=order.__getitem__)))
-    result.reverse()
+                result.append(component)
     return result
+
+
+def strongly_connected(graph: Graph) -> list[tuple[str, ...]]:
+    """SCCs (Tarjan), in topological order of the condensation (producers first)."""
+    succ = {n: graph.successors(n) for n in graph.nodes}
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    found = components(graph.nodes, succ.__getitem__)
+    return [tuple(sorted(c, key=order.__getitem__)) for c in reversed(found)]
 
 
 @dataclass(frozen=True)

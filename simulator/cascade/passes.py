@@ -44,7 +44,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from simulator.cascade.graph import recurrences
+from simulator.cascade.graph import components, recurrences
 from simulator.cascade.ir import Access, Cascade, Einsum, ISym, Read, index_vars, rank_of
 from simulator.errors import SpecError
 from simulator.progress import Steps
@@ -323,56 +323,19 @@ def _reach(cascade: Cascade, group: str, states: GroupStates) -> dict[str, _Read
             a.reduced_iterated | b.reduced_iterated,
         )
 
-    # Tarjan's strongly connected components, iteratively; they come out children first.
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
+    # strongly connected components come out children first: a component's readers are
+    # its members' own and those of the components it descends into, already known
     out: dict[str, _Readers | None] = {}
-    counter = 0
-    for root in tensors:
-        if root in index:
-            continue
-        work = [(root, iter(children.get(root, ())))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, it = work[-1]
-            child = next(it, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(children.get(child, ()))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] != index[node]:
-                continue
-            members = []
-            while True:
-                m = stack.pop()
-                on_stack.discard(m)
-                members.append(m)
-                if m == node:
-                    break
-            agg: _Readers | None = None
-            for m in members:
-                for e in direct.get(m, ()):
-                    agg = combine(agg, single(e))
-                for c in children.get(m, ()):
-                    if c not in members:
-                        agg = combine(agg, out[c])
-            for m in members:
-                out[m] = agg
+    for members in components(tensors, lambda t: children.get(t, ())):
+        agg: _Readers | None = None
+        for m in members:
+            for e in direct.get(m, ()):
+                agg = combine(agg, single(e))
+            for c in children.get(m, ()):
+                if c not in members:
+                    agg = combine(agg, out[c])
+        for m in members:
+            out[m] = agg
     return out
 
 

@@ -6,13 +6,12 @@ validation against silicon takes three measured rates -- a large matrix product,
 device-to-device copy, an exp2 loop -- and this module puts them in place of the peaks they
 measure, nothing else:
 
-* the MAC rate of the array with the most MACs per second: its MAC unit's operations take
-  `peak / sustained` times their cycles;
-* the exponential rate of the array that computes `exp` as a primitive operation fastest:
-  every operation of that array likewise. A unit's results per clock are fixed by its
-  design, so an exp2 loop running below its peak measures the clock the array ran at
-  (a GPU's lanes and special-function units share the SM's clock, which boosts and
-  throttles with power): the FP32 lanes beside the special-function units slow alike;
+* the MAC rate of the array with the most MACs per second, and the exponential rate of
+  the array that computes `exp` as a primitive operation fastest: every operation of that
+  array takes `peak / sustained` times its cycles. A unit's results per clock are fixed
+  by its design, so a loop running below its peak measures the clock (or the issue rate)
+  the array ran at -- a GPU's lanes and special-function units share the SM's clock,
+  which boosts and throttles with power -- and the array's other units slow alike;
 * DRAM bandwidth: the copy's bytes (read + written) per second.
 
 A sustained rate above its peak -- at the clock that array runs at (`frequency_hz` of
@@ -50,12 +49,9 @@ def _unit_rate(arch: Architecture, array: Array, op: str) -> float:
     return arch.cores * array.pes * arch.frequency_hz / cost.cycles
 
 
-def _scaled(array: Array, unit: str | None, factor: float) -> Array:
-    """`array` with the operations on `unit` (None: all of them) `factor` times longer."""
-    ops = tuple(
-        dataclasses.replace(o, cycles=o.cycles * factor) if unit in (None, o.unit) else o
-        for o in array.operations
-    )
+def _scaled(array: Array, factor: float) -> Array:
+    """`array` with every operation `factor` times longer."""
+    ops = tuple(dataclasses.replace(o, cycles=o.cycles * factor) for o in array.operations)
     return dataclasses.replace(array, operations=ops)
 
 
@@ -81,8 +77,7 @@ def with_sustained(
             raise SpecError(f"architecture '{arch.name}' has no array computing '{op}'")
         peak = _unit_rate(arch, array, op)
         _check(rate, value, peak, arch.name)
-        unit = next(o.unit for o in array.operations if o.name == op)
-        scaled = _scaled(array, None if op == "exp" else unit, peak / value)
+        scaled = _scaled(array, peak / value)
         arch = dataclasses.replace(
             arch, arrays=tuple(scaled if a.name == array.name else a for a in arch.arrays)
         )

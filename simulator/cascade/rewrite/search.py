@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 
 import numpy as np
@@ -70,7 +70,8 @@ class ScaleCheck:
 
 @dataclass(frozen=True)
 class Candidate:
-    """An equivalent cascade the search reached (checked numerically against the input)."""
+    """An equivalent cascade the search reached (checked numerically against the input):
+    the search's states, and what it reports of them."""
 
     cascade: Cascade
     draft: Draft
@@ -78,6 +79,18 @@ class Candidate:
     steps: tuple[Step, ...]
     checks: tuple[ScaleCheck, ...]
     unstable: tuple[str, ...]
+
+    def score(self) -> tuple[int, int, int, int, int]:
+        """Fewer passes first; at equal passes a chain without unstable rules, then a
+        shorter chain, then fewer Einsums."""
+        total = sum(n for _, n, _ in self.report.per_rank)
+        return (
+            self.report.max_passes,
+            total,
+            len(self.unstable),
+            len(self.steps),
+            len(self.cascade.einsums),
+        )
 
 
 @dataclass(frozen=True)
@@ -182,28 +195,6 @@ def _outputs(arrays: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str
     return {t: arrays[t] for t in names}
 
 
-@dataclass(frozen=True)
-class _State:
-    draft: Draft
-    cascade: Cascade
-    report: PassReport
-    steps: tuple[Step, ...]
-    checks: tuple[ScaleCheck, ...]
-    unstable: tuple[str, ...]
-
-    def score(self) -> tuple[int, int, int, int, int]:
-        """Fewer passes first; at equal passes a chain without unstable rules, then a
-        shorter chain, then fewer Einsums."""
-        total = sum(n for _, n, _ in self.report.per_rank)
-        return (
-            self.report.max_passes,
-            total,
-            len(self.unstable),
-            len(self.steps),
-            len(self.cascade.einsums),
-        )
-
-
 def _upstream(cascade: Cascade, tensor: str) -> list[Einsum]:
     """The Einsums `tensor` depends on, its producers included."""
     seen, todo, found = {tensor}, [tensor], []
@@ -238,8 +229,8 @@ def _rules(allow_unstable: bool) -> tuple[ModuleType, ...]:
 
 
 def _canonical_state(
-    cascade: Cascade, given: _State, checker: NumericalCheck, rejected: list[Rejected]
-) -> _State:
+    cascade: Cascade, given: Candidate, checker: NumericalCheck, rejected: list[Rejected]
+) -> Candidate:
     """Where the rules start: the cascade in canonical form (:mod:`.canonical`), checked
     like any candidate; the input itself where it is already canonical, or where the
     canonical form fails its check (a bug of that form, reported)."""
@@ -256,7 +247,7 @@ def _canonical_state(
         rejected.append(Rejected("canonical-form", cascade.name, reason))
         return given
     step = Step("canonical-form", cascade.name, "; ".join(canon.changes), report.max_passes)
-    return _State(draft, built, report, (step,), checks, ())
+    return Candidate(built, draft, report, (step,), checks, ())
 
 
 def rewrite(
@@ -275,12 +266,12 @@ def rewrite(
     where = Loc(cascade.path)
     checker = NumericalCheck(cascade, overrides, seed, where)
     report = analyze_passes(cascade)
-    given = _State(
-        draft_of(cascade), cascade, report, (), checker.check(cascade) if every else (), ()
+    given = Candidate(
+        cascade, draft_of(cascade), report, (), checker.check(cascade) if every else (), ()
     )
     rejected: list[Rejected] = []
     start = _canonical_state(cascade, given, checker, rejected)
-    reached_all: list[_State] = [given] + ([start] if start is not given else [])
+    reached_all: list[Candidate] = [given] + ([start] if start is not given else [])
     counter = itertools.count()
     frontier = [(start.score(), next(counter), start)]
     seen = {given.draft.key(), start.draft.key()}
@@ -319,7 +310,9 @@ def rewrite(
                     continue
                 step = Step(rule.NAME, rw.site, rw.detail, new_report.max_passes)
                 unstable = state.unstable + (() if rule.STABLE else (rule.NAME,))
-                new = _State(draft, candidate, new_report, state.steps + (step,), checks, unstable)
+                new = Candidate(
+                    candidate, draft, new_report, state.steps + (step,), checks, unstable
+                )
                 heapq.heappush(frontier, (new.score(), next(counter), new))
                 reached_all.append(new)
                 if new_report.max_passes < report.max_passes and (
@@ -333,10 +326,8 @@ def rewrite(
         checks = given.checks or checker.check(cascade)
     else:
         checks = best.checks
-    kept = tuple(
-        Candidate(x.cascade, x.draft, x.report, x.steps, x.checks or checks, x.unstable)
-        for x in reached_all
-    )
+    # the input's checks run once: for its own entry where the search did not need them
+    kept = tuple(x if x.checks else replace(x, checks=checks) for x in reached_all)
     return RewriteResult(
         original=cascade,
         cascade=best.cascade,

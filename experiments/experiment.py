@@ -6,8 +6,9 @@ experiment's points, computes them in a process pool under one progress bar, the
 experiment's writer, figure and report functions with the rows in the order of its points.
 
 `compute` runs in worker processes: it must be a module-level function, and points and rows
-must be picklable (tuples, frozen dataclasses). It gets a fresh `Specs` per chunk of points,
-so spec files are parsed once per chunk and no state outlives a chunk.
+must be picklable (tuples, frozen dataclasses). It gets its worker process's `Specs`, so spec
+files are parsed once per process; what a Specs keeps is the same whichever points came
+before (parsed files, and the mapper's answers under a key of all they depend on).
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,20 +47,23 @@ class RunSummary:
     report: Path
 
 
+_SPECS: list[Specs] = []  # this process's Specs: spec files parsed once per worker
+
+
+def process_specs() -> Specs:
+    """The Specs every chunk a process computes shares: the spec files do not change during
+    a run, and what it keeps (parsed files, the mapper's answers under a key of everything
+    they depend on) is the same whichever chunks came before."""
+    if not _SPECS:
+        _SPECS.append(Specs())
+    return _SPECS[0]
+
+
 def compute_chunk(name: str, points: Sequence[Any]) -> list[Any]:
-    """Worker task: one experiment's points with one Specs (spec files parsed once)."""
+    """Worker task: one experiment's points with the process's Specs."""
     experiment = by_name(name)
-    specs = Specs()
+    specs = process_specs()
     return [experiment.compute(specs, p) for p in points]
-
-
-class _Inline(Executor):
-    """`--jobs 1`: run tasks in this process (no pool), same interface."""
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:  # type: ignore[override]
-        future: Future = Future()
-        future.set_result(fn(*args, **kwargs))
-        return future
 
 
 def _worker_signals() -> None:
@@ -91,47 +95,64 @@ def _chunks(points: Sequence[Any], size: int) -> list[list[Any]]:
 
 
 def compute_rows(
-    experiments: Sequence[Experiment], selection: Selection, jobs: int, progress: bool
+    experiments: Sequence[Experiment],
+    selection: Selection,
+    jobs: int,
+    progress: bool,
+    finished: Callable[[str, list[Any]], None] | None = None,
 ) -> dict[str, list[Any]]:
-    """Every experiment's rows, in the order of its points."""
+    """Every experiment's rows, in the order of its points. `finished(name, rows)` is called
+    in this process as soon as an experiment's last chunk is in, while the workers go on
+    with the others' points (its figures are drawn meanwhile)."""
     tasks = [
         (e.name, chunk) for e in experiments for chunk in _chunks(e.points(selection), e.chunk)
     ]
     total = sum(len(chunk) for _, chunk in tasks)
     results: list[list[Any] | None] = [None] * len(tasks)
+    left = Counter(name for name, _ in tasks)
+
+    def gathered(name: str) -> list[Any]:
+        return [
+            row
+            for (task, _), chunk_rows in zip(tasks, results, strict=True)
+            if task == name
+            for row in chunk_rows or []
+        ]
+
+    def arrived(index: int, chunk_rows: list[Any]) -> None:
+        results[index] = chunk_rows
+        bar.update(len(tasks[index][1]))
+        name = tasks[index][0]
+        left[name] -= 1
+        if left[name] == 0 and finished is not None:
+            finished(name, gathered(name))
+
     bar = tqdm(total=total, desc="experiments", unit="point", disable=None if progress else True)
-    executor: Executor = (
-        ProcessPoolExecutor(max_workers=jobs, initializer=_worker_signals)
-        if jobs > 1
-        else _Inline()
+    executor = (  # --jobs 1: no pool, every chunk in this process
+        ProcessPoolExecutor(max_workers=jobs, initializer=_worker_signals) if jobs > 1 else None
     )
     try:
-        futures = {}
-        for index, (name, chunk) in enumerate(tasks):
-            future = executor.submit(compute_chunk, name, chunk)
-            futures[future] = index
-            if jobs <= 1:
-                bar.update(len(chunk))
-        if jobs > 1:
-            from concurrent.futures import as_completed
-
+        if executor is not None:
+            futures = {executor.submit(compute_chunk, *task): i for i, task in enumerate(tasks)}
             for future in as_completed(futures):
-                index = futures[future]
-                results[index] = future.result()
-                bar.update(len(tasks[index][1]))
+                arrived(futures[future], future.result())
         else:
-            for future, index in futures.items():
-                results[index] = future.result()
+            for index, task in enumerate(tasks):
+                arrived(index, compute_chunk(*task))
     except BaseException:
-        _abandon(executor)
+        if executor is not None:
+            _abandon(executor)
         raise
     else:
-        executor.shutdown(wait=True)
+        if executor is not None:
+            executor.shutdown(wait=True)
     finally:
         bar.close()
-    rows: dict[str, list[Any]] = {e.name: [] for e in experiments}
-    for (name, _), chunk_rows in zip(tasks, results, strict=True):
-        rows[name] += chunk_rows or []
+    rows = {e.name: gathered(e.name) for e in experiments}
+    if finished is not None:  # experiments with no points at this selection
+        for e in experiments:
+            if e.name not in left:
+                finished(e.name, rows[e.name])
     return rows
 
 
@@ -176,15 +197,21 @@ def run(options: RunOptions) -> RunSummary:
     # report.md is written last: gone until then, its presence means the run finished.
     (options.out / "report.md").unlink(missing_ok=True)
     experiments = [by_name(n) for n in options.experiments]
-    rows = compute_rows(experiments, options.selection, options.jobs, options.progress)
     ctx = Context(options.out, options.selection, load_published(REFERENCE_DIR), options.compare)
-    written: list[Path] = []
-    sections = [_header(options, experiments)]
-    for e in experiments:
-        written += e.write(rows[e.name], ctx)
-        written += e.figures(rows[e.name], ctx)
-        sections.append(e.report(rows[e.name], ctx))
-    report = write_text(options.out / "report.md", "\n".join(sections))
+    files: dict[str, list[Path]] = {}
+    sections: dict[str, str] = {}
+
+    def outputs(name: str, rows: list[Any]) -> None:
+        e = by_name(name)
+        files[name] = e.write(rows, ctx) + e.figures(rows, ctx)
+        sections[name] = e.report(rows, ctx)
+
+    rows = compute_rows(
+        experiments, options.selection, options.jobs, options.progress, finished=outputs
+    )
+    written = [path for e in experiments for path in files[e.name]]
+    text = "\n".join([_header(options, experiments), *(sections[e.name] for e in experiments)])
+    report = write_text(options.out / "report.md", text)
     written.append(report)
     return RunSummary(
         tuple(written),

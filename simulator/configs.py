@@ -187,6 +187,7 @@ class Specs:
     progress: Callable[[int, int], None] | None = None  # the mapper's progress bar
     _found: dict[tuple, Found] = field(default_factory=dict)
     _found_by_spec: dict[int, Found] = field(default_factory=dict)
+    _bound: dict[tuple[int, str], MappingSpec] = field(default_factory=dict)
     _tables: dict[str, tuple[EnergyTable, AreaTable]] = field(default_factory=dict)
     _linear: dict[str, tuple[LinearSpec, Cascade]] = field(default_factory=dict)
 
@@ -244,8 +245,13 @@ class Specs:
             )
         found = self.auto(instead, workload, sizing)
         note = f"{spec.label}: {why}; bound by the {parse_auto(instead)[0]} strategy ({instead})"
-        bound = dataclasses.replace(found.spec, notes=(*found.spec.notes, note))
-        self._found_by_spec[id(bound)] = found
+        # One bound spec per (search, note), kept: `found()` looks specs up by identity, and
+        # an id is unique only while its object lives.
+        bound = self._bound.get((id(found.spec), note))
+        if bound is None:
+            bound = dataclasses.replace(found.spec, notes=(*found.spec.notes, note))
+            self._bound[(id(found.spec), note)] = bound
+            self._found_by_spec[id(bound)] = found
         return bound
 
     def runs_model_attention(self, config: str, workload: Workload) -> bool:

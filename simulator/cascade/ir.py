@@ -17,6 +17,7 @@ EDGE extensions carried here:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import types
@@ -395,6 +396,19 @@ class Operator:
     loc: Loc = field(compare=False, default=Loc("<cascade>"))
 
 
+def _compared(obj: object) -> tuple:
+    """The fields equality compares, in order: what a cached hash must hash."""
+    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj) if f.compare)  # type: ignore[arg-type]
+
+
+def _without_hash(obj: object) -> dict:
+    """An object's state to pickle, less its cached hash: string hashes differ between
+    processes (another interpreter draws another seed), so the receiver hashes afresh."""
+    state = dict(obj.__dict__)
+    state.pop("_hash", None)
+    return state
+
+
 @dataclass(frozen=True)
 class Einsum:
     """One Einsum: `output = expr`, reduced over `reduced` variables with `reduce_op`.
@@ -422,6 +436,17 @@ class Einsum:
 
     def reads(self) -> tuple[Access, ...]:
         return self._reads
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> dict:
+        return _without_hash(self)
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        """Hashed once (the IR is immutable): analyses cached per Einsum look it up often."""
+        return hash(_compared(self))
 
     @functools.cached_property
     def _reads(self) -> tuple[Access, ...]:
@@ -484,6 +509,18 @@ class Cascade:
     shape_locs: tuple[tuple[str, Loc], ...] = field(default=(), compare=False)
     params: tuple[str, ...] = ()
     reference: Reference | None = None
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> dict:
+        return _without_hash(self)
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        """Hashed once (the IR is immutable): analyses cached per cascade look it up on
+        every call, and hashing a whole cascade walks every expression."""
+        return hash(_compared(self))
 
     # ---- lookups (derived, cheap) ----
     def tensor(self, name: str) -> TensorDecl:

@@ -136,6 +136,12 @@ def filter_mask(filters: list, env: Mapping[str, object], shape: tuple[int, ...]
 
 def ops_per_point(cascade: Cascade, e: Einsum) -> Counter[str]:
     """Operations one point of a compute Einsum performs, by kind (reduction included)."""
+    return Counter(dict(_ops_per_point(e, cascade.operators)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ops_per_point(e: Einsum, operators: tuple) -> tuple[tuple[str, int], ...]:
+    """:func:`ops_per_point`, worked out once per Einsum (planners ask per candidate)."""
     per_point = _map_ops(e.expr)
     if e.reduced:
         if e.reduce_op in REDUCE_OPS:
@@ -146,9 +152,9 @@ def ops_per_point(cascade: Cascade, e: Einsum) -> Counter[str]:
             else:
                 per_point[kind] += 1
         else:
-            user = next(op for op in cascade.operators if op.name == e.reduce_op)
+            user = next(op for op in operators if op.name == e.reduce_op)
             per_point += _map_ops(user.body)
-    return +per_point
+    return tuple((+per_point).items())
 
 
 def iteration_extents(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> dict[str, int]:

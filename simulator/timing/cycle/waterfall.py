@@ -457,48 +457,44 @@ class Waterfall:
 
     # ---------------------------------------------------------------- steady state
     def _snapshot(self, epoch: int) -> tuple:
+        """The scheduler's state relative to this moment and this epoch (what the future
+        depends on). Taken at every epoch's start, so written for speed."""
         t = self.t
-
-        def rel(x: int) -> int:
-            return max(0, x - t)
-
         ops = []
+        by_epoch = self.by_epoch
         for e in range(self.lowest, self.next_epoch):
-            for op in self.by_epoch.get(e, ()):
+            for op in by_epoch.get(e, ()):
                 if op.start is None:
-                    ops.append(
-                        (
-                            e - epoch,
-                            op.spec.order,
-                            rel(op.ready),
-                            op.unresolved,
-                            tuple(sorted((k[0] - epoch, k[1]) for k, _ in op.dependents)),
-                        )
-                    )
+                    deps = op.dependents
+                    if not deps:
+                        waits: tuple = ()
+                    elif len(deps) == 1:
+                        waits = ((deps[0][0][0] - epoch, deps[0][0][1]),)
+                    else:
+                        waits = tuple(sorted([(k[0] - epoch, k[1]) for k, _ in deps]))
+                    ready = op.ready - t
+                    ops.append((e - epoch, op.spec.order, max(0, ready), op.unresolved, waits))
+        ops.sort()
         latency = max(self.p.reduce_cycles, self.p.broadcast_cycles)
-        recent = tuple(
-            sorted(
-                (op.epoch - epoch, op.spec.order, op.start - t)
-                for op in self.recent
-                if op.start + op.spec.steps + latency > t
-            )
+        recent = sorted(
+            (op.epoch - epoch, op.spec.order, op.start - t)
+            for op in self.recent
+            if op.start + op.spec.steps + latency > t
         )
-        tiles = tuple(
-            sorted(
-                (e - epoch, -1 if close is None else rel(close))
-                for e, close in self.open_tiles.items()
-                if close is None or close > t
-            )
+        tiles = sorted(
+            (e - epoch, -1 if close is None else close - t)
+            for e, close in self.open_tiles.items()
+            if close is None or close > t
         )
-        dram = tuple(sorted((e - epoch, rel(d)) for e, d in self.dram_done.items() if d > t))
+        dram = sorted((e - epoch, d - t) for e, d in self.dram_done.items() if d > t)
         return (
-            tuple(sorted(ops)),
-            recent,
-            tuple(rel(self.free[a]) for a in self.arrays),
-            tiles,
-            dram,
-            rel(self.dram_free),
-            rel(self.port_free),
+            tuple(ops),
+            tuple(recent),
+            tuple(max(0, self.free[a] - t) for a in self.arrays),
+            tuple(tiles),
+            tuple(dram),
+            max(0, self.dram_free - t),
+            max(0, self.port_free - t),
             self.next_epoch - epoch,
             self.lowest - epoch,
         )

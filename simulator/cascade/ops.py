@@ -134,14 +134,26 @@ def filter_mask(filters: list, env: Mapping[str, object], shape: tuple[int, ...]
     return mask
 
 
+# ops_per_point's answers by the Einsum's identity (an Einsum equal to another but not the
+# same object would be compared expression by expression on every look-up of a value-keyed
+# cache); the entry holds the Einsum, so its id is not reused while the entry lives.
+_OPS_SEEN: dict[int, tuple[Einsum, tuple, tuple[tuple[str, int], ...]]] = {}
+_OPS_SEEN_MAX = 4096
+
+
 def ops_per_point(cascade: Cascade, e: Einsum) -> Counter[str]:
     """Operations one point of a compute Einsum performs, by kind (reduction included)."""
-    return Counter(dict(_ops_per_point(e, cascade.operators)))
+    seen = _OPS_SEEN.get(id(e))
+    if seen is None or seen[0] is not e or seen[1] != cascade.operators:
+        if len(_OPS_SEEN) >= _OPS_SEEN_MAX:
+            _OPS_SEEN.clear()
+        seen = (e, cascade.operators, _ops_per_point(e, cascade.operators))
+        _OPS_SEEN[id(e)] = seen
+    return Counter(dict(seen[2]))
 
 
-@functools.lru_cache(maxsize=1024)
 def _ops_per_point(e: Einsum, operators: tuple) -> tuple[tuple[str, int], ...]:
-    """:func:`ops_per_point`, worked out once per Einsum (planners ask per candidate)."""
+    """:func:`ops_per_point` worked out."""
     per_point = _map_ops(e.expr)
     if e.reduced:
         if e.reduce_op in REDUCE_OPS:

@@ -34,6 +34,7 @@ divisors are used (no padding). No mapping fits -> SpecError ("no valid mapping"
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping
@@ -191,6 +192,7 @@ class GemmMapping:
 # Search
 
 
+@functools.lru_cache(maxsize=512)
 def map_gemm(
     gemm: Gemm,
     arch: Architecture,
@@ -203,7 +205,10 @@ def map_gemm(
     `table` (an ERT bound to `arch`) prices the energy objective; it is the objective only,
     the caller prices the chosen mapping with whichever accounting it reports. Without a
     table the objective is least latency, then DRAM traffic, then buffer accesses; ties
-    beyond the objective keep the first candidate in enumeration order."""
+    beyond the objective keep the first candidate in enumeration order.
+
+    Kept per process for the last 512 questions (every argument is an immutable value): a
+    layer's Q, K and V projections, and every configuration of a chip, ask the same."""
     arr = _array(arch, array, settings)
     secondary = settings.objective[1] if len(settings.objective) > 1 else "traffic"
     if table is None:

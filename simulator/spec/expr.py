@@ -11,6 +11,7 @@ naming the construct. Exponents are bounded so `10**10**10` cannot hang the tool
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from collections.abc import Mapping
 
@@ -29,6 +30,13 @@ _FUNCTIONS = {
 }
 MAX_MAGNITUDE = 1e30  # any number a spec gives
 _MAX_EXPONENT = 1024
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(source: str) -> ast.Expression:
+    """Python's parse of an expression, once per text (specs evaluate the same few
+    expressions for every candidate mapping); never mutated by the walkers below."""
+    return ast.parse(source, mode="eval")
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -57,7 +65,7 @@ _ALLOWED_NODES = (
 def is_arithmetic(text: str) -> bool:
     """Does `text` parse as an expression of the evaluator's whitelist (not yet evaluated)?"""
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = _parse(text.strip())
     except SyntaxError:
         return False
     for node in ast.walk(tree):
@@ -75,7 +83,7 @@ def is_arithmetic(text: str) -> bool:
 def names_in(text: str) -> set[str]:
     """The (dotted) names an expression refers to; empty for a plain number."""
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = _parse(text.strip())
     except SyntaxError:
         return set()
     out: set[str] = set()
@@ -98,7 +106,7 @@ def evaluate(text: str | Number, context: Mapping[str, Number], loc: Loc | None 
     if not source:
         raise SpecError("empty expression", loc)
     try:
-        tree = ast.parse(source, mode="eval")
+        tree = _parse(source)
     except (SyntaxError, ValueError):  # ValueError: a NUL byte, an integer literal too long
         raise SpecError(f"'{source[:60]}' is not an arithmetic expression", loc) from None
     return _bounded(_eval(tree.body, context, source, loc), f"'{source[:60]}'", loc)

@@ -55,7 +55,7 @@ REASONS = ("dependencies", "memory", "fill/drain", "idle")
 CLOCK_EVERY = 2048
 
 
-@dataclass
+@dataclass(eq=False)  # an operation is itself: found by identity in the lists it sits in
 class _Op:
     spec: OpSpec
     epoch: int
@@ -198,12 +198,16 @@ class Waterfall:
         self.ops: dict[tuple[int, str], _Op] = {}
         self.by_epoch: dict[int, list[_Op]] = {}
         self.unstarted: dict[int, int] = {}  # epoch -> operations not yet started
+        self.waiting: dict[int, _Op] = {}  # id -> every operation not yet started
         self.oldest = 0  # oldest epoch still holding records
         self.recent: deque[_Op] = deque()  # started operations, in start order
         self.max_steps = max(s.steps for s in p.ops)
+        # how long a started operation can still make another wait (the `recent` window)
+        self.reach = self.max_steps + max(p.reduce_cycles, p.broadcast_cycles) + 1
         self.pending = {a: [] for a in self.arrays}
         self.open_tiles: dict[int, int | None] = {}  # epoch -> close time (None: unknown)
         self.dram_done: dict[int, int] = {}
+        self.dram_next = 0  # epochs below it have had their DRAM transfer issued
         self.next_epoch = 0
         self.lowest = 0  # oldest epoch with an unstarted operation
         self.busy: dict[str, int] = defaultdict(int)
@@ -211,6 +215,7 @@ class Waterfall:
         self.trace: list[TraceEvent] = []
         self.checkpoints: dict[int, tuple] = {}
         self.last_seen: dict[tuple, int] = {}  # (kind of epoch, state) -> latest epoch
+        self.outlines: dict[tuple, int] = {}  # (kind of epoch, outline) -> latest epoch
         self.block_seen: dict[tuple, int] = {}  # state at a block's start -> latest block
         self.periods: list[tuple[int, int, int]] = []
         self.simulated = 0
@@ -283,6 +288,7 @@ class Waterfall:
             if self._present(spec, c):
                 op = _Op(spec, epoch)
                 self.ops[(epoch, spec.einsum)] = op
+                self.waiting[id(op)] = op
                 created.append(op)
         self.by_epoch[epoch] = created
         self.unstarted[epoch] = len(created)
@@ -310,9 +316,9 @@ class Waterfall:
         if not (self.dram_step or self.port_step):
             return
         ahead = self.p.tiles_in_flight + 1
-        for epoch in range(self.lowest, min(total, self.lowest + ahead + 1)):
-            if epoch in self.dram_done:
-                continue
+        # Issued epochs run without a gap from the oldest kept (those below lowest - 1
+        # are dropped), so the next to issue is the later of dram_next and lowest.
+        for epoch in range(max(self.lowest, self.dram_next), min(total, self.lowest + ahead + 1)):
             # double buffering: data for an epoch may arrive `ahead` epochs before it runs
             if epoch - ahead > 0 and (epoch - ahead) not in self.started_first:
                 break
@@ -323,6 +329,7 @@ class Waterfall:
                 self.port_free = max(self.port_free, arrived) + self.port_step
                 arrived = self.port_free
             self.dram_done[epoch] = math.ceil(arrived)
+            self.dram_next = epoch + 1
 
     def _blocked(self, op: _Op) -> str | None:
         if op.ready > self.t:
@@ -342,9 +349,9 @@ class Waterfall:
     def _pick(self, array: str) -> _Op | None:
         best = None
         for op in self.pending[array]:
-            if self._blocked(op) is None and (
-                best is None or (op.epoch, op.spec.order) < (best.epoch, best.spec.order)
-            ):
+            if best is not None and (op.epoch, op.spec.order) >= (best.epoch, best.spec.order):
+                continue  # older ones first: only a younger-than-best one is looked at
+            if self._blocked(op) is None:
                 best = op
         return best
 
@@ -352,6 +359,7 @@ class Waterfall:
         t = self.t
         spec = op.spec
         op.start = t
+        del self.waiting[id(op)]
         self.pending[spec.array].remove(op)
         self.recent.append(op)
         self.unstarted[op.epoch] -= 1
@@ -394,7 +402,7 @@ class Waterfall:
                 del self.ops[(old.epoch, old.spec.einsum)]
             self.unstarted.pop(self.oldest, None)
             self.oldest += 1
-        latency = self.max_steps + max(self.p.reduce_cycles, self.p.broadcast_cycles) + 1
+        latency = self.reach
         while self.recent and self.recent[0].start + latency <= t:
             self.recent.popleft()
         for e in [e for e, close in self.open_tiles.items() if close is not None and close <= t]:
@@ -425,7 +433,7 @@ class Waterfall:
             if done > self.t:
                 times.append(done)
         if not times:
-            if waiting or any(self.unstarted.get(e) for e in range(self.lowest, self.next_epoch)):
+            if waiting or self.waiting:
                 later = [self.free[a] for a in self.arrays if self.free[a] > self.t]
                 return min(later) if later else None
             return None
@@ -449,11 +457,7 @@ class Waterfall:
             self.stalls[(array, reason)] += min(idle, span)
 
     def _unstarted_on(self, array: str) -> bool:
-        return any(
-            op.start is None and op.spec.array == array
-            for e in range(self.lowest, self.next_epoch)
-            for op in self.by_epoch.get(e, ())
-        )
+        return any(op.spec.array == array for op in self.waiting.values())
 
     # ---------------------------------------------------------------- steady state
     def _snapshot(self, epoch: int) -> tuple:
@@ -461,19 +465,16 @@ class Waterfall:
         depends on). Taken at every epoch's start, so written for speed."""
         t = self.t
         ops = []
-        by_epoch = self.by_epoch
-        for e in range(self.lowest, self.next_epoch):
-            for op in by_epoch.get(e, ()):
-                if op.start is None:
-                    deps = op.dependents
-                    if not deps:
-                        waits: tuple = ()
-                    elif len(deps) == 1:
-                        waits = ((deps[0][0][0] - epoch, deps[0][0][1]),)
-                    else:
-                        waits = tuple(sorted([(k[0] - epoch, k[1]) for k, _ in deps]))
-                    ready = op.ready - t
-                    ops.append((e - epoch, op.spec.order, max(0, ready), op.unresolved, waits))
+        for op in self.waiting.values():
+            deps = op.dependents
+            if not deps:
+                waits: tuple = ()
+            elif len(deps) == 1:
+                waits = ((deps[0][0][0] - epoch, deps[0][0][1]),)
+            else:
+                waits = tuple(sorted([(k[0] - epoch, k[1]) for k, _ in deps]))
+            ready = op.ready - t
+            ops.append((op.epoch - epoch, op.spec.order, max(0, ready), op.unresolved, waits))
         ops.sort()
         latency = max(self.p.reduce_cycles, self.p.broadcast_cycles)
         recent = sorted(
@@ -499,6 +500,18 @@ class Waterfall:
             self.lowest - epoch,
         )
 
+    def _outline(self, epoch: int) -> tuple:
+        """A few numbers of :meth:`_snapshot`'s, cheap to take: equal snapshots have equal
+        outlines."""
+        t = self.t
+        return (
+            len(self.waiting),
+            tuple(max(0, self.free[a] - t) for a in self.arrays),
+            max(0, self.dram_free - t),
+            self.next_epoch - epoch,
+            self.lowest - epoch,
+        )
+
     def _counters(self) -> tuple:
         return (dict(self.busy), dict(self.stalls), self.end_time - self.t)
 
@@ -507,12 +520,22 @@ class Waterfall:
             return
         if epoch < self.trace_epochs + self.p.tiles_in_flight + 4:
             return  # the traced epochs are simulated, never extrapolated
-        snap = self._snapshot(epoch)
+        kind = self._class(epoch)
+        # A state can repeat only where its outline (a few numbers of the snapshot) has been
+        # seen before: the whole snapshot is taken there and at block starts, and skipped
+        # in a transient, where every epoch's outline is new (a run is then found one
+        # period later than it could be; what is extrapolated is the same).
+        outline = (kind, self._outline(epoch))
+        again = outline in self.outlines
+        self.outlines[outline] = epoch
+        snap = self._snapshot(epoch) if again or epoch % self.block == 0 else None
         self.checkpoints[epoch] = (self.t, snap, self._counters())
         # the latest epoch at which each state was seen: a repeat is one lookup away
-        key = (self._class(epoch), snap)
-        last_seen = self.last_seen.get(key)
-        self.last_seen[key] = epoch
+        last_seen = None
+        if snap is not None:
+            key = (kind, snap)
+            last_seen = self.last_seen.get(key)
+            self.last_seen[key] = epoch
         for e in [
             e for e in self.checkpoints if e < epoch - self.max_period - 1 and e % self.block
         ]:
@@ -521,6 +544,8 @@ class Waterfall:
             del self.checkpoints[e]
         if len(self.last_seen) > 4 * (self.max_period + MAX_BLOCK_PERIOD):
             self.last_seen = {k: e for k, e in self.last_seen.items() if e in self.checkpoints}
+        if len(self.outlines) > 4 * (self.max_period + MAX_BLOCK_PERIOD):
+            self.outlines = {k: e for k, e in self.outlines.items() if e in self.checkpoints}
         window = self.p.tiles_in_flight + 4
         # Whole blocks: this epoch starts a block whose state repeats that of the start of
         # the block k blocks earlier; every k-block period from here repeats exactly.
@@ -547,7 +572,7 @@ class Waterfall:
             if prev not in self.checkpoints:
                 return
             t0, snap0, counters0 = self.checkpoints[prev]
-            if snap0 != snap or self._class(prev) != self._class(epoch):
+            if snap0 is None or snap0 != snap or self._class(prev) != kind:
                 return
             limit = min(total, (epoch // self.block + 1) * self.block)
             end = self._run_end(prev, limit, self._class(prev))
@@ -604,6 +629,7 @@ class Waterfall:
             e + epochs: (None if c is None else c + cycles) for e, c in self.open_tiles.items()
         }
         self.dram_done = {e + epochs: d + cycles for e, d in self.dram_done.items()}
+        self.dram_next += epochs
         self.started_first = {e + epochs for e in self.started_first}
         self.next_epoch += epochs
         self.lowest += epochs

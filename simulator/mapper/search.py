@@ -38,7 +38,7 @@ from simulator.mapper.space import (
 )
 from simulator.result import Result, SearchStats
 from simulator.rules.auto import BindContext, mapping_yaml
-from simulator.spec.mapping import Mapping, MappingSpec, loads_mapping
+from simulator.spec.mapping import Mapping, MappingSpec, loads_mapping, mapping_from_data
 from simulator.spec.tables import AreaTable, EnergyTable
 
 OBJECTIVES = ("latency", "energy", "edp", "traffic")
@@ -168,7 +168,7 @@ def _search(
     offered = templates(ctx, options.strategy, options.pipelined, options.reuse)
     candidates = [(t, _spec(t, {}, name)) for t in offered]
     space = 0
-    plans: list[tuple[Template, MappingSpec, list[dict[str, int]]]] = []
+    plans: list[tuple[Template, Mapping, list[dict[str, int]]]] = []
     first_error: SpecError | None = None
     for tmpl, spec in candidates:
         try:
@@ -183,7 +183,7 @@ def _search(
             first_error = first_error or err
             continue
         space += len(choices)
-        plans.append((tmpl, spec, choices))
+        plans.append((tmpl, mapping, choices))
     budget = options.budget
     evaluated = infeasible = breaches = skipped = 0
     first_breach: BoundBreach | None = None
@@ -192,10 +192,7 @@ def _search(
     # Round robin over the templates (each gets its share of the budget), each template's
     # tile choices larger first; a choice whose every factor is at least that of a choice
     # that did not fit is skipped unplanned (larger tiles need more buffer).
-    queues = [
-        (tmpl, resolved(spec, cascade, arch, workload), iter(choices), [])
-        for tmpl, spec, choices in plans
-    ]
+    queues = [(tmpl, mapping, iter(choices), []) for tmpl, mapping, choices in plans]
     planned = 0
     if progress is not None:
         progress(0, space)
@@ -299,7 +296,7 @@ def _described(tmpl: Template, values: dict[str, int]) -> str:
 
 def _spec(tmpl: Template, values: dict[str, int], name: str) -> MappingSpec:
     data = data_with_factors(tmpl.data, values)
-    return loads_mapping(mapping_yaml(data), f"<{name} mapping ({tmpl.label})>", name)
+    return mapping_from_data(data, f"<{name} mapping ({tmpl.label})>", name)
 
 
 def _with_notes(spec: MappingSpec, notes: tuple[str, ...]) -> MappingSpec:

@@ -273,6 +273,13 @@ def loads_mapping(text: str, source: str, name: str) -> MappingSpec:
     return MappingSpec(name, spec.path, spec.data, spec.table, spec.table_path)
 
 
+def mapping_from_data(data: dict[str, Any], source: str, name: str) -> MappingSpec:
+    """A generated mapping from its data, as :func:`loads_mapping` reads it from the data's
+    text (positions aside: every one is `source`)."""
+    spec = build_mapping(yamlio.located(data, source), source)
+    return MappingSpec(name, spec.path, spec.data, spec.table, spec.table_path)
+
+
 def build_mapping(data: Any, source: str) -> MappingSpec:
     if not isinstance(data, LocDict) or not isinstance(data.get("mapping"), LocDict):
         raise SpecError(

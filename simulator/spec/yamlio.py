@@ -170,6 +170,30 @@ def loads(text: str, source: str = "<string>") -> Any:
         loader.dispose()
 
 
+def located(value: Any, source: str) -> Any:
+    """Plain data (dicts, lists, strings, numbers) as :func:`loads` builds it from the data's
+    YAML text, every position the source itself: a generated spec read without writing and
+    re-parsing its text (the mapper makes one per template of every search)."""
+    loc = Loc(source)
+    if isinstance(value, dict):
+        mapping = LocDict()
+        mapping.loc = loc
+        for key, item in value.items():
+            name = LocStr(str(key), loc)
+            mapping[name] = located(item, source)
+            mapping.key_locs[name] = loc
+            mapping.value_locs[name] = loc
+        return mapping
+    if isinstance(value, list | tuple):
+        sequence = LocList(located(item, source) for item in value)
+        sequence.loc = loc
+        sequence.item_locs = [loc] * len(sequence)
+        return sequence
+    if isinstance(value, str):
+        return LocStr(value, loc)
+    return value
+
+
 def load(path: str | Path) -> Any:
     """Read and parse a YAML file; a missing or unreadable file is a SpecError."""
     source = str(path)

@@ -20,9 +20,11 @@ Loops of extent 1 are ignored. `keep: stream` means no buffer reuse (every loop 
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.cascade.ir import Cascade, Einsum, rank_of
 from simulator.errors import Loc, NotDivisible, SpecError
@@ -43,12 +45,35 @@ class Nest:
         return self.tile_loops + self.inner
 
 
+class Partitions(dict):
+    """Rank -> components, only read once built: planning a point asks for the leaf
+    components of the same ranks and tensors thousands of times, so they are kept here."""
+
+    def leaves(self, rank: str) -> tuple[str, ...]:
+        memo = self.__dict__.setdefault("_leaves", {})
+        found = memo.get(rank)
+        if found is None:
+            found = memo[rank] = _leaf_components(rank, self)
+        return found
+
+    def kept(self, key: tuple, work: Callable[[], Any]) -> Any:
+        """`work()`'s answer for `key`, worked out once for these partitions."""
+        memo = self.__dict__.setdefault("_kept", {})
+        if key not in memo:
+            memo[key] = work()
+        return memo[key]
+
+
+@functools.lru_cache(maxsize=64)
 def merged_partitions(
     cascade: Cascade,
     mapping_partitions: tuple[tuple[str, tuple[str, ...]], ...],
     loc: Loc | None = None,
-) -> dict[str, tuple[str, ...]]:
-    parts = dict(cascade.partitions)
+) -> Partitions:
+    """The cascade's partitions with the mapping's. The same object for every candidate
+    mapping of a search (kept for the last 64 questions; never changed once built), so what
+    it keeps serves them all."""
+    parts = Partitions(cascade.partitions)
     for rank, comps in mapping_partitions:
         if rank in parts and parts[rank] != comps:
             raise SpecError(
@@ -61,12 +86,18 @@ def merged_partitions(
 
 
 def leaf_components(rank: str, partitions: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    if isinstance(partitions, Partitions):
+        return partitions.leaves(rank)
+    return _leaf_components(rank, partitions)
+
+
+def _leaf_components(rank: str, partitions: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
     comps = partitions.get(rank)
     if not comps:
         return (rank,)
     out: list[str] = []
     for c in comps:
-        out += leaf_components(c, partitions)
+        out += _leaf_components(c, partitions)
     return tuple(out)
 
 
@@ -83,6 +114,16 @@ def tensor_components(
     cascade: Cascade, tensor: str, partitions: Mapping[str, tuple[str, ...]]
 ) -> tuple[tuple[str, ...], frozenset[str]]:
     """Leaf components of a tensor, and those of its iterative rank (only one step is live)."""
+    if isinstance(partitions, Partitions):
+        return partitions.kept(
+            ("tensor", cascade, tensor), lambda: _tensor_components(cascade, tensor, partitions)
+        )
+    return _tensor_components(cascade, tensor, partitions)
+
+
+def _tensor_components(
+    cascade: Cascade, tensor: str, partitions: Mapping[str, tuple[str, ...]]
+) -> tuple[tuple[str, ...], frozenset[str]]:
     decl = cascade.tensor(tensor)
     comps: list[str] = []
     for r in decl.ranks:
@@ -146,6 +187,22 @@ def resolve_extents(
 
 
 def build_nest(
+    e: Einsum,
+    phase_loops: tuple[str, ...],
+    loops: tuple[str, ...] | None,
+    inner: tuple[str, ...] | None,
+    spatial: tuple[str, ...],
+    partitions: Mapping[str, tuple[str, ...]],
+) -> Nest:
+    if isinstance(partitions, Partitions):
+        key = ("nest", e, phase_loops, loops, inner, spatial)
+        return partitions.kept(
+            key, lambda: _build_nest(e, phase_loops, loops, inner, spatial, partitions)
+        )
+    return _build_nest(e, phase_loops, loops, inner, spatial, partitions)
+
+
+def _build_nest(
     e: Einsum,
     phase_loops: tuple[str, ...],
     loops: tuple[str, ...] | None,

@@ -30,7 +30,7 @@ import numpy as np
 
 from simulator.cascade.ir import Cond, Einsum, IBin, IInt, Index, ISym, IVar, rank_of
 from simulator.errors import SpecError
-from simulator.plan.nest import leaf_components
+from simulator.plan.nest import Partitions, leaf_components
 
 MAX_ENUMERATED = 1 << 22  # loop combinations enumerated per count (the rest in closed form)
 
@@ -84,7 +84,37 @@ def constraints(
     e: Einsum, partitions: Mapping[str, tuple[str, ...]], extents: Mapping[str, int]
 ) -> tuple[Constraint, ...]:
     """The Einsum's filters as linear constraints over its components (`!=` keeps every
-    tile: it removes single points only)."""
+    tile: it removes single points only). Kept by the partitions for the extents they
+    depend on (a search's candidates differ in a few)."""
+    if not isinstance(partitions, Partitions):
+        return _constraints(e, partitions, extents)
+    names = partitions.kept(("filter extents", e), lambda: _filter_extents(e, partitions))
+    key = ("constraints", e, tuple(int(extents[n]) for n in names))
+    return partitions.kept(key, lambda: _constraints(e, partitions, extents))
+
+
+def _filter_extents(e: Einsum, partitions: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The extents an Einsum's filters read as linear constraints."""
+    names: dict[str, None] = {}
+
+    def walk(ix: Index) -> None:
+        if isinstance(ix, ISym):
+            names[ix.name] = None
+        elif isinstance(ix, IVar):
+            names.update(dict.fromkeys(leaf_components(rank_of(ix.name), partitions)))
+        elif isinstance(ix, IBin):
+            walk(ix.left)
+            walk(ix.right)
+
+    for f in einsum_filters(e):
+        walk(f.left)
+        walk(f.right)
+    return tuple(names)
+
+
+def _constraints(
+    e: Einsum, partitions: Mapping[str, tuple[str, ...]], extents: Mapping[str, int]
+) -> tuple[Constraint, ...]:
     out = []
     for f in einsum_filters(e):
         lc, lk = _linear(f.left, partitions, extents)

@@ -12,6 +12,7 @@ chip's sizes make fusing lose.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,7 +59,6 @@ class FusionPoint:
     variant: str
     strategy: str
     tokens: str
-    text: str  # the cascade's YAML (the rewritten one is made once, in the main process)
 
 
 @dataclass(frozen=True)
@@ -81,22 +81,28 @@ def points(selection: Selection) -> list[FusionPoint]:
     """Beyond the paper: only in a full run (the rewrites take a few seconds)."""
     if not selection.is_full:
         return []
-    out = []
-    for name in CASCADES:
-        path = data_dir("cascades") / f"{name}.yaml"
-        written = path.read_text(encoding="utf-8")
-        rewritten = to_yaml(rewrite(load_cascade(path)).cascade)
-        for tokens in TOKENS:
-            for variant, strategy in VARIANTS:
-                text = rewritten if variant == "rewritten" else written
-                out.append(FusionPoint(name, variant, strategy, tokens, text))
-    return out
+    return [
+        FusionPoint(name, variant, strategy, tokens)
+        for name in CASCADES
+        for tokens in TOKENS
+        for variant, strategy in VARIANTS
+    ]
+
+
+@functools.cache
+def cascade_text(name: str, variant: str) -> str:
+    """The cascade's YAML as written, or as the rewriter leaves it: worked out in the worker
+    (once per process), so the run starts its pool without waiting for the rewrites."""
+    path = data_dir("cascades") / f"{name}.yaml"
+    if variant == "rewritten":
+        return to_yaml(rewrite(load_cascade(path)).cascade)
+    return path.read_text(encoding="utf-8")
 
 
 def compute(specs: Specs, point: FusionPoint) -> FusionRow:
     with tempfile.TemporaryDirectory(prefix="fusion-") as tmp:
         path = Path(tmp) / f"{point.cascade}-{point.variant}.yaml"
-        path.write_text(point.text, encoding="utf-8")
+        path.write_text(cascade_text(point.cascade, point.variant), encoding="utf-8")
         cascade = load_cascade(path)
         w = make_workload("llama3-8b", point.tokens, {"batch": BATCH}, shape=SHAPE)
         r = evaluate(

@@ -230,6 +230,7 @@ class Waterfall:
         # The global buffer's ports carry each epoch's operands on from the buffer: a second
         # stream behind DRAM's (zero when the architecture gives the buffer no bandwidth).
         self.port_step = _stream_step(p.port_cycles_per_epoch, busiest)
+        self.streams = bool(self.dram_step or self.port_step)  # memory paces the epochs
         self.dram_free = Fraction(0)
         self.port_free = Fraction(0)
         clock = _Clock(self.options, p.phase, total)
@@ -313,7 +314,7 @@ class Waterfall:
                 self.pending[op.spec.array].append(op)
 
     def _issue_dram(self, total: int) -> None:
-        if not (self.dram_step or self.port_step):
+        if not self.streams:
             return
         ahead = self.p.tiles_in_flight + 1
         # Issued epochs run without a gap from the oldest kept (those below lowest - 1
@@ -334,7 +335,7 @@ class Waterfall:
     def _blocked(self, op: _Op) -> str | None:
         if op.ready > self.t:
             return "dependencies"
-        if (self.dram_step or self.port_step) and op.spec.order == 0:
+        if self.streams and op.spec.order == 0:
             done = self.dram_done.get(op.epoch)
             if done is None:  # not requested yet: the pipeline ahead holds the buffers
                 return "dependencies"

@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,11 +115,13 @@ class Point:
         return dict(self.values).get(name, DEFAULTS.get(name))
 
 
-def points(spec: SweepSpec) -> list[Point]:
-    """Every combination of the grid, the first parameter varying slowest."""
+def points(spec: SweepSpec) -> Iterator[Point]:
+    """Every combination of the grid, the first parameter varying slowest: made one at a
+    time (a grid of 10^8 points is never a list)."""
     names = [p for p, _ in spec.grid]
     combos = itertools.product(*(values for _, values in spec.grid))
-    return [Point(i, tuple(zip(names, combo, strict=True))) for i, combo in enumerate(combos)]
+    for i, combo in enumerate(combos):
+        yield Point(i, tuple(zip(names, combo, strict=True)))
 
 
 def point_specs(specs: Specs, point: Point, cascades: Mapping[str, str]) -> Specs:

@@ -18,14 +18,15 @@ that cannot be evaluated (no mapping fits its buffer, ...) keeps its row with th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
-import io
+import itertools
 import math
 import os
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import Any
 from tqdm import tqdm
 
 from simulator import journal
-from simulator.atomic import check_writable, output_path, write_text
+from simulator.atomic import atomic_path, check_writable, output_path
 from simulator.cli import ArgumentParser, die_with_parent, guarded
 from simulator.configs import Specs
 from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
@@ -56,8 +57,11 @@ from simulator.units import parse_seconds
 Rows = list[tuple[int, dict[str, Any]]]
 
 
-# Points a sweep runs without --yes: its rows stay in memory until the CSV is written.
+# Points a sweep runs without --yes (a long run: say so before starting it).
 LARGE_GRID = 100_000
+# Points read from the grid at a time per worker: the grid is streamed, never a list, and
+# rows are written in grid order as soon as those before them are in.
+WINDOW_PER_JOB = 256
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,22 +119,36 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
     return dataclasses.replace(spec, **{k: v for k, v in settings.items() if v is not None})
 
 
-def chunked(items: Sequence[Point], jobs: int) -> list[list[Point]]:
-    """About four chunks per worker, dealt round-robin: few enough to read the specs
-    rarely, and each chunk mixes cheap and costly corners of the grid (a 16x16 array at
-    1M tokens next to a 512x512) so that the workers finish together."""
-    n = max(1, min(len(items), 4 * max(1, jobs)))
-    return [list(items[i::n]) for i in range(n) if items[i::n]]
+def chunked(items: Iterable[Point], jobs: int, window: int | None = None) -> Iterator[list[Point]]:
+    """The points as chunks, read `window` points at a time (default WINDOW_PER_JOB per
+    worker): each window dealt round-robin into about four chunks per worker, few enough
+    to read the specs rarely, each mixing cheap and costly corners of the grid (a 16x16
+    array at 1M tokens next to a 512x512) so that the workers finish together."""
+    stream = iter(items)
+    size = window or WINDOW_PER_JOB * max(1, jobs)
+    while block := list(itertools.islice(stream, size)):
+        n = max(1, min(len(block), 4 * max(1, jobs)))
+        yield from (block[i::n] for i in range(n))
 
 
 class Sink:
     """Where finished points go: the journal (when the sweep writes a file), the progress
-    bar and the rows. Points handed to a worker are journaled as started first, so a
-    resumed sweep knows which it recomputes."""
+    bar, and `emit` in grid order -- a row waits only for those before it (rows resumed
+    from the journal take their turn among them). Points handed to a worker are journaled
+    as started first, so a resumed sweep knows which it recomputes."""
 
-    def __init__(self, writer: journal.Writer | None, tick: Callable[[int], Any]) -> None:
-        self.writer, self.tick = writer, tick
-        self.rows: Rows = []
+    def __init__(
+        self,
+        writer: journal.Writer | None,
+        tick: Callable[[int], Any],
+        emit: Callable[[dict[str, Any]], None],
+        resumed: dict[int, dict[str, Any]] | None = None,
+    ) -> None:
+        self.writer, self.tick, self.emit = writer, tick, emit
+        self.waiting: dict[int, dict[str, Any]] = dict(resumed or {})
+        self.written = 0
+        self.failed = 0
+        self._flush()
 
     def started(self, chunk: list[Point]) -> None:
         if self.writer is not None:
@@ -139,21 +157,30 @@ class Sink:
     def finished(self, rows: Rows) -> None:
         if self.writer is not None:
             self.writer.finished(rows)
-        self.rows += rows
+        self.waiting.update(rows)
         self.tick(len(rows))
+        self._flush()
+
+    def _flush(self) -> None:
+        while self.written in self.waiting:
+            row = self.waiting.pop(self.written)
+            self.failed += bool(row.get("error"))
+            self.emit(row)
+            self.written += 1
 
 
 def run_local(
-    spec: SweepSpec, chunks: list[list[Point]], jobs: int, extra: tuple, sink: Sink
+    spec: SweepSpec, chunks: Iterator[list[Point]], jobs: int, extra: tuple, sink: Sink
 ) -> None:
     """The chunks on `jobs` local processes, at most `jobs` chunks handed out at a time (a
     kill loses at most those)."""
-    if jobs <= 1 or len(chunks) <= 1:
-        for chunk in chunks:
+    first = list(itertools.islice(chunks, 2))
+    if jobs <= 1 or len(first) <= 1:
+        for chunk in itertools.chain(first, chunks):
             sink.started(chunk)
             sink.finished(evaluate_points(spec, chunk, *extra))
         return
-    queue = deque(chunks)
+    queue = _Queue(itertools.chain(first, chunks))
     pool_args = {"initializer": die_with_parent, "initargs": (os.getpid(),)}
     with ProcessPoolExecutor(max_workers=jobs, **pool_args) as pool:
         running: dict[Future, list[Point]] = {}
@@ -204,7 +231,7 @@ def run_dask(
         # Chunks handed out at a time: two per worker thread, so that a killed client
         # loses few and a killed worker costs only its own.
         limit = max(2, 2 * sum(client.nthreads().values()))
-        queue = deque(chunks)
+        queue = _Queue(chunks)
         chunk_of: dict[str, list[Point]] = {}
         completed = dask_completed()
 
@@ -240,14 +267,27 @@ def run_dask(
         client.close()
 
 
-def render_csv(spec: SweepSpec, rows: Rows) -> str:
-    header = columns(spec)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
-    for _index, row in sorted(rows, key=lambda r: r[0]):
-        writer.writerow([_cell(row.get(c)) for c in header])
-    return out.getvalue()
+class _Queue:
+    """Chunks to hand out: those put back first (a failed chunk's points, one by one),
+    then the stream's, read only as they are handed out."""
+
+    def __init__(self, chunks: Iterator[list[Point]]) -> None:
+        self.back: deque[list[Point]] = deque()
+        self.chunks = chunks
+        self.next: list[Point] | None = next(chunks, None)
+
+    def __bool__(self) -> bool:
+        return bool(self.back) or self.next is not None
+
+    def popleft(self) -> list[Point]:
+        if self.back:
+            return self.back.popleft()
+        chunk, self.next = self.next, next(self.chunks, None)
+        assert chunk is not None
+        return chunk
+
+    def extendleft(self, chunks: Iterable[list[Point]]) -> None:
+        self.back.extendleft(chunks)
 
 
 def _cell(value: object) -> str:
@@ -313,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     size = math.prod(len(values) for _name, values in spec.grid)
     if size > LARGE_GRID and not args.yes:
         raise SpecError(
-            f"the grid has {size:,} points (more than {LARGE_GRID:,}; every row is kept in "
-            "memory and written at the end): add --yes to run it, or sweep fewer values"
+            f"the grid has {size:,} points (more than {LARGE_GRID:,}: a long run): add --yes "
+            "to run it, or sweep fewer values"
         )
     if size > 1000:
         print(f"sweeping {size:,} points", file=sys.stderr)
@@ -324,9 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None:
         check_writable(out)
     if out is None:
-        return _sweep(args, spec, cascade, arch, cascades, None)
+        return _sweep(args, spec, cascade, arch, cascades, None, size)
     with journal.held(out):  # one sweep per --out at a time
-        return _sweep(args, spec, cascade, arch, cascades, out)
+        return _sweep(args, spec, cascade, arch, cascades, out, size)
 
 
 def _sweep(
@@ -336,10 +376,11 @@ def _sweep(
     arch: str | None,
     cascades: dict[str, str],
     out: Path | None,
+    size: int,
 ) -> int:
-    """The sweep itself, its journal and CSV at `out` (None: standard output)."""
+    """The sweep itself, its journal and CSV at `out` (None: standard output). The grid is
+    streamed: rows go out in grid order as they are ready, never all held at once."""
     timing = TimingOptions(max_sim_s=args.max_sim_s)
-    todo = points(spec)
     extra = (cascade, arch, timing, cascades)
     writer, done = None, journal.Progress({}, frozenset())
     if out is not None:
@@ -348,7 +389,7 @@ def _sweep(
             _parameters_digest(spec, extra),
             _specs_digest(cascade, arch, spec),
             journal.files_digest([Path(__file__).resolve().parent], "*.py"),
-            len(todo),
+            size,
         )
         if log.exists() and not args.resume:
             raise SpecError(
@@ -357,41 +398,52 @@ def _sweep(
             )
         if log.exists():
             done = journal.read(log, header)
-            _say_resuming(out, done, len(todo))
+            _say_resuming(out, done, size)
         elif args.resume:
             print(f"nothing to resume ({log} does not exist): running the sweep", file=sys.stderr)
         writer = journal.Writer(log, header, fresh=not log.exists())
-    left = [p for p in todo if p.index not in done.rows]
+    left = (p for p in points(spec) if p.index not in done.rows)
     jobs = args.jobs or os.cpu_count() or 1
     bar = tqdm(
-        total=len(todo),
-        initial=len(todo) - len(left),
+        total=size,
+        initial=len(done.rows),
         desc="sweep",
         unit="point",
         disable=True if args.no_progress else None,  # None: only on a terminal
         file=sys.stderr,
     )
-    sink = Sink(writer, bar.update)
     try:
-        with bar:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(bar)
+            if out is None:
+                stream = sys.stdout
+            else:  # written beside, renamed over `out` only once whole
+                tmp = stack.enter_context(atomic_path(out))
+                stream = stack.enter_context(tmp.open("w", encoding="utf-8", newline=""))
+            header_row = columns(spec)
+            rows_out = csv.writer(stream, lineterminator="\n")
+            rows_out.writerow(header_row)
+            sink = Sink(
+                writer,
+                bar.update,
+                lambda row: rows_out.writerow([_cell(row.get(c)) for c in header_row]),
+                done.rows,
+            )
             if args.executor == "dask":
                 run_dask(spec, chunked(left, 4 * jobs), args.scheduler, extra, sink)
             else:
                 run_local(spec, chunked(left, jobs), jobs, extra, sink)
+            if sink.written != size:  # every point has its row, in order
+                raise RuntimeError(f"sweep wrote {sink.written} of {size} rows")
     finally:
         if writer is not None:
             writer.close()
-    rows = [*done.rows.items(), *sink.rows]
-    text = render_csv(spec, rows)
     if out is None:
-        sys.stdout.write(text)
         return 0
-    write_text(out, text)
     journal.journal_path(out).unlink()  # the CSV holds every row now
-    failed = sum(1 for _i, r in rows if r.get("error"))
     print(
-        f"{len(rows)} points -> {out}"
-        + (f" ({failed} without results: see the error column)" if failed else ""),
+        f"{sink.written} points -> {out}"
+        + (f" ({sink.failed} without results: see the error column)" if sink.failed else ""),
         file=sys.stderr,
     )
     return 0

@@ -408,3 +408,49 @@ def test_a_huge_sweep_says_its_size_and_asks_for_yes(tmp_path, run_cli):
     assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1, err
     assert "200,000 points" in err and "--yes" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_grid_is_streamed_never_a_list():
+    """A grid of 10^12 points: its first points come at once, the chunks are read a window
+    at a time from the stream (an endless stream still gives its first chunks), and the
+    checks before any work look only as far as the first point that binds."""
+    import itertools
+
+    from simulator.configs import Specs
+    from simulator.design_space import Point, check, points
+    from simulator.spec.sweep import SweepSpec
+    from simulator.sweep import chunked
+
+    values = tuple(16 * (i + 1) for i in range(10_000))
+    spec = SweepSpec("grid").with_grid(
+        (("pe_dim", values), ("buffer_bytes", values), ("pe_dim_1d", values[:10_000]))
+    )
+    started = time.perf_counter()
+    first = list(itertools.islice(points(spec), 3))
+    check(spec, Specs())
+    assert time.perf_counter() - started < 5
+    assert [p.index for p in first] == [0, 1, 2]
+    assert first[1].get("pe_dim_1d") == 32 and first[1].get("pe_dim") == 16
+
+    endless = (Point(i, (("pe_dim", 16),)) for i in itertools.count())
+    chunks = list(itertools.islice(chunked(endless, jobs=2, window=16), 8))
+    assert [c[0].index for c in chunks] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert [p.index for p in chunks[0]] == [0, 8] and [p.index for p in chunks[7]] == [7, 15]
+
+
+def test_sweep_rows_go_out_in_grid_order_as_soon_as_those_before_are_in():
+    """Rows finish out of order (workers, resumed rows from the journal); each is written
+    when every row before it is: the CSV is in grid order and nothing waits longer."""
+    from simulator.sweep import Sink
+
+    emitted: list[int] = []
+    ticks: list[int] = []
+    sink = Sink(None, ticks.append, lambda row: emitted.append(row["i"]), {1: {"i": 1}})
+    assert emitted == []
+    sink.finished([(3, {"i": 3}), (4, {"i": 4, "error": "no mapping fits"})])
+    assert emitted == []  # 0 and 2 not in yet
+    sink.finished([(0, {"i": 0})])
+    assert emitted == [0, 1]
+    sink.finished([(2, {"i": 2})])
+    assert emitted == [0, 1, 2, 3, 4] and sink.written == 5 and sink.failed == 1
+    assert ticks == [2, 1, 1] and sink.waiting == {}

@@ -408,8 +408,9 @@ class Waterfall:
             self.recent.popleft()
         for e in [e for e, close in self.open_tiles.items() if close is not None and close <= t]:
             del self.open_tiles[e]
-        for e in [e for e in self.dram_done if e < self.lowest - 1]:
-            del self.dram_done[e]
+        dram_done, floor = self.dram_done, self.lowest - 1
+        while dram_done and (oldest := next(iter(dram_done))) < floor:
+            del dram_done[oldest]  # issued in epoch order: the oldest come first
         if len(self.started_first) > 4 * self.p.tiles_in_flight + 8:
             floor = self.lowest - 2 - self.p.tiles_in_flight
             self.started_first = {e for e in self.started_first if e >= floor}

@@ -16,7 +16,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 matplotlib.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})  # TrueType in PDFs
+# The drawing backends' C extensions imported now, with the rest: the runner draws while its
+# workers compute, so Ctrl-C or SIGTERM may land at any moment, and one landing inside an
+# extension's first import surfaces as an ImportError, not as the interrupt it is.
+import matplotlib.backends.backend_agg  # noqa: E402, F401
+import matplotlib.backends.backend_pdf  # noqa: E402, F401
 import matplotlib.pyplot as plt  # noqa: E402
+import PIL.Image  # noqa: E402, F401
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402

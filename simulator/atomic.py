@@ -40,9 +40,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
 @contextlib.contextmanager
 def atomic_paths(paths: Sequence[Path]) -> Iterator[list[Path]]:
     """Temporaries for several files that belong together (a figure's PNG and PDF): all
-    renamed into place when the block ends without an error, none otherwise. Ctrl-C is held
-    back while they are renamed; one that arrived meanwhile removes them all again, so an
-    interrupted command leaves the set whole or absent, never half of it."""
+    renamed into place when the block ends without an error, none otherwise. Ctrl-C (and
+    SIGTERM) is held back while they are renamed; one that arrived meanwhile removes them
+    all again, so an interrupted command leaves the set whole or absent, never half of it."""
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
     temps = [partial_name(path) for path in paths]
@@ -50,7 +50,7 @@ def atomic_paths(paths: Sequence[Path]) -> Iterator[list[Path]]:
         yield temps
         done: list[Path] = []
         try:
-            with _sigint_held():
+            with _interrupts_held():
                 for tmp, path in zip(temps, paths, strict=True):
                     os.replace(tmp, path)
                     done.append(path)
@@ -66,11 +66,11 @@ def atomic_paths(paths: Sequence[Path]) -> Iterator[list[Path]]:
 
 
 @contextlib.contextmanager
-def _sigint_held() -> Iterator[None]:
-    """SIGINT blocked for the block (delivered when it ends); a no-op off the main thread
-    or where the platform cannot block signals."""
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked for the block (delivered when it ends); a no-op off the
+    main thread or where the platform cannot block signals."""
     try:
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     except (AttributeError, ValueError, OSError):
         yield
         return

@@ -316,6 +316,33 @@ def test_an_interrupted_run_leaves_no_report(tmp_path, monkeypatch):
     assert not (out / "report.md").exists()
 
 
+def test_an_interrupt_while_drawing_amid_the_computation_stops_cleanly(tmp_path, monkeypatch):
+    """An experiment's figures are drawn as soon as its rows are in, while the workers
+    compute the other experiments' points: an interrupt then ends the workers at once and
+    leaves neither a partial file nor a report."""
+    import dataclasses
+
+    import experiments.run as runner
+
+    real = runner.by_name
+
+    def interrupted(rows, ctx):
+        raise KeyboardInterrupt
+
+    def patched(name):
+        e = real(name)
+        return dataclasses.replace(e, figures=interrupted) if name == "waterfall" else e
+
+    monkeypatch.setattr(runner, "by_name", patched)
+    out = tmp_path / "out"
+    started = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run(_options(out, SUBSET, ["attention", "waterfall", "cascades", "bounds"], jobs=2))
+    assert time.perf_counter() - started < 60
+    assert not (out / "report.md").exists()
+    assert [p.name for p in out.rglob("*") if ".partial-" in p.name] == []
+
+
 _ABANDON = """
 import time
 from concurrent.futures import ProcessPoolExecutor

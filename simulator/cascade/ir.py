@@ -396,21 +396,28 @@ class Operator:
     loc: Loc = field(compare=False, default=Loc("<cascade>"))
 
 
-def _compared(obj: object) -> tuple:
-    """The fields equality compares, in order: what a cached hash must hash."""
-    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj) if f.compare)  # type: ignore[arg-type]
+class _HashedOnce:
+    """Immutable IR hashed once: analyses cached per Einsum or cascade look it up on every
+    call, and hashing walks every expression. The hash is of the fields equality compares;
+    it is never pickled (string hashes differ between interpreters). A frozen dataclass
+    writes its own `__hash__` unless its body names one: `__hash__ = _HashedOnce.__hash__`."""
 
+    def __hash__(self) -> int:
+        found = self.__dict__.get("_hash")
+        if found is None:
+            fields = dataclasses.fields(self)  # type: ignore[arg-type]
+            found = hash(tuple(getattr(self, f.name) for f in fields if f.compare))
+            self.__dict__["_hash"] = found  # frozen: its own memo, as cached_property does
+        return found
 
-def _without_hash(obj: object) -> dict:
-    """An object's state to pickle, less its cached hash: string hashes differ between
-    processes (another interpreter draws another seed), so the receiver hashes afresh."""
-    state = dict(obj.__dict__)
-    state.pop("_hash", None)
-    return state
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
 
 
 @dataclass(frozen=True)
-class Einsum:
+class Einsum(_HashedOnce):
     """One Einsum: `output = expr`, reduced over `reduced` variables with `reduce_op`.
 
     `kind` is `compute` for Einsums that do arithmetic, `init` for the initialisation of an
@@ -437,16 +444,7 @@ class Einsum:
     def reads(self) -> tuple[Access, ...]:
         return self._reads
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __getstate__(self) -> dict:
-        return _without_hash(self)
-
-    @functools.cached_property
-    def _hash(self) -> int:
-        """Hashed once (the IR is immutable): analyses cached per Einsum look it up often."""
-        return hash(_compared(self))
+    __hash__ = _HashedOnce.__hash__  # (a frozen dataclass would write its own)
 
     @functools.cached_property
     def _reads(self) -> tuple[Access, ...]:
@@ -484,7 +482,7 @@ class Reference:
 
 
 @dataclass(frozen=True)
-class Cascade:
+class Cascade(_HashedOnce):
     """A checked cascade.
 
     `partitions` maps a rank to its components, outer first (`M -> (M1, M0)`); `iterative`
@@ -510,17 +508,7 @@ class Cascade:
     params: tuple[str, ...] = ()
     reference: Reference | None = None
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __getstate__(self) -> dict:
-        return _without_hash(self)
-
-    @functools.cached_property
-    def _hash(self) -> int:
-        """Hashed once (the IR is immutable): analyses cached per cascade look it up on
-        every call, and hashing a whole cascade walks every expression."""
-        return hash(_compared(self))
+    __hash__ = _HashedOnce.__hash__  # (a frozen dataclass would write its own)
 
     # ---- lookups (derived, cheap) ----
     def tensor(self, name: str) -> TensorDecl:

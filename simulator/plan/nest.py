@@ -64,6 +64,21 @@ class Partitions(dict):
         return memo[key]
 
 
+def kept_by_partitions(work: Callable[..., Any]) -> Callable[..., Any]:
+    """`work(*args, partitions)`'s answers kept by the Partitions it is given (its last
+    argument; the other arguments hashable, the answer never changed): planning asks for
+    them per candidate mapping and phase, and they do not depend on the tile sizes."""
+
+    @functools.wraps(work)
+    def kept(*args: Any) -> Any:
+        partitions = args[-1]
+        if not isinstance(partitions, Partitions):
+            return work(*args)
+        return partitions.kept((work.__name__, *args[:-1]), lambda: work(*args))
+
+    return kept
+
+
 @functools.lru_cache(maxsize=64)
 def merged_partitions(
     cascade: Cascade,
@@ -110,20 +125,11 @@ def einsum_components(e: Einsum, partitions: Mapping[str, tuple[str, ...]]) -> t
     return tuple(out)
 
 
+@kept_by_partitions
 def tensor_components(
     cascade: Cascade, tensor: str, partitions: Mapping[str, tuple[str, ...]]
 ) -> tuple[tuple[str, ...], frozenset[str]]:
     """Leaf components of a tensor, and those of its iterative rank (only one step is live)."""
-    if isinstance(partitions, Partitions):
-        return partitions.kept(
-            ("tensor", cascade, tensor), lambda: _tensor_components(cascade, tensor, partitions)
-        )
-    return _tensor_components(cascade, tensor, partitions)
-
-
-def _tensor_components(
-    cascade: Cascade, tensor: str, partitions: Mapping[str, tuple[str, ...]]
-) -> tuple[tuple[str, ...], frozenset[str]]:
     decl = cascade.tensor(tensor)
     comps: list[str] = []
     for r in decl.ranks:
@@ -186,23 +192,8 @@ def resolve_extents(
     return out
 
 
+@kept_by_partitions
 def build_nest(
-    e: Einsum,
-    phase_loops: tuple[str, ...],
-    loops: tuple[str, ...] | None,
-    inner: tuple[str, ...] | None,
-    spatial: tuple[str, ...],
-    partitions: Mapping[str, tuple[str, ...]],
-) -> Nest:
-    if isinstance(partitions, Partitions):
-        key = ("nest", e, phase_loops, loops, inner, spatial)
-        return partitions.kept(
-            key, lambda: _build_nest(e, phase_loops, loops, inner, spatial, partitions)
-        )
-    return _build_nest(e, phase_loops, loops, inner, spatial, partitions)
-
-
-def _build_nest(
     e: Einsum,
     phase_loops: tuple[str, ...],
     loops: tuple[str, ...] | None,

@@ -50,7 +50,7 @@ def atomic_paths(paths: Sequence[Path]) -> Iterator[list[Path]]:
         yield temps
         done: list[Path] = []
         try:
-            with _interrupts_held():
+            with interrupts_held():
                 for tmp, path in zip(temps, paths, strict=True):
                     os.replace(tmp, path)
                     done.append(path)
@@ -66,9 +66,11 @@ def atomic_paths(paths: Sequence[Path]) -> Iterator[list[Path]]:
 
 
 @contextlib.contextmanager
-def _interrupts_held() -> Iterator[None]:
+def interrupts_held() -> Iterator[None]:
     """SIGINT and SIGTERM blocked for the block (delivered when it ends); a no-op off the
-    main thread or where the platform cannot block signals."""
+    main thread or where the platform cannot block signals. For what an interrupt must not
+    split: renaming a set of files, or a C extension's first import (an interrupt inside
+    one surfaces as an ImportError, not as the interrupt it is)."""
     try:
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     except (AttributeError, ValueError, OSError):

@@ -47,10 +47,28 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
         except KeyboardInterrupt:  # files being written were removed as the stack unwound
             print(INTERRUPTED, file=sys.stderr)
             return EXIT_INTERRUPTED
+        except ImportError as err:
+            if not _interrupted(err):
+                raise
+            # Ctrl-C inside a C extension's first import surfaces as an ImportError
+            print(INTERRUPTED, file=sys.stderr)
+            return EXIT_INTERRUPTED
 
     wrapper.__doc__ = main.__doc__
     wrapper.__name__ = main.__name__
     return wrapper
+
+
+def _interrupted(err: BaseException) -> bool:
+    """Was this exception caused, at some remove, by a Ctrl-C?"""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _done() -> None:

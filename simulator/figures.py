@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from simulator.atomic import atomic_paths
+from simulator.atomic import atomic_paths, interrupts_held
 
 EMBEDDABLE_FONTS = {"pdf.fonttype": 42, "ps.fonttype": 42}
 # Drawn at the size they print: a two-column paper's text width, no text under 7 pt.
@@ -19,12 +19,18 @@ TEXT_PT, SMALL_PT = 8, 7
 
 
 def pyplot() -> Any:
-    """`matplotlib.pyplot`, on the Agg backend, with TrueType fonts in PDFs."""
-    import matplotlib  # noqa: PLC0415 - only drawing needs it
+    """`matplotlib.pyplot`, on the Agg backend, with TrueType fonts in PDFs. Imported with
+    Ctrl-C held (it comes right after): matplotlib's first import loads C extensions, and an
+    interrupt inside one is an ImportError traceback, not the interrupt it is."""
+    with interrupts_held():
+        import matplotlib  # noqa: PLC0415 - only drawing needs it
 
-    matplotlib.use("Agg")
-    matplotlib.rcParams.update(EMBEDDABLE_FONTS)
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+        matplotlib.use("Agg")
+        matplotlib.rcParams.update(EMBEDDABLE_FONTS)
+        import matplotlib.backends.backend_agg  # noqa: PLC0415, F401 - its C extension now
+        import matplotlib.backends.backend_pdf  # noqa: PLC0415, F401
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+        import PIL.Image  # noqa: PLC0415, F401
 
     return plt
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import io
 import os
@@ -17,6 +18,14 @@ DATA = Path(__file__).resolve().parent / "data"
 # The mapper's cache (simulator/mapper/cache.py) in a folder of this test session's own:
 # tests never read answers a developer's earlier runs left, and leave none behind them.
 os.environ.setdefault("FUSEMAX_SIM_CACHE", tempfile.mkdtemp(prefix="fusemax-sim-tests-"))
+
+# The package compiled once, beside its sources as Python keeps it, for the Python processes
+# the tests start (the CLIs, the documented commands, pytest-xdist's workers): where
+# PYTHONDONTWRITEBYTECODE is set, as on CI, each would compile it afresh (half a second of
+# CPU a process, about 15 s of the suite). A tree that cannot be written is left as it is.
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    for _package in ("simulator", "experiments"):
+        compileall.compile_dir(ROOT / _package, quiet=2)
 
 
 @pytest.fixture

@@ -454,3 +454,26 @@ def test_sweep_rows_go_out_in_grid_order_as_soon_as_those_before_are_in():
     sink.finished([(2, {"i": 2})])
     assert emitted == [0, 1, 2, 3, 4] and sink.written == 5 and sink.failed == 1
     assert ticks == [2, 1, 1] and sink.waiting == {}
+
+
+def test_ctrl_c_inside_an_extension_import_is_still_an_interrupt(run_cli):
+    """Ctrl-C landing inside a C extension's first import surfaces as an ImportError whose
+    cause is the KeyboardInterrupt: still one line and exit 130, not a traceback; any other
+    ImportError is not taken for one."""
+    from simulator.cli import EXIT_INTERRUPTED, INTERRUPTED, guarded
+
+    @guarded
+    def imports_interrupted(argv):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise ImportError("initialization failed") from interrupt
+
+    @guarded
+    def imports_broken(argv):
+        raise ImportError("no module named nothing")
+
+    code, printed, err = run_cli(imports_interrupted, [])
+    assert (code, printed, err) == (EXIT_INTERRUPTED, "", INTERRUPTED + "\n")
+    with pytest.raises(ImportError, match="nothing"):
+        run_cli(imports_broken, [])

@@ -7,8 +7,8 @@ never half written. A killed run can leave its hidden temporaries behind (nothin
 SIGKILL); the next run into the same folder removes them first.
 
 CSV numbers are written with `repr` (shortest round-trip form): the same floats always give
-the same bytes. Figures are saved without timestamps or version strings in their metadata,
-so a re-run normally gives identical PNG and PDF bytes too (CSVs are what must be).
+the same bytes. Figures go through `simulator.figures.save_figures`, as the CLIs' do: PNG and
+PDF renamed into place as a pair, without timestamps or version strings in their metadata.
 """
 
 from __future__ import annotations
@@ -73,22 +73,3 @@ def write_text(path: Path, text: str) -> Path:
     with atomic_text(path) as handle:
         handle.write(text)
     return path
-
-
-# Matplotlib writes its version and the date into PNG/PDF metadata by default: leave them
-# out so identical figures are identical files.
-_METADATA = {
-    ".png": {"Software": None},
-    ".pdf": {"Creator": None, "Producer": None, "CreationDate": None},
-}
-
-
-def save_figure(fig, path_stem: Path, formats: Sequence[str] = (".pdf", ".png")) -> list[Path]:
-    """Save a matplotlib figure as `stem.pdf` and `stem.png`, each atomically."""
-    out = []
-    for suffix in formats:
-        path = path_stem.with_suffix(suffix)
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=_METADATA[suffix])
-        out.append(path)
-    return out

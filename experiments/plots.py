@@ -27,7 +27,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from experiments.output import save_figure  # noqa: E402
+from simulator.figures import save_figures  # noqa: E402
 
 # The paper's palette (ColorBrewer Set1, in its order) for the configurations in order.
 CONFIG_COLOURS = ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00")
@@ -177,8 +177,7 @@ def grouped_bars(
         ax.yaxis.set_major_locator(MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]))
     fig.subplots_adjust(left=0.6 / fig.get_figwidth(), right=1 - 1.25 / fig.get_figwidth())
     fig.subplots_adjust(bottom=0.3 if len(points) > 12 else 0.22, top=0.88 if title else 0.95)
-    paths = save_figure(fig, path_stem)
-    plt.close(fig)
+    paths = save_figures(fig, path_stem)  # (closes the figure)
     return paths
 
 
@@ -251,8 +250,7 @@ def stacked_breakdown(
         ax.set_title(title, fontsize=TEXT_PT, loc="left")
     fig.subplots_adjust(left=0.6 / fig.get_figwidth(), right=1 - 1.3 / fig.get_figwidth())
     fig.subplots_adjust(bottom=0.3, top=0.88 if title else 0.95)
-    paths = save_figure(fig, path_stem)
-    plt.close(fig)
+    paths = save_figures(fig, path_stem)  # (closes the figure)
     return paths
 
 
@@ -295,6 +293,5 @@ def pareto_lines(
     if title:
         ax.set_title(title, fontsize=SMALL_PT)
     fig.tight_layout()
-    paths = save_figure(fig, path_stem)
-    plt.close(fig)
+    paths = save_figures(fig, path_stem)  # (closes the figure)
     return paths

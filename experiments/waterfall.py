@@ -19,8 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.compare import md_table  # noqa: E402
 from experiments.experiment import Context, Experiment, Selection  # noqa: E402
-from experiments.output import save_figure  # noqa: E402
 from simulator.configs import Specs  # noqa: E402
+from simulator.figures import save_figures  # noqa: E402
 from simulator.spec.workload import make_workload  # noqa: E402
 from simulator.timing.cycle.waterfall import TraceEvent  # noqa: E402
 from simulator.trace import plot_waterfall, trace_point  # noqa: E402
@@ -95,8 +95,7 @@ def figures(rows: Sequence[WaterfallRow], ctx: Context) -> list[Path]:
         columnspacing=1.0,
         handlelength=1.5,
     )
-    paths = save_figure(fig, ctx.out / f"waterfall-{MODEL}-{SEQ}")
-    plt.close(fig)
+    paths = save_figures(fig, ctx.out / f"waterfall-{MODEL}-{SEQ}")  # (closes the figure)
     return paths
 
 

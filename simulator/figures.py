@@ -35,13 +35,20 @@ def pyplot() -> Any:
     return plt
 
 
+# Matplotlib writes its version and the date into PNG/PDF metadata by default: left out, so
+# identical figures are identical files.
+_METADATA = {
+    ".png": {"Software": None},
+    ".pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+}
+
+
 def save_figures(fig: Any, stem: Path) -> list[Path]:
     """`stem`.png and `stem`.pdf, written whole and together or not at all, without
     timestamps (the same figure draws the same bytes); the figure is closed."""
     written = [stem.with_name(stem.name + suffix) for suffix in (".png", ".pdf")]
     with atomic_paths(written) as temps:  # the PNG and the PDF together, or neither
         for tmp, suffix in zip(temps, (".png", ".pdf"), strict=True):
-            meta = {"CreationDate": None} if suffix == ".pdf" else {"Software": None}
-            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=meta)
+            fig.savefig(tmp, format=suffix[1:], dpi=150, metadata=_METADATA[suffix])
     pyplot().close(fig)
     return written

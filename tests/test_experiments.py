@@ -38,13 +38,13 @@ class FigureLog:
         self.figures: dict[str, object] = {}
 
     def install(self, mp: pytest.MonkeyPatch) -> None:
-        original = plots.save_figure
+        original = plots.save_figures
 
-        def save(fig, stem, formats=(".pdf", ".png")):
+        def save(fig, stem):
             self.figures[Path(stem).name] = _describe(fig)
-            return original(fig, stem, formats)
+            return original(fig, stem)
 
-        mp.setattr(plots, "save_figure", save)
+        mp.setattr(plots, "save_figures", save)
 
 
 def _describe(fig) -> dict:

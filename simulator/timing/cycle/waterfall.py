@@ -55,7 +55,7 @@ REASONS = ("dependencies", "memory", "fill/drain", "idle")
 CLOCK_EVERY = 2048
 
 
-@dataclass(eq=False)  # an operation is itself: found by identity in the lists it sits in
+@dataclass(eq=False)  # an operation is itself: found and hashed by identity
 class _Op:
     spec: OpSpec
     epoch: int
@@ -198,7 +198,7 @@ class Waterfall:
         self.ops: dict[tuple[int, str], _Op] = {}
         self.by_epoch: dict[int, list[_Op]] = {}
         self.unstarted: dict[int, int] = {}  # epoch -> operations not yet started
-        self.waiting: dict[int, _Op] = {}  # id -> every operation not yet started
+        self.waiting: set[_Op] = set()  # every operation not yet started
         self.oldest = 0  # oldest epoch still holding records
         self.recent: deque[_Op] = deque()  # started operations, in start order
         self.max_steps = max(s.steps for s in p.ops)
@@ -289,7 +289,7 @@ class Waterfall:
             if self._present(spec, c):
                 op = _Op(spec, epoch)
                 self.ops[(epoch, spec.einsum)] = op
-                self.waiting[id(op)] = op
+                self.waiting.add(op)
                 created.append(op)
         self.by_epoch[epoch] = created
         self.unstarted[epoch] = len(created)
@@ -360,7 +360,7 @@ class Waterfall:
         t = self.t
         spec = op.spec
         op.start = t
-        del self.waiting[id(op)]
+        self.waiting.remove(op)
         self.pending[spec.array].remove(op)
         self.recent.append(op)
         self.unstarted[op.epoch] -= 1
@@ -403,8 +403,7 @@ class Waterfall:
                 del self.ops[(old.epoch, old.spec.einsum)]
             self.unstarted.pop(self.oldest, None)
             self.oldest += 1
-        latency = self.reach
-        while self.recent and self.recent[0].start + latency <= t:
+        while self.recent and self.recent[0].start + self.reach <= t:
             self.recent.popleft()
         for e in [e for e, close in self.open_tiles.items() if close is not None and close <= t]:
             del self.open_tiles[e]
@@ -459,15 +458,15 @@ class Waterfall:
             self.stalls[(array, reason)] += min(idle, span)
 
     def _unstarted_on(self, array: str) -> bool:
-        return any(op.spec.array == array for op in self.waiting.values())
+        return any(op.spec.array == array for op in self.waiting)
 
     # ---------------------------------------------------------------- steady state
     def _snapshot(self, epoch: int) -> tuple:
         """The scheduler's state relative to this moment and this epoch (what the future
-        depends on). Taken at every epoch's start, so written for speed."""
+        depends on). Taken at many epochs' starts, so written for speed."""
         t = self.t
         ops = []
-        for op in self.waiting.values():
+        for op in self.waiting:  # (sorted below: the set's order does not matter)
             deps = op.dependents
             if not deps:
                 waits: tuple = ()

@@ -10,11 +10,11 @@ re-run writes byte-identical CSVs.
 
 from __future__ import annotations
 
-import signal
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ from experiments.experiment import Context, Experiment, Selection
 from experiments.output import remove_stale_partials, write_text
 from experiments.published import REFERENCE_DIR, load_published
 from experiments.registry import by_name, registry
+from simulator.atomic import interrupts_held
+from simulator.cli import abandon, worker_process
 from simulator.configs import Specs
 from simulator.units import format_count
 
@@ -66,30 +68,6 @@ def compute_chunk(name: str, points: Sequence[Any]) -> list[Any]:
     return [experiment.compute(specs, p) for p in points]
 
 
-def _worker_signals() -> None:
-    """Workers leave Ctrl-C and SIGTERM to the main process, which ends them: a worker
-    interrupted mid-task would leave the pool waiting on it forever."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _abandon(executor: Executor) -> None:
-    """After an interrupt: drop the queued work and end the workers now, without waiting
-    for their running tasks (a second Ctrl-C meanwhile is ignored)."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        # ProcessPoolExecutor keeps its worker processes here (and forgets them on
-        # shutdown); terminating them is the only way to stop a running task.
-        processes = list((getattr(executor, "_processes", None) or {}).values())
-        executor.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.join(timeout=5)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def _chunks(points: Sequence[Any], size: int) -> list[list[Any]]:
     return [list(points[i : i + size]) for i in range(0, len(points), max(1, size))]
 
@@ -129,11 +107,14 @@ def compute_rows(
 
     bar = tqdm(total=total, desc="experiments", unit="point", disable=None if progress else True)
     executor = (  # --jobs 1: no pool, every chunk in this process
-        ProcessPoolExecutor(max_workers=jobs, initializer=_worker_signals) if jobs > 1 else None
+        ProcessPoolExecutor(max_workers=jobs, initializer=worker_process, initargs=(os.getpid(),))
+        if jobs > 1
+        else None
     )
     try:
         if executor is not None:
-            futures = {executor.submit(compute_chunk, *task): i for i, task in enumerate(tasks)}
+            with interrupts_held():  # the workers start (see worker_process)
+                futures = {executor.submit(compute_chunk, *task): i for i, task in enumerate(tasks)}
             for future in as_completed(futures):
                 arrived(futures[future], future.result())
         else:
@@ -141,7 +122,7 @@ def compute_rows(
                 arrived(index, compute_chunk(*task))
     except BaseException:
         if executor is not None:
-            _abandon(executor)
+            abandon(executor)
         raise
     else:
         if executor is not None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 from collections.abc import Callable
+from concurrent.futures import Executor
 from types import TracebackType
 
 from simulator.errors import BoundBreach, SpecError
@@ -125,6 +127,36 @@ def install_interrupt_hook() -> None:
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends (Linux)
+
+
+def worker_process(parent: int) -> None:
+    """Initializer of a worker process: Ctrl-C and SIGTERM are its parent's to handle (the
+    parent ends its workers: :func:`abandon`), and it ends with its parent. The parent
+    starts its workers with both signals held (:func:`simulator.atomic.interrupts_held`),
+    so one that came meanwhile is dropped here, not a traceback from a half-started
+    worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    die_with_parent(parent)
+
+
+def abandon(executor: Executor) -> None:
+    """After an interrupt: drop the queued work and end the workers now, without waiting
+    for their running tasks (a second Ctrl-C meanwhile is ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        # ProcessPoolExecutor keeps its worker processes here (and forgets them on
+        # shutdown); terminating them is the only way to stop a running task.
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def die_with_parent(parent: int) -> None:

@@ -35,8 +35,8 @@ from typing import Any
 from tqdm import tqdm
 
 from simulator import journal
-from simulator.atomic import atomic_path, check_writable, output_path
-from simulator.cli import ArgumentParser, die_with_parent, guarded
+from simulator.atomic import atomic_path, check_writable, interrupts_held, output_path
+from simulator.cli import ArgumentParser, abandon, guarded, worker_process
 from simulator.configs import Specs
 from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
 from simulator.errors import BoundBreach, SpecError
@@ -181,17 +181,20 @@ def run_local(
             sink.finished(evaluate_points(spec, chunk, *extra))
         return
     queue = _Queue(itertools.chain(first, chunks))
-    pool_args = {"initializer": die_with_parent, "initargs": (os.getpid(),)}
-    with ProcessPoolExecutor(max_workers=jobs, **pool_args) as pool:
-        running: dict[Future, list[Point]] = {}
+    pool = ProcessPoolExecutor(
+        max_workers=jobs, initializer=worker_process, initargs=(os.getpid(),)
+    )
+    running: dict[Future, list[Point]] = {}
 
-        def submit() -> None:
-            chunk = queue.popleft()
-            sink.started(chunk)
-            running[pool.submit(evaluate_points, spec, chunk, *extra)] = chunk
+    def submit() -> None:
+        chunk = queue.popleft()
+        sink.started(chunk)
+        running[pool.submit(evaluate_points, spec, chunk, *extra)] = chunk
 
-        while queue and len(running) < jobs:
-            submit()
+    try:
+        with interrupts_held():  # the workers start (see worker_process)
+            while queue and len(running) < jobs:
+                submit()
         while running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in sorted(done, key=lambda f: running[f][0].index):
@@ -205,6 +208,10 @@ def run_local(
                     ) from None
                 if queue:
                     submit()
+    except BaseException:  # Ctrl-C (the workers leave it to us), or a worker died
+        abandon(pool)
+        raise
+    pool.shutdown(wait=True)
 
 
 # A chunk whose task raised is retried by Dask this many times; a chunk that still fails

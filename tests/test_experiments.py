@@ -344,10 +344,11 @@ def test_an_interrupt_while_drawing_amid_the_computation_stops_cleanly(tmp_path,
 
 
 _ABANDON = """
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from experiments.run import _abandon, _worker_signals
+from simulator.cli import abandon, worker_process
 
 
 def nap(seconds):
@@ -356,7 +357,7 @@ def nap(seconds):
 
 
 if __name__ == "__main__":
-    pool = ProcessPoolExecutor(max_workers=2, initializer=_worker_signals)
+    pool = ProcessPoolExecutor(max_workers=2, initializer=worker_process, initargs=(os.getpid(),))
     futures = [pool.submit(nap, 60) for _ in range(4)]
     deadline = time.monotonic() + 30
     while len(pool._processes) < 2 and time.monotonic() < deadline:
@@ -364,7 +365,7 @@ if __name__ == "__main__":
     processes = list(pool._processes.values())
     assert len(processes) == 2
     start = time.perf_counter()
-    _abandon(pool)
+    abandon(pool)
     took = time.perf_counter() - start
     while any(p.is_alive() for p in processes) and time.monotonic() < deadline + 10:
         time.sleep(0.05)  # on a loaded machine the end can take a moment to be seen

@@ -15,8 +15,9 @@ exact for constraints on one linear form (causal, a window band), conservative o
 (a tile may count as computed when no single point meets all constraints at once).
 
 Counting: the loops that appear in a constraint are enumerated (vectorised, at most
-`MAX_ENUMERATED` combinations) except the widest, which is counted in closed form (each
-constraint bounds it to an interval); loops in no constraint multiply the count.
+`MAX_ENUMERATED` combinations) except one axis counted in closed form (each constraint
+bounds it to an interval): the widest loop, or the widest chain of a rank's tile loops,
+which together index the rank's tiles in order; loops in no constraint multiply the count.
 """
 
 from __future__ import annotations
@@ -168,27 +169,27 @@ def _active_count(
     free = math.prod(int(extents[lp]) for lp in loops if lp not in used)
     if not used:
         return total if all(base <= 0 for _r, base in rows) else 0
-    axis = max(used, key=lambda c: int(extents[c]))
-    others = [c for c in used if c != axis]
+    axis = _axis(used, rows, extents)
+    others = [c for c in used if c not in axis]
     combos = math.prod(int(extents[c]) for c in others)
     if combos > MAX_ENUMERATED:
         raise SpecError(
             f"a filter over {', '.join(used)} spans {combos} tile combinations: too fine to "
             f"count (limit {MAX_ENUMERATED}); use larger tiles"
         )
-    grids = np.meshgrid(
-        *[np.arange(int(extents[c]), dtype=np.int64) for c in others], indexing="ij"
-    )
-    flat = [g.ravel() for g in grids] if others else []
-    n = int(extents[axis])
-    lo = np.zeros(max(1, combos), dtype=np.int64)
-    hi = np.full(max(1, combos), n - 1, dtype=np.int64)
+    n = math.prod(int(extents[c]) for c in axis)
+    shape = [int(extents[c]) for c in others]
+    lo = np.zeros(combos, dtype=np.int64)
+    hi = np.full(combos, n - 1, dtype=np.int64)
     for coef, base in rows:
-        rest = np.full(max(1, combos), base, dtype=np.int64)
-        for c, g in zip(others, flat, strict=True):
+        rest = np.full(shape, base, dtype=np.int64)  # broadcast over the enumerated loops
+        for i, c in enumerate(others):
             if c in coef:
-                rest += coef[c] * g
-        a = coef.get(axis, 0)
+                along = [1] * len(others)
+                along[i] = shape[i]
+                rest = rest + coef[c] * np.arange(shape[i], dtype=np.int64).reshape(along)
+        rest = rest.reshape(combos)
+        a = coef.get(axis[0], 0)  # the axis's value x enters the row as a * x
         if a > 0:  # a*x <= -rest
             hi = np.minimum(hi, np.floor_divide(-rest, a))
         elif a < 0:  # x >= rest / -a
@@ -197,6 +198,38 @@ def _active_count(
             hi = np.where(rest <= 0, hi, -1)
     count = int(np.clip(hi - lo + 1, 0, None).sum())
     return count * free
+
+
+def _axis(
+    used: list[str], rows: list[tuple[dict[str, int], int]], extents: Mapping[str, int]
+) -> tuple[str, ...]:
+    """The loops counted in closed form: the longest mixed-radix chain among `used`, each
+    loop's coefficients (in every row) its predecessor's times the predecessor's extent --
+    a rank's tile loops, innermost first (`m1*M0 + m0`). Together they take every value
+    x in [0, product of extents) once, and each row reads a * x: one axis. A causal mask
+    over two-level tiles enumerates one rank's tiles rather than all but one loop's."""
+
+    def coefs(c: str) -> tuple[int, ...]:
+        return tuple(coef.get(c, 0) for coef, _b in rows)
+
+    wide = [c for c in used if int(extents[c]) > 1]  # a chain's coefficients grow strictly
+    nxt: dict[str, str] = {}
+    for c in wide:
+        want = tuple(a * int(extents[c]) for a in coefs(c))
+        for d in wide:
+            if d != c and d not in nxt.values() and coefs(d) == want:
+                nxt[c] = d
+                break
+    best: tuple[str, ...] = (max(used, key=lambda c: int(extents[c])),)
+    for c in wide:
+        if c in nxt.values():
+            continue  # not a chain's start
+        chain = [c]
+        while chain[-1] in nxt:
+            chain.append(nxt[chain[-1]])
+        if math.prod(int(extents[x]) for x in chain) > math.prod(int(extents[x]) for x in best):
+            best = tuple(chain)
+    return best
 
 
 def active_fraction(

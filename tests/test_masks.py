@@ -1,0 +1,90 @@
+"""Counting a filter's computed tiles (`simulator.plan.masks.active_count`) against the
+definition, by enumerating every point: a combination of the loops counts when, for each
+constraint, some point of its box (the other components over their full ranges) meets it."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.plan.masks import Constraint, _active_count, active_count
+
+
+def _brute(cons, loops, extents) -> int:
+    names = sorted(extents)
+    count = 0
+    for fixed in itertools.product(*(range(extents[lp]) for lp in loops)):
+        at = dict(zip(loops, fixed, strict=True))
+        free = [n for n in names if n not in at]
+        ok = True
+        for con in cons:
+            coef = dict(con.coef)
+            met = False
+            for rest in itertools.product(*(range(extents[n]) for n in free)):
+                point = {**at, **dict(zip(free, rest, strict=True))}
+                if sum(a * point[c] for c, a in coef.items()) + con.const <= 0:
+                    met = True
+                    break
+            ok = ok and met
+        count += ok
+    return count
+
+
+@st.composite
+def _cases(draw):
+    """Two ranks split into tile components (`m = m2*M1*M0 + m1*M0 + m0`), constraints on
+    a weighted difference of the ranks (causal, windows, strides) and a stray component with
+    its own coefficient; some components looped over, the rest free."""
+    extents: dict[str, int] = {}
+    rank_parts: list[list[tuple[str, int]]] = []
+    for rank in "MP":
+        levels = draw(st.integers(1, 3))
+        sizes = [draw(st.integers(1, 4)) for _ in range(levels)]
+        stride, parts = 1, []
+        for i, size in reversed(list(enumerate(sizes))):
+            name = f"{rank}{i}"
+            extents[name] = size
+            parts.append((name, stride))
+            stride *= size
+        rank_parts.append(parts)
+    extents["X"] = draw(st.integers(1, 3))
+    cons = []
+    for _ in range(draw(st.integers(1, 3))):
+        wm, wp = draw(st.sampled_from([(1, -1), (-1, 1), (2, -1), (1, -3), (1, 0), (0, -2)]))
+        coef: dict[str, int] = {}
+        for w, parts in ((wm, rank_parts[0]), (wp, rank_parts[1])):
+            for name, stride in parts:
+                if w:
+                    coef[name] = w * stride
+        x = draw(st.integers(-2, 2))
+        if x:
+            coef["X"] = x
+        const = draw(st.integers(-6, 6))
+        cons.append(Constraint(tuple(sorted(coef.items())), const))
+    names = sorted(extents)
+    loops = tuple(draw(st.permutations(names))[: draw(st.integers(0, len(names)))])
+    return tuple(cons), loops, extents
+
+
+@settings(max_examples=300, deadline=None)
+@given(_cases())
+def test_active_count_is_the_count_of_boxes_holding_a_kept_point(case):
+    cons, loops, extents = case
+    assert active_count(cons, loops, extents) == _brute(cons, loops, extents)
+
+
+def test_a_causal_mask_over_two_level_tiles():
+    """m = m1*4 + m0 against p = p1*2 + p0, kept where m <= p; tiles of (m1, p1), m0 and p0
+    inside: tile (m1, p1) is computed when 4*m1 <= 2*p1 + 1."""
+    cons = (Constraint((("M0", 1), ("M1", 4), ("P0", -1), ("P1", -2)), 0),)
+    extents = {"M0": 4, "M1": 3, "P0": 2, "P1": 6}
+    expected = sum(4 * m1 <= 2 * p1 + 1 for m1 in range(3) for p1 in range(6))
+    assert active_count(cons, ("M1", "P1"), extents) == expected == 12
+    # every loop enumerated: the points themselves, m <= p
+    loops = ("M1", "M0", "P1", "P0")
+    assert active_count(cons, loops, extents) == sum(m <= p for m in range(12) for p in range(12))
+    assert math.prod(extents.values()) == 144
+    _active_count.cache_clear()

@@ -137,19 +137,34 @@ def filter_mask(filters: list, env: Mapping[str, object], shape: tuple[int, ...]
 # ops_per_point's answers by the Einsum's identity (an Einsum equal to another but not the
 # same object would be compared expression by expression on every look-up of a value-keyed
 # cache); the entry holds the Einsum, so its id is not reused while the entry lives.
-_OPS_SEEN: dict[int, tuple[Einsum, tuple, tuple[tuple[str, int], ...]]] = {}
+_OPS_SEEN: dict[int, tuple[Einsum, tuple, Counter[str]]] = {}
 _OPS_SEEN_MAX = 4096
 
 
+class OpCounts(Counter):
+    """Operations per point by kind, shared by every caller: read-only (0 for a kind the
+    Einsum does not perform, as a Counter; arithmetic on it gives a new Counter)."""
+
+    def __init__(self, counts=()) -> None:
+        dict.__init__(self, counts)
+
+    def _read_only(self, *_args, **_kwargs):
+        raise TypeError("ops_per_point's counts are shared: copy them (Counter(c)) to change")
+
+    __setitem__ = __delitem__ = update = subtract = clear = pop = popitem = _read_only
+    setdefault = __iadd__ = __isub__ = __iand__ = __ior__ = _read_only
+
+
 def ops_per_point(cascade: Cascade, e: Einsum) -> Counter[str]:
-    """Operations one point of a compute Einsum performs, by kind (reduction included)."""
+    """Operations one point of a compute Einsum performs, by kind (reduction included);
+    the same read-only counts for every call."""
     seen = _OPS_SEEN.get(id(e))
     if seen is None or seen[0] is not e or seen[1] != cascade.operators:
         if len(_OPS_SEEN) >= _OPS_SEEN_MAX:
             _OPS_SEEN.clear()
-        seen = (e, cascade.operators, _ops_per_point(e, cascade.operators))
+        seen = (e, cascade.operators, OpCounts(_ops_per_point(e, cascade.operators)))
         _OPS_SEEN[id(e)] = seen
-    return Counter(dict(seen[2]))
+    return seen[2]
 
 
 def _ops_per_point(e: Einsum, operators: tuple) -> tuple[tuple[str, int], ...]:

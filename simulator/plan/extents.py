@@ -77,16 +77,17 @@ def fixed_extents(
     locs = dict(mapping.factor_locs)
     pending = {name: raw for name, raw in mapping.factors if str(raw) != "search"}
     search = [name for name, raw in mapping.factors if str(raw) == "search"]
+    given = factor_context(arch, mapping, {})  # the architecture's and mapping's names
     for _ in range(len(pending) + 1):
         progressed = False
+        ctx = {**given, **known}
         for name in list(pending):
-            ctx = factor_context(arch, mapping, known)
             raw = pending[name]
             needed = expr.names_in(str(raw)) if isinstance(raw, str) else set()
             if any(n not in ctx for n in needed):
                 continue
             value = expr.evaluate(raw, ctx, locs.get(name))
-            known[name] = expr.as_int(value, f"factor {name}", locs.get(name))
+            known[name] = ctx[name] = expr.as_int(value, f"factor {name}", locs.get(name))
             if known[name] <= 0:
                 raise SpecError(
                     f"factor {name} must be positive, got {known[name]}", locs.get(name)

@@ -82,10 +82,16 @@ def is_arithmetic(text: str) -> bool:
 
 def names_in(text: str) -> set[str]:
     """The (dotted) names an expression refers to; empty for a plain number."""
+    return set(_names_in(text.strip()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_in(text: str) -> frozenset[str]:
+    """:func:`names_in`, kept per text (a mapper's every candidate asks of the same few)."""
     try:
-        tree = _parse(text.strip())
+        tree = _parse(text)
     except SyntaxError:
-        return set()
+        return frozenset()
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute | ast.Name):
@@ -93,7 +99,7 @@ def names_in(text: str) -> set[str]:
             if name and name not in _FUNCTIONS:
                 out.add(name)
     # keep the longest dotted names only (PE2D.meshX, not PE2D)
-    return {n for n in out if not any(o != n and o.startswith(n + ".") for o in out)}
+    return frozenset(n for n in out if not any(o != n and o.startswith(n + ".") for o in out))
 
 
 def evaluate(text: str | Number, context: Mapping[str, Number], loc: Loc | None = None) -> Number:

@@ -529,7 +529,20 @@ class Waterfall:
         outline = (kind, self._outline(epoch))
         again = outline in self.outlines
         self.outlines[outline] = epoch
-        snap = self._snapshot(epoch) if again or epoch % self.block == 0 else None
+        window = self.p.tiles_in_flight + 4
+        limit = min(total, (epoch // self.block + 1) * self.block)
+        # the furthest a run through this epoch is looked at: by this epoch, or by a later
+        # one (within a period) that finds this epoch's state again, in its own block
+        reach = min(total, ((epoch + self.max_period) // self.block + 1) * self.block)
+        if epoch % self.block == 0:
+            snap = self._snapshot(epoch)
+        elif again and self._run_end(epoch, reach, kind) - window - epoch > 0:
+            snap = self._snapshot(epoch)
+        else:
+            # Nor is one taken where the run has no room left for a jump: its state could
+            # neither start one nor be the earlier end of one (a jump from a later epoch of
+            # this run would have even less room, and a run of another kind starts afresh).
+            snap = None
         self.checkpoints[epoch] = (self.t, snap, self._counters())
         # the latest epoch at which each state was seen: a repeat is one lookup away
         last_seen = None
@@ -547,7 +560,6 @@ class Waterfall:
             self.last_seen = {k: e for k, e in self.last_seen.items() if e in self.checkpoints}
         if len(self.outlines) > 4 * (self.max_period + MAX_BLOCK_PERIOD):
             self.outlines = {k: e for k, e in self.outlines.items() if e in self.checkpoints}
-        window = self.p.tiles_in_flight + 4
         # Whole blocks: this epoch starts a block whose state repeats that of the start of
         # the block k blocks earlier; every k-block period from here repeats exactly.
         if epoch % self.block == 0:
@@ -575,7 +587,6 @@ class Waterfall:
             t0, snap0, counters0 = self.checkpoints[prev]
             if snap0 is None or snap0 != snap or self._class(prev) != kind:
                 return
-            limit = min(total, (epoch // self.block + 1) * self.block)
             end = self._run_end(prev, limit, self._class(prev))
             periods = (end - window - epoch) // k
             if periods > 0:

@@ -49,32 +49,44 @@ class Partitions(dict):
     """Rank -> components, only read once built: planning a point asks for the leaf
     components of the same ranks and tensors thousands of times, so they are kept here."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._leaves: dict[str, tuple[str, ...]] = {}
+        self._kept: dict[tuple, Any] = {}
+
     def leaves(self, rank: str) -> tuple[str, ...]:
-        memo = self.__dict__.setdefault("_leaves", {})
-        found = memo.get(rank)
+        found = self._leaves.get(rank)
         if found is None:
-            found = memo[rank] = _leaf_components(rank, self)
+            found = self._leaves[rank] = _leaf_components(rank, self)
         return found
 
     def kept(self, key: tuple, work: Callable[[], Any]) -> Any:
         """`work()`'s answer for `key`, worked out once for these partitions."""
-        memo = self.__dict__.setdefault("_kept", {})
-        if key not in memo:
-            memo[key] = work()
-        return memo[key]
+        found = self._kept.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._kept[key] = work()
+        return found
+
+
+_MISSING = object()
 
 
 def kept_by_partitions(work: Callable[..., Any]) -> Callable[..., Any]:
     """`work(*args, partitions)`'s answers kept by the Partitions it is given (its last
     argument; the other arguments hashable, the answer never changed): planning asks for
     them per candidate mapping and phase, and they do not depend on the tile sizes."""
+    name = work.__name__
 
     @functools.wraps(work)
     def kept(*args: Any) -> Any:
         partitions = args[-1]
         if not isinstance(partitions, Partitions):
             return work(*args)
-        return partitions.kept((work.__name__, *args[:-1]), lambda: work(*args))
+        key = (name, *args[:-1])
+        found = partitions._kept.get(key, _MISSING)
+        if found is _MISSING:
+            found = partitions._kept[key] = work(*args)
+        return found
 
     return kept
 

@@ -33,7 +33,7 @@ from simulator.cascade.ir import Cascade, Einsum
 from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem
 from simulator.plan.facts import CascadeFacts, placement_of
 from simulator.plan.masks import active_fraction, constraints
-from simulator.plan.nest import Nest, reuse_signature, tensor_components
+from simulator.plan.nest import Nest, Partitions, reuse_signature, tensor_components
 from simulator.plan.phases import PhasePlan
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping, Placement
@@ -80,20 +80,70 @@ def einsum_view(
     shared: frozenset[str] = frozenset(),
     forwarded: frozenset[str] = frozenset(),
 ) -> EinsumView:
-    accesses = [(a.tensor, False) for a in e.reads()] + [(e.output.tensor, True)]
+    tensors = [(a.tensor, False) for a in e.reads()] + [(e.output.tensor, True)]
+    accesses = tuple(
+        (tensor, is_output, placements[canonical.get(tensor, tensor)])
+        for tensor, is_output in tensors
+    )
+    args = (cascade, e, nest, accesses, canonical, shared, forwarded, mesh[1] > 1)
+    if isinstance(partitions, Partitions):  # the same for every tile size: kept
+        key = ("einsum view", e, nest, accesses, shared, forwarded, mesh[1] > 1)
+        shape = partitions.kept(key, lambda: _view_shape(*args, partitions))
+    else:
+        shape = _view_shape(*args, partitions)
+    dram_loops = tuple(Loop(d, v) for d, v in ((BATCH, batch), (HEADS, heads))) + tuple(
+        Loop(c, extents[c]) for c in shape.dram_loops
+    )
+    buffer_loops = tuple(Loop(c, extents[c]) for c in shape.buffer_loops)
+    spatial = tuple(Loop(c, extents[c], axis) for c, axis in shape.spatial)
+    instance = ((BATCH, batch), (HEADS, heads)) + tuple((c, extents[c]) for c in nest.comps)
+    mapping = (
+        LevelMapping("DRAM", dram_loops, (), shape.keep_dram),
+        LevelMapping("buffer", buffer_loops, spatial, shape.keep_buffer),
+        LevelMapping("registers", (), (), shape.every),
+    )
+    return EinsumView(
+        e.name, array, Problem(e.name, instance, shape.dataspaces), mapping, shape.names
+    )
+
+
+@dataclass(frozen=True)
+class _ViewShape:
+    """An Einsum view without its extents: what its tile sizes do not change."""
+
+    dataspaces: tuple[DataSpace, ...]
+    names: tuple[tuple[str, str], ...]  # data space -> canonical tensor
+    keep_dram: frozenset[str]
+    keep_buffer: frozenset[str]
+    every: frozenset[str]
+    dram_loops: tuple[str, ...]
+    buffer_loops: tuple[str, ...]
+    spatial: tuple[tuple[str, str], ...]  # (component, axis)
+
+
+def _view_shape(
+    cascade: Cascade,
+    e: Einsum,
+    nest: Nest,
+    accesses: tuple[tuple[str, bool, Placement], ...],
+    canonical: dict[str, str],
+    shared: frozenset[str],
+    forwarded: frozenset[str],
+    two_d: bool,
+    partitions: dict[str, tuple[str, ...]],
+) -> _ViewShape:
     dataspaces: list[DataSpace] = []
     names: list[tuple[str, str]] = []
     keep_dram: set[str] = set()
     keep_buffer: set[str] = set()
     keep_points: list[int] = []
-    for tensor, is_output in accesses:
+    for tensor, is_output, place in accesses:
         canon = canonical.get(tensor, tensor)
         base = canon if not any(n == canon for n, _ in names) else f"{canon}_{len(names)}"
         comps, _ = tensor_components(cascade, tensor, partitions)
         dims = (BATCH, HEADS) + tuple(c for c in comps if c in nest.comps)
         dataspaces.append(DataSpace(base, dims, read_write=is_output))
         names.append((base, canon))
-        place = placements[canon]
         if place.home == "DRAM" and canon in shared and not is_output:
             keep_buffer.add(base)
         elif place.home == "DRAM":
@@ -108,26 +158,21 @@ def einsum_view(
         elif place.home == "buffer" and canon not in forwarded:
             keep_buffer.add(base)
     boundary = max(keep_points) + 1 if keep_points else len(nest.tile_loops)
-    dram_loops = tuple(Loop(d, v) for d, v in ((BATCH, batch), (HEADS, heads))) + tuple(
-        Loop(c, extents[c]) for c in nest.tile_loops[:boundary]
-    )
-    buffer_loops = tuple(Loop(c, extents[c]) for c in nest.tile_loops[boundary:] + nest.inner)
     covered = set(nest.tile_loops) | set(nest.spatial) | set(nest.inner)
     leftover = tuple(c for c in nest.comps if c not in covered)  # inside the array, unordered
     axes = ("X", "Y")
-    spatial = []
-    for i, c in enumerate(nest.spatial + leftover):
-        spatial.append(Loop(c, extents[c], axes[min(i, 1)] if mesh[1] > 1 else "X"))
-    register_loops: tuple[Loop, ...] = ()
-    instance = ((BATCH, batch), (HEADS, heads)) + tuple((c, extents[c]) for c in nest.comps)
-    every = frozenset(n for n, _ in names)
-    mapping = (
-        LevelMapping("DRAM", dram_loops, (), frozenset(keep_dram)),
-        LevelMapping("buffer", buffer_loops, tuple(spatial), frozenset(keep_buffer)),
-        LevelMapping("registers", register_loops, (), every),
+    spatial = tuple(
+        (c, axes[min(i, 1)] if two_d else "X") for i, c in enumerate(nest.spatial + leftover)
     )
-    return EinsumView(
-        e.name, array, Problem(e.name, instance, tuple(dataspaces)), mapping, tuple(names)
+    return _ViewShape(
+        tuple(dataspaces),
+        tuple(names),
+        frozenset(keep_dram),
+        frozenset(keep_buffer),
+        frozenset(n for n, _ in names),
+        nest.tile_loops[:boundary],
+        nest.tile_loops[boundary:] + nest.inner,
+        spatial,
     )
 
 

@@ -19,6 +19,7 @@ the node's own attributes (`depth: 16 * 1024`), evaluated by the restricted eval
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from typing import Any
 from simulator.errors import Loc, SpecError
 from simulator.spec import expr
 from simulator.spec.yamlio import LocDict, LocList
+
+_MISSING = object()  # not looked up yet
 
 TEXT_SUFFIXES = ("_table", "_file", "_path")
 TEXT_KEYS = ("type", "technology", "class", "subclass")
@@ -138,7 +141,18 @@ class Array:
         return self.mesh_x * self.mesh_y
 
     def op(self, kind: str) -> OpCost | None:
-        """What one `kind` operation costs on a PE (None: its PEs do not declare it)."""
+        """What one `kind` operation costs on a PE (None: its PEs do not declare it); kept
+        per array (planning asks for the same few thousands of times)."""
+        found = self._ops.get(kind, _MISSING)
+        if found is _MISSING:
+            found = self._ops[kind] = self._op(kind)
+        return found
+
+    @functools.cached_property
+    def _ops(self) -> dict[str, OpCost | None]:
+        return {}
+
+    def _op(self, kind: str) -> OpCost | None:
         for op in self.operations:
             if op.name == kind:
                 return op

@@ -55,7 +55,7 @@ REASONS = ("dependencies", "memory", "fill/drain", "idle")
 CLOCK_EVERY = 2048
 
 
-@dataclass(eq=False)  # an operation is itself: found and hashed by identity
+@dataclass(eq=False, slots=True)  # an operation is itself: found and hashed by identity
 class _Op:
     spec: OpSpec
     epoch: int
@@ -111,6 +111,9 @@ class Waterfall:
             self.stride[name] = acc
             acc *= n
         self.spec_of = {s.einsum: s for s in program.ops}
+        # operations are created in program order, so that an epoch's come out sorted
+        self.in_order = sorted(program.ops, key=lambda s: s.order)
+        self.orders_unique = len({s.order for s in program.ops}) == len(program.ops)
         self.two_d_first = next((s.einsum for s in program.ops if s.two_d), None)
         self.two_d_last = next((s.einsum for s in reversed(program.ops) if s.two_d), None)
         relevant = set()
@@ -205,6 +208,13 @@ class Waterfall:
         # how long a started operation can still make another wait (the `recent` window)
         self.reach = self.max_steps + max(p.reduce_cycles, p.broadcast_cycles) + 1
         self.pending = {a: [] for a in self.arrays}
+        self.skew_of = {a: p.skew.get(a, 0) for a in self.arrays}
+        # a dependent may start this long after its source's issue ends (see _avail)
+        self.latency = {
+            DepKind.CHAIN: 0,
+            DepKind.REDUCE: p.reduce_cycles,
+            DepKind.BROADCAST: p.broadcast_cycles,
+        }
         self.open_tiles: dict[int, int | None] = {}  # epoch -> close time (None: unknown)
         self.dram_done: dict[int, int] = {}
         self.dram_next = 0  # epochs below it have had their DRAM transfer issued
@@ -285,7 +295,7 @@ class Waterfall:
     def _materialize(self, epoch: int) -> None:
         c = self._coords(epoch)
         created = []
-        for spec in self.p.ops:
+        for spec in self.in_order:
             if self._present(spec, c):
                 op = _Op(spec, epoch)
                 self.ops[(epoch, spec.einsum)] = op
@@ -359,54 +369,62 @@ class Waterfall:
     def _start(self, op: _Op) -> None:
         t = self.t
         spec = op.spec
+        epoch = op.epoch
+        end = t + spec.steps
         op.start = t
         self.waiting.remove(op)
         self.pending[spec.array].remove(op)
         self.recent.append(op)
-        self.unstarted[op.epoch] -= 1
-        self.free[spec.array] = t + spec.steps
+        self.unstarted[epoch] -= 1
+        self.free[spec.array] = end
         self.busy[spec.einsum] += spec.steps
-        skew = self.p.skew.get(spec.array, 0)
-        complete = t + spec.steps + skew
-        self.end_time = max(self.end_time, complete)
+        complete = end + self.skew_of[spec.array]
+        if complete > self.end_time:
+            self.end_time = complete
         if spec.order == 0:
-            self.started_first.add(op.epoch)
-        if spec.two_d and spec.einsum == self.two_d_first:
-            self.open_tiles[op.epoch] = None
-        if spec.two_d and spec.einsum == self.two_d_last:
-            # Every PE frees the tile's registers when its own share of the last operation
-            # ends; the wavefront skew shifts a PE's first and last use alike, so the slot
-            # is free for the next tile's (equally skewed) wavefront at issue end -- plus,
-            # if the outputs leave the array, the cycles to shift them out.
-            self.open_tiles[op.epoch] = t + spec.steps + self.p.drain_cycles
-        if op.epoch < self.trace_epochs:
-            self.trace.append(
-                TraceEvent(spec.array, spec.einsum, op.epoch, t, t + spec.steps, complete)
-            )
+            self.started_first.add(epoch)
+        if spec.two_d:
+            if spec.einsum == self.two_d_first:
+                self.open_tiles[epoch] = None
+            if spec.einsum == self.two_d_last:
+                # Every PE frees the tile's registers when its own share of the last
+                # operation ends; the wavefront skew shifts a PE's first and last use alike,
+                # so the slot is free for the next tile's (equally skewed) wavefront at issue
+                # end -- plus, if the outputs leave the array, the cycles to shift them out.
+                self.open_tiles[epoch] = end + self.p.drain_cycles
+        if epoch < self.trace_epochs:
+            self.trace.append(TraceEvent(spec.array, spec.einsum, epoch, t, end, complete))
         if self.functional is not None:
-            self.functional.execute(spec, op.epoch, t)
-        for dkey, kind in op.dependents:
-            dep = self.ops.get(dkey)
-            if dep is None:
-                continue
-            dep.ready = max(dep.ready, self._avail(t, spec, kind))
-            dep.unresolved -= 1
-            if dep.unresolved == 0:
-                self.pending[dep.spec.array].append(dep)
-        op.dependents = []
+            self.functional.execute(spec, epoch, t)
+        if op.dependents:
+            ops, latency, pending = self.ops, self.latency, self.pending
+            for dkey, kind in op.dependents:
+                dep = ops.get(dkey)
+                if dep is None:
+                    continue
+                ready = end + latency[kind]  # what _avail says
+                if ready > dep.ready:
+                    dep.ready = ready
+                dep.unresolved -= 1
+                if dep.unresolved == 0:
+                    pending[dep.spec.array].append(dep)
+            op.dependents = []
         # retire: the oldest epoch with unstarted operations, and records nobody needs
-        while self.lowest < self.next_epoch and not self.unstarted.get(self.lowest):
+        unstarted = self.unstarted
+        while self.lowest < self.next_epoch and not unstarted.get(self.lowest):
             self.lowest += 1
         horizon = self.lowest - self.max_back - 1
         while self.oldest < horizon:
             for old in self.by_epoch.pop(self.oldest, ()):
                 del self.ops[(old.epoch, old.spec.einsum)]
-            self.unstarted.pop(self.oldest, None)
+            unstarted.pop(self.oldest, None)
             self.oldest += 1
-        while self.recent and self.recent[0].start + self.reach <= t:
-            self.recent.popleft()
-        for e in [e for e, close in self.open_tiles.items() if close is not None and close <= t]:
-            del self.open_tiles[e]
+        recent, reach = self.recent, self.reach
+        while recent and recent[0].start + reach <= t:
+            recent.popleft()
+        open_tiles = self.open_tiles
+        for e in [e for e, close in open_tiles.items() if close is not None and close <= t]:
+            del open_tiles[e]
         dram_done, floor = self.dram_done, self.lowest - 1
         while dram_done and (oldest := next(iter(dram_done))) < floor:
             del dram_done[oldest]  # issued in epoch order: the oldest come first
@@ -417,28 +435,29 @@ class Waterfall:
             self.simulated += 1
 
     def _next_time(self) -> int | None:
-        times = []
+        t = self.t
+        soonest = None
         waiting = False
-        for array in self.arrays:
-            if self.pending[array]:
+        for array, pending in self.pending.items():
+            if pending:
                 waiting = True
-                if self.free[array] > self.t:
-                    times.append(self.free[array])
-                for op in self.pending[array]:
-                    if op.ready > self.t:
-                        times.append(op.ready)
+                free = self.free[array]
+                if free > t and (soonest is None or free < soonest):
+                    soonest = free
+                for op in pending:
+                    ready = op.ready
+                    if ready > t and (soonest is None or ready < soonest):
+                        soonest = ready
         for close in self.open_tiles.values():
-            if close is not None and close > self.t:
-                times.append(close)
+            if close is not None and close > t and (soonest is None or close < soonest):
+                soonest = close
         for done in self.dram_done.values():
-            if done > self.t:
-                times.append(done)
-        if not times:
-            if waiting or self.waiting:
-                later = [self.free[a] for a in self.arrays if self.free[a] > self.t]
-                return min(later) if later else None
-            return None
-        return min(times)
+            if done > t and (soonest is None or done < soonest):
+                soonest = done
+        if soonest is None and (waiting or self.waiting):
+            later = [self.free[a] for a in self.arrays if self.free[a] > t]
+            return min(later) if later else None
+        return soonest
 
     def _account(self, nxt: int) -> None:
         span = nxt - self.t
@@ -466,17 +485,25 @@ class Waterfall:
         depends on). Taken at many epochs' starts, so written for speed."""
         t = self.t
         ops = []
-        for op in self.waiting:  # (sorted below: the set's order does not matter)
-            deps = op.dependents
-            if not deps:
-                waits: tuple = ()
-            elif len(deps) == 1:
-                waits = ((deps[0][0][0] - epoch, deps[0][0][1]),)
-            else:
-                waits = tuple(sorted([(k[0] - epoch, k[1]) for k, _ in deps]))
-            ready = op.ready - t
-            ops.append((op.epoch - epoch, op.spec.order, max(0, ready), op.unresolved, waits))
-        ops.sort()
+        append = ops.append
+        by_epoch = self.by_epoch
+        # the unstarted operations, in (epoch, program order): every epoch from the lowest
+        # with one to the newest, each epoch's operations created in program order
+        for e in range(self.lowest, self.next_epoch):
+            for op in by_epoch[e]:
+                if op.start is not None:
+                    continue
+                deps = op.dependents
+                if not deps:
+                    waits: tuple = ()
+                elif len(deps) == 1:
+                    waits = ((deps[0][0][0] - epoch, deps[0][0][1]),)
+                else:
+                    waits = tuple(sorted([(k[0] - epoch, k[1]) for k, _ in deps]))
+                ready = op.ready - t
+                append((e - epoch, op.spec.order, ready if ready > 0 else 0, op.unresolved, waits))
+        if not self.orders_unique:  # (a hand-written program may repeat an order)
+            ops.sort()
         latency = max(self.p.reduce_cycles, self.p.broadcast_cycles)
         recent = sorted(
             (op.epoch - epoch, op.spec.order, op.start - t)

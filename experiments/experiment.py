@@ -62,4 +62,8 @@ class Experiment:
     figures: Callable[[Sequence[Any], Context], list[Path]] = lambda rows, ctx: []
     report: Callable[[Sequence[Any], Context], str] = lambda rows, ctx: ""
     chunk: int = 6  # points per worker task
+    # Points that share work a process keeps (a GEMM's mapping, a rewrite, a search's
+    # planning) have the same key: they go to the same tasks (`chunk` points each), so one
+    # worker does that work once. None: tasks of consecutive points.
+    share: Callable[[Any], Any] | None = None
     outputs: tuple[str, ...] = field(default=())  # files it writes, for the report

@@ -269,6 +269,8 @@ EXPERIMENT = Experiment(
     write=write,
     figures=figures,
     report=report,
-    chunk=2,
+    # one cascade variant and strategy at every length: its rewrite and planning once
+    share=lambda point: (point.cascade, point.variant, point.strategy),
+    chunk=len(TOKENS),
     outputs=("fusion", "results/fusion.csv"),
 )

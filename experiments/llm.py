@@ -210,6 +210,8 @@ EXPERIMENT = Experiment(
     write=write,
     figures=figures,
     report=report,
-    chunk=3,
+    # one model and strategy at every length: its cascade's planning once
+    share=lambda point: (point[0], point[3]),
+    chunk=len(PREFILL) + 1,
     outputs=("llm-attention", "results/llm-attention.csv"),
 )

@@ -68,8 +68,20 @@ def compute_chunk(name: str, points: Sequence[Any]) -> list[Any]:
     return [experiment.compute(specs, p) for p in points]
 
 
-def _chunks(points: Sequence[Any], size: int) -> list[list[Any]]:
-    return [list(points[i : i + size]) for i in range(0, len(points), max(1, size))]
+def tasks_of(
+    points: Sequence[Any], size: int, share: Callable[[Any], Any] | None = None
+) -> list[list[int]]:
+    """The points' indices in worker tasks of at most `size`: consecutive points, or those
+    with the same `share` key together (keys in the order they first appear)."""
+    size = max(1, size)
+    if share is None:
+        groups = [list(range(len(points)))]
+    else:
+        by_key: dict[Any, list[int]] = {}
+        for i, point in enumerate(points):
+            by_key.setdefault(share(point), []).append(i)
+        groups = list(by_key.values())
+    return [group[i : i + size] for group in groups for i in range(0, len(group), size)]
 
 
 def compute_rows(
@@ -82,28 +94,25 @@ def compute_rows(
     """Every experiment's rows, in the order of its points. `finished(name, rows)` is called
     in this process as soon as an experiment's last chunk is in, while the workers go on
     with the others' points (its figures are drawn meanwhile)."""
-    tasks = [
-        (e.name, chunk) for e in experiments for chunk in _chunks(e.points(selection), e.chunk)
+    points = {e.name: list(e.points(selection)) for e in experiments}
+    rows: dict[str, list[Any]] = {name: [None] * len(p) for name, p in points.items()}
+    placed = [  # (experiment, the indices of its points in the task)
+        (e.name, indices)
+        for e in experiments
+        for indices in tasks_of(points[e.name], e.chunk, e.share)
     ]
+    tasks = [(name, [points[name][i] for i in indices]) for name, indices in placed]
     total = sum(len(chunk) for _, chunk in tasks)
-    results: list[list[Any] | None] = [None] * len(tasks)
     left = Counter(name for name, _ in tasks)
 
-    def gathered(name: str) -> list[Any]:
-        return [
-            row
-            for (task, _), chunk_rows in zip(tasks, results, strict=True)
-            if task == name
-            for row in chunk_rows or []
-        ]
-
     def arrived(index: int, chunk_rows: list[Any]) -> None:
-        results[index] = chunk_rows
-        bar.update(len(tasks[index][1]))
-        name = tasks[index][0]
+        name, indices = placed[index]
+        for i, row in zip(indices, chunk_rows, strict=True):
+            rows[name][i] = row  # in the order of the points, whichever task came first
+        bar.update(len(indices))
         left[name] -= 1
         if left[name] == 0 and finished is not None:
-            finished(name, gathered(name))
+            finished(name, rows[name])
 
     bar = tqdm(total=total, desc="experiments", unit="point", disable=None if progress else True)
     executor = (  # --jobs 1: no pool, every chunk in this process
@@ -129,7 +138,6 @@ def compute_rows(
             executor.shutdown(wait=True)
     finally:
         bar.close()
-    rows = {e.name: gathered(e.name) for e in experiments}
     if finished is not None:  # experiments with no points at this selection
         for e in experiments:
             if e.name not in left:

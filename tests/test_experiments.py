@@ -413,3 +413,39 @@ def test_end_to_end_csvs_reproduce_the_artifacts_linear_layers(tmp_path):
                 )
     report = (out / "report.md").read_text()
     assert "Linear layers against the artifact's `end2end-*.csv`" in report
+
+
+def test_points_that_share_work_go_to_the_same_tasks():
+    from experiments.run import tasks_of
+
+    points = [(c, m) for c in "abc" for m in (1, 2)]  # config-major, as the experiments list
+    assert tasks_of(points, 4) == [[0, 1, 2, 3], [4, 5]]
+    by_model = tasks_of(points, 3, share=lambda p: p[1])
+    assert by_model == [[0, 2, 4], [1, 3, 5]]
+    assert {points[i][1] for i in by_model[0]} == {1}
+    assert tasks_of(points, 2, share=lambda p: p[1]) == [[0, 2], [4], [1, 3], [5]]
+    assert sorted(i for task in by_model for i in task) == list(range(len(points)))
+
+
+def test_rows_come_back_in_the_order_of_the_points_whatever_the_tasks(monkeypatch):
+    """Tasks grouped by a share key, computed in a pool that finishes them in any order: the
+    rows are still in point order, and `finished` gets them once every task is in."""
+    from experiments import run as runner
+    from experiments.experiment import Experiment
+
+    points = [(c, m) for c in "xyz" for m in range(4)]
+    experiment = Experiment(
+        "toy", "toy", lambda sel: points, _toy_row, share=lambda p: p[1] % 2, chunk=2
+    )
+    monkeypatch.setattr(runner, "by_name", lambda name: experiment)
+    got = {}
+    rows = runner.compute_rows(
+        [experiment], SUBSET, jobs=2, progress=False, finished=lambda n, r: got.setdefault(n, r)
+    )
+    assert rows["toy"] == [_toy_row(None, p) for p in points]
+    assert got["toy"] == rows["toy"]
+
+
+def _toy_row(_specs, point):
+    time.sleep(0.05 * (point[1] % 2))  # the odd key's tasks finish later
+    return f"{point[0]}{point[1]}"

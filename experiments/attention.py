@@ -29,7 +29,7 @@ from experiments.published import (
     PAPER_HEADLINES,
     PERF_TOLERANCE,
 )
-from simulator.configs import STANDARD, Specs, evaluate
+from simulator.configs import STANDARD, Specs, evaluate_variants
 from simulator.result import Result
 from simulator.spec.workload import make_workload
 from simulator.units import format_count
@@ -102,10 +102,7 @@ def points(selection: Selection) -> list[tuple[str, str, int]]:
 def compute(specs: Specs, point: tuple[str, str, int]) -> AttnRow:
     config, model, seq_len = point
     workload = make_workload(model, seq_len)
-    measures = tuple(
-        _measure(evaluate(specs, config, workload, accounting=acc, engine=eng))
-        for eng, acc in VARIANTS
-    )
+    measures = tuple(_measure(r) for r in evaluate_variants(specs, config, workload, VARIANTS))
     return AttnRow(
         config,
         specs.mapping(config).label,

@@ -28,7 +28,7 @@ file once (the same cascade serves several mappings) and keeps nothing else.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -37,7 +37,7 @@ from simulator.cascade.ir import Cascade
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.references import attention_kind
 from simulator.errors import SimulationLimit, SpecError
-from simulator.evaluate import evaluate_mapping
+from simulator.evaluate import evaluate_mapping_variants
 from simulator.mapper.resolve import resolved, workload_fields
 from simulator.mapper.search import DEFAULT_SEARCH_S, Found, SearchOptions, search
 from simulator.mapper.space import needs_padding
@@ -519,27 +519,35 @@ def evaluate(
     """One configuration (a mapping file) at one workload point (`resize`: the further
     keyword overrides of :meth:`Architecture.with_overrides`, e.g. `pe_dim_1d`;
     `precision`: a value format the architecture lists, by name or bits)."""
-    if precision is not None and accounting == "published":
+    sizing = Sizing.of(pe_dim, buffer_bytes, bandwidth, resize, precision)
+    return evaluate_variants(specs, config, workload, [(engine, accounting)], sizing, timing)[0]
+
+
+def evaluate_variants(
+    specs: Specs,
+    config: str,
+    workload: Workload,
+    variants: Sequence[tuple[str, str]],
+    sizing: Sizing | None = None,
+    timing: TimingOptions = UNLIMITED,
+) -> list[Result]:
+    """:func:`evaluate` under several (engine, accounting) at once: the configuration is
+    bound and the point planned once, each engine times it once."""
+    sizing = sizing or Sizing()
+    if sizing.precision is not None and any(acc == "published" for _e, acc in variants):
         raise SpecError(
             "--accounting published prices the FuseMax artifact's 16-bit values: another "
             "precision needs the corrected accounting"
         )
-    sizing = Sizing.of(pe_dim, buffer_bytes, bandwidth, resize, precision)
     cascade, mapping, arch, found = prepare_found(specs, config, workload, sizing)
+    priced = [(engine, acc, specs.tables(arch, acc)) for engine, acc in variants]
     try:
-        result = evaluate_mapping(
-            cascade,
-            mapping,
-            arch,
-            workload,
-            specs.tables(arch, accounting),
-            accounting,
-            engine,
-            timing,
-        )
+        results = evaluate_mapping_variants(cascade, mapping, arch, workload, priced, timing)
     except SimulationLimit as err:
         raise SimulationLimit(f"{config}: {err.message}") from None
-    return result if found is None else dataclasses.replace(result, search=found.stats)
+    if found is None:
+        return results
+    return [dataclasses.replace(r, search=found.stats) for r in results]
 
 
 def prepare(

@@ -13,6 +13,7 @@ The one path every number takes (`simulator.run`, sweeps, end-to-end layers, exp
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from simulator.bounds import point_bounds
 from simulator.cascade.ir import Cascade
@@ -51,11 +52,31 @@ def evaluate_mapping(
     `engine="cycle"` times each phase with the cycle-level simulator
     (:mod:`simulator.timing.cycle`) instead of the schedule tree's closed form; `timing`
     bounds its wall-clock time and reports its progress."""
-    if engine not in ENGINES:
-        raise SpecError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
+    variant = (engine, accounting, tables)
+    return evaluate_mapping_variants(cascade, mapping, arch, workload, [variant], timing)[0]
+
+
+def evaluate_mapping_variants(
+    cascade: Cascade,
+    mapping: Mapping,
+    arch: Architecture,
+    workload: Workload,
+    variants: Sequence[tuple[str, str, tuple[EnergyTable, AreaTable] | None]],
+    timing: TimingOptions = UNLIMITED,
+) -> list[Result]:
+    """One point under several (engine, accounting, tables): planned once, timed once per
+    engine, priced per accounting -- each result the one :func:`evaluate_mapping` gives."""
+    for engine, _accounting, _tables in variants:
+        if engine not in ENGINES:
+            raise SpecError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
     point = plan_point(cascade, mapping, arch, workload)
-    timings = [ENGINES[engine](point, phase, timing) for phase in point.phases]
-    return build_result(point, timings, engine, tables, accounting)
+    timed: dict[str, list[PhaseTiming]] = {}
+    results = []
+    for engine, accounting, tables in variants:
+        if engine not in timed:
+            timed[engine] = [ENGINES[engine](point, phase, timing) for phase in point.phases]
+        results.append(build_result(point, timed[engine], engine, tables, accounting))
+    return results
 
 
 def build_result(

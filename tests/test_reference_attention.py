@@ -82,3 +82,18 @@ def test_binding_hides_fill_and_drain_at_long_sequences(results):
     # In steady state an epoch is ~138 cycles bound by the 1D array: util_2d ~ 99%.
     assert results[("binding", "BERT", "1M")].util_2d > 0.99
     assert results[("binding", "BERT", "1M")].util_1d > 0.999
+
+
+@pytest.mark.parametrize("config", ["binding", "flat", "unfused"])
+def test_several_variants_at_once_are_each_the_single_evaluation(config):
+    """`evaluate_variants` binds and plans once for several engines and accountings: each of
+    its results is the one `evaluate` gives alone (both engines, both accountings)."""
+    from simulator.configs import evaluate_variants
+
+    workload = make_workload("bert", "4K")
+    variants = [("analytic", "published"), ("cycle", "corrected"), ("analytic", "corrected")]
+    together = evaluate_variants(Specs(), config, workload, variants)
+    alone = [evaluate(Specs(), config, workload, accounting=a, engine=e) for e, a in variants]
+    assert together == alone
+    assert together[0].energy_pj != together[2].energy_pj  # the accountings do differ
+    assert [r.engine for r in together] == ["analytic", "cycle", "analytic"]

@@ -13,6 +13,7 @@ chip's sizes make fusing lose.
 from __future__ import annotations
 
 import functools
+import hashlib
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -100,17 +101,17 @@ def cascade_text(name: str, variant: str) -> str:
 
 
 def compute(specs: Specs, point: FusionPoint) -> FusionRow:
+    text = cascade_text(point.cascade, point.variant)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     with tempfile.TemporaryDirectory(prefix="fusion-") as tmp:
-        path = Path(tmp) / f"{point.cascade}-{point.variant}.yaml"
-        path.write_text(cascade_text(point.cascade, point.variant), encoding="utf-8")
+        # named by its content: the process's specs (shared: the architecture and its tables
+        # parsed once) keep files by path, and this path never names another text
+        path = Path(tmp) / f"{point.cascade}-{point.variant}-{digest}.yaml"
+        path.write_text(text, encoding="utf-8")
         cascade = load_cascade(path)
         w = make_workload("llama3-8b", point.tokens, {"batch": BATCH}, shape=SHAPE)
-        r = evaluate(
-            Specs(cascade_override=str(path), arch_override="fusemax"),
-            f"auto:{point.strategy}",
-            w,
-            engine="analytic",
-        )
+        mine = specs.with_cascade(str(path), arch="fusemax")
+        r = evaluate(mine, f"auto:{point.strategy}", w, engine="analytic")
         how = "; ".join(p.name for p in r.phases)
     return FusionRow(
         point.cascade,

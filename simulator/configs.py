@@ -210,12 +210,14 @@ class Specs:
         check_tables(ert, art, arch.required_actions(), set(arch.priced_components()))
         return ert, art
 
-    def with_cascade(self, cascade: str | None) -> Specs:
-        """These specs with another cascade override (None: keep this one's); the files
-        read so far are shared."""
-        if cascade is None or cascade == self.cascade_override:
+    def with_cascade(self, cascade: str | None, arch: str | None = None) -> Specs:
+        """These specs with another cascade (and architecture) override (None: keep this
+        one's); the files read so far are shared."""
+        cascade = self.cascade_override if cascade is None else cascade
+        arch = self.arch_override if arch is None else arch
+        if (cascade, arch) == (self.cascade_override, self.arch_override):
             return self
-        return dataclasses.replace(self, cascade_override=cascade)
+        return dataclasses.replace(self, cascade_override=cascade, arch_override=arch)
 
     def config_spec(
         self,

@@ -42,6 +42,7 @@ from simulator.cascade.ir import (
     Read,
     Size,
     eval_index,
+    index_syms,
     index_vars,
     is_constant,
     kind_of,
@@ -197,11 +198,30 @@ def iteration_extents(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) ->
 
 
 def count_points(cascade: Cascade, e: Einsum, shapes: Mapping[str, int]) -> int:
-    """Points of the iteration space, after filters."""
+    """Points of the iteration space, after filters (a filtered Einsum's count kept for its
+    extents and the shape symbols its filters read: a search asks at every tiling)."""
     extents = iteration_extents(cascade, e, shapes)
-    filters = e.filters()
-    if not filters:
+    if not e.filters():
         return math.prod(extents.values())
+    symbols = tuple((s, shapes[s]) for s in _filter_symbols(e) if s in shapes)
+    return _filtered_points(e, tuple(extents.items()), symbols)
+
+
+@functools.lru_cache(maxsize=1024)
+def _filter_symbols(e: Einsum) -> tuple[str, ...]:
+    return tuple(
+        sorted({s for f in e.filters() for side in (f.left, f.right) for s in index_syms(side)})
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _filtered_points(
+    e: Einsum, box: tuple[tuple[str, int], ...], symbols: tuple[tuple[str, int], ...]
+) -> int:
+    """:func:`count_points` of a filtered Einsum: its iteration extents, and the values of
+    the shape symbols its filters read."""
+    extents, shapes = dict(box), dict(symbols)
+    filters = e.filters()
     fvars = sorted({v for f in filters for side in (f.left, f.right) for v in index_vars(side)})
     grid_size = math.prod(extents[v] for v in fvars)
     rest = math.prod(n for v, n in extents.items() if v not in fvars)

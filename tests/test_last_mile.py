@@ -23,6 +23,8 @@ def test_bench_verdict_fails_over_target():
     assert text.splitlines()[-1] == "over target: slow (1.30x); also slow (1.30x)"
     text, code = verdict([("fast", 0.5, 1.0), ("exact", 1.0, 1.0)])
     assert code == 0 and text.splitlines()[-1] == "every benchmark within its target"
+    text, code = verdict([("suite", float("inf"), 180.0)])  # a failing test suite has no time
+    assert code == 1 and text.splitlines()[-1] == "over target: suite (failed)"
 
 
 ENTRY_POINTS = {

@@ -19,7 +19,7 @@ from pathlib import Path
 from experiments.experiment import Selection
 from experiments.run import RunOptions, default_experiments, run
 from simulator.atomic import check_writable
-from simulator.cli import guarded
+from simulator.cli import ArgumentParser, guarded
 from simulator.errors import SpecError
 from simulator.spec.workload import default_sequence_lengths, load_models, workloads_file
 from simulator.units import format_count, parse_count
@@ -27,13 +27,8 @@ from simulator.units import format_count, parse_count
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SpecError(f"{self.prog}: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m experiments", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m experiments", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
     p.add_argument("--models", help="comma-separated model keys (default: all four)")
     p.add_argument("--seqs", help="comma-separated sequence lengths, e.g. 1K,4K (default: six)")

@@ -108,10 +108,11 @@ def compute(specs: Specs, point: FusionPoint) -> FusionRow:
         # parsed once) keep files by path, and this path never names another text
         path = Path(tmp) / f"{point.cascade}-{point.variant}-{digest}.yaml"
         path.write_text(text, encoding="utf-8")
-        cascade = load_cascade(path)
         w = make_workload("llama3-8b", point.tokens, {"batch": BATCH}, shape=SHAPE)
         mine = specs.with_cascade(str(path), arch="fusemax")
-        r = evaluate(mine, f"auto:{point.strategy}", w, engine="analytic")
+        config = f"auto:{point.strategy}"
+        cascade = mine.cascade_of(config, w)  # (the file parsed once, for both)
+        r = evaluate(mine, config, w, engine="analytic")
         how = "; ".join(p.name for p in r.phases)
     return FusionRow(
         point.cascade,

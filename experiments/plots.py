@@ -12,22 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-matplotlib.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})  # TrueType in PDFs
-# The drawing backends' C extensions imported now, with the rest: the runner draws while its
-# workers compute, so Ctrl-C or SIGTERM may land at any moment, and one landing inside an
-# extension's first import surfaces as an ImportError, not as the interrupt it is.
-import matplotlib.backends.backend_agg  # noqa: E402, F401
-import matplotlib.backends.backend_pdf  # noqa: E402, F401
-import matplotlib.pyplot as plt  # noqa: E402
-import PIL.Image  # noqa: E402, F401
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from simulator.figures import pyplot, save_figures
 
-from simulator.figures import save_figures  # noqa: E402
+# Agg, TrueType fonts in PDFs, and the drawing backends' C extensions imported now, with the
+# rest: the runner draws while its workers compute, so Ctrl-C or SIGTERM may land at any
+# moment, and one landing inside an extension's first import is an ImportError, not the
+# interrupt it is.
+plt = pyplot()
 
 # The paper's palette (ColorBrewer Set1, in its order) for the configurations in order.
 CONFIG_COLOURS = ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00")

@@ -11,19 +11,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import matplotlib
+from experiments.compare import md_table
+from experiments.experiment import Context, Experiment, Selection
+from simulator.configs import Specs
+from simulator.figures import pyplot, save_figures
+from simulator.spec.workload import make_workload
+from simulator.timing.cycle.waterfall import TraceEvent
+from simulator.trace import plot_waterfall, trace_point
 
-matplotlib.use("Agg")
-matplotlib.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})  # TrueType in PDFs
-import matplotlib.pyplot as plt  # noqa: E402
-
-from experiments.compare import md_table  # noqa: E402
-from experiments.experiment import Context, Experiment, Selection  # noqa: E402
-from simulator.configs import Specs  # noqa: E402
-from simulator.figures import save_figures  # noqa: E402
-from simulator.spec.workload import make_workload  # noqa: E402
-from simulator.timing.cycle.waterfall import TraceEvent  # noqa: E402
-from simulator.trace import plot_waterfall, trace_point  # noqa: E402
+plt = pyplot()  # Agg, TrueType fonts in PDFs
 
 CONFIGS = ("arch", "binding")
 MODEL, SEQ = "bert", "4K"

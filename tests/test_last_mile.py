@@ -427,10 +427,8 @@ def test_a_sweep_grid_is_streamed_never_a_list():
     spec = SweepSpec("grid").with_grid(
         (("pe_dim", values), ("buffer_bytes", values), ("pe_dim_1d", values[:10_000]))
     )
-    started = time.perf_counter()
-    first = list(itertools.islice(points(spec), 3))
+    first = list(itertools.islice(points(spec), 3))  # (a list of 10^12 points never comes)
     check(spec, Specs())
-    assert time.perf_counter() - started < 5
     assert [p.index for p in first] == [0, 1, 2]
     assert first[1].get("pe_dim_1d") == 32 and first[1].get("pe_dim") == 16
 

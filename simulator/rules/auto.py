@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from simulator.cascade.ir import Cascade, rank_of
+from simulator.cascade.normal import mapping_view
 from simulator.errors import SpecError
 from simulator.rules.chain import chain_mapping
 from simulator.rules.facts import BinderFacts, load_facts
@@ -139,10 +140,13 @@ def bind_context(
     arch_ref: str,
     facts: BinderFacts | None = None,
 ) -> BindContext:
-    """The point's context, every rank an Einsum iterates sized (else one line)."""
+    """The point's context, every rank an Einsum iterates sized (else one line). The
+    templates read the cascade as :func:`mapping_view` orders it, so how it is written --
+    operand order, Einsum order -- does not change what they write."""
     facts = facts or load_facts()
     shapes, extents = workload_extents(cascade, workload, facts)
     check_sized(cascade, extents, facts, workload)
+    cascade = mapping_view(cascade)
     return BindContext(
         cascade,
         arch,

@@ -1,0 +1,264 @@
+"""The cascade as a mapper sees it: the same Einsums in an order that no notation decides.
+
+Two cascades that differ only in how they are written -- the operands of a product or a sum
+swapped, the Einsums in another valid order, other names -- compute the same thing at the
+same cost, so a mapper must give them the same answer. A mapper reads the operands of a
+contraction in order (which side holds the rows) and the Einsums in order (which kernel
+starts a phase, which array an Einsum goes to first); this module settles both from the
+cascade's structure alone:
+
+* **operands of a commutative operation** (`*`, `+`, `max`, `min`) in one order: by the
+  output positions their index variables reach, the operand indexing the later output
+  position first (`QK[m, p] = Q[e, p] * K[e, m]`: Q, which carries the rows `p`, before K),
+  then by the operand's structural signature;
+* **Einsums in one topological order**: each next Einsum is a ready one (everything it
+  reads is made) that reads the most recently made tensor -- a producer is followed by
+  its consumers, as people write a cascade --, then the least signature.
+
+An Einsum's **signature** hashes how it computes (its expression's structure, each index
+variable as its output position or as reduced, the reduction's operator) together with
+where its operands come from (their producers' signatures; an input by how every Einsum
+reads it) and where its result goes (its consumers' signatures and how they read it). No
+tensor, rank or Einsum name enters it, so a renamed cascade has the same signatures. Two
+Einsums with equal signatures are interchangeable in structure; their written order stands.
+
+The result has the same Einsums (names, outputs, values); only the order of its Einsums and
+of commutative operands differs, so every mapping of one is a mapping of the other and
+costs the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from collections.abc import Callable
+
+from simulator.cascade.graph import carried_var, recurrences
+from simulator.cascade.ir import (
+    Access,
+    Cascade,
+    Einsum,
+    Expr,
+    Num,
+    Op,
+    Read,
+    Size,
+    VarValue,
+    index_vars,
+)
+
+COMMUTATIVE = frozenset({"add", "mul", "max", "min"})
+
+
+@functools.lru_cache(maxsize=256)
+def mapping_view(cascade: Cascade) -> Cascade:
+    """The cascade with its Einsums and commutative operands in the order above."""
+    deps = _dependencies(cascade)
+    blocks = _blocks(cascade)
+    topo = _kahn(cascade, deps, blocks, lambda e, _made: (0,))
+    if topo is None:
+        return cascade  # not a DAG once carried reads are set aside: leave it as written
+    sigs = _signatures(cascade, deps, topo)
+
+    def urgency(e: Einsum, made_at: dict[str, int]) -> tuple:
+        recent = max((made_at.get(a.tensor, -1) for a in e.reads()), default=-1)
+        return (-recent, len(e.output.indices), sigs.of[e.name])
+
+    order = _kahn(cascade, deps, blocks, urgency)
+    assert order is not None
+    einsums = tuple(_with_operands(e, sigs) for e in order)
+    if einsums == cascade.einsums:
+        return cascade
+    return dataclasses.replace(cascade, einsums=einsums)
+
+
+def _dependencies(cascade: Cascade) -> dict[str, set[str]]:
+    """Einsum -> the Einsums it must follow: the producers of what it reads (for a read of
+    the previous step of an iterative tensor, its initialisation only), and the earlier
+    statements of its own output (an initialisation before its steps)."""
+    index = {e.name: i for i, e in enumerate(cascade.einsums)}
+    deps: dict[str, set[str]] = {e.name: set() for e in cascade.einsums}
+    for e in cascade.einsums:
+        for access in e.reads():
+            carried = carried_var(cascade, e, access)
+            for p in cascade.producers(access.tensor):
+                if p.name == e.name or (carried is not None and p.kind != "init"):
+                    continue
+                deps[e.name].add(p.name)
+        for p in cascade.producers(e.output.tensor):
+            if index[p.name] < index[e.name]:
+                deps[e.name].add(p.name)
+    return deps
+
+
+def _blocks(cascade: Cascade) -> dict[str, int]:
+    """Einsum -> its block: the Einsums of one recurrence (a cycle through a loop-carried
+    read: RNV and SPNV) stay together, one after the other; every other Einsum is a block
+    of its own."""
+    out = {e.name: i for i, e in enumerate(cascade.einsums)}
+    for rec in recurrences(cascade):
+        first = min(out[n] for n in rec.einsums)
+        for n in rec.einsums:
+            out[n] = first
+    return out
+
+
+def _kahn(
+    cascade: Cascade,
+    deps: dict[str, set[str]],
+    blocks: dict[str, int],
+    key: Callable[[Einsum, dict[str, int]], tuple],
+) -> list[Einsum] | None:
+    """A topological order taking, among the ready Einsums, the least by `key` (then the
+    written order), the rest of a recurrence's block right after its first; None when the
+    dependencies have a cycle."""
+    done: set[str] = set()
+    made_at: dict[str, int] = {}  # tensor -> step it was (last) made
+    out: list[Einsum] = []
+    written = {e.name: i for i, e in enumerate(cascade.einsums)}
+    members: dict[int, set[str]] = {}
+    for name, b in blocks.items():
+        members.setdefault(b, set()).add(name)
+    outside = {
+        b: {d for n in ns for d in deps[n]} - ns for b, ns in members.items()
+    }  # what a block waits for
+    current: int | None = None  # the block being laid out
+    while len(out) < len(cascade.einsums):
+        ready = [
+            e
+            for e in cascade.einsums
+            if e.name not in done
+            and deps[e.name] <= done
+            and (
+                blocks[e.name] == current
+                if current is not None
+                else outside[blocks[e.name]] <= done
+            )
+        ]
+        if not ready:
+            return None
+        pick = min(ready, key=lambda e: (key(e, made_at), written[e.name]))
+        done.add(pick.name)
+        made_at[pick.output.tensor] = len(out)
+        out.append(pick)
+        rest = members[blocks[pick.name]] - done
+        current = blocks[pick.name] if rest else None
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Signatures:
+    of: dict[str, str]  # Einsum -> its signature
+    source: dict[str, str]  # tensor -> what made it (or how an input is read)
+
+
+def _digest(parts: object) -> str:
+    return hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
+
+
+def _signatures(cascade: Cascade, deps: dict[str, set[str]], topo: list[Einsum]) -> _Signatures:
+    """Each Einsum's signature: how it computes, from what, for whom (module docstring)."""
+    source: dict[str, str] = {}
+    for t in cascade.inputs:  # an input by its ranks and how each Einsum reads it
+        uses = sorted(
+            f"{_skeleton(e)}@{_pattern(a, _positions(e))}"
+            for e in cascade.readers(t)
+            for a in e.reads()
+            if a.tensor == t
+        )
+        source[t] = _digest(("input", len(cascade.tensor(t).ranks), tuple(uses)))
+    down: dict[str, str] = {}
+    for e in topo:  # producers first
+        made = [down[p] for p in sorted(deps[e.name]) if p in down]
+        down[e.name] = _digest((_skeleton(e), _expr_text(e.expr, _positions(e), source, e)))
+        source[e.output.tensor] = _digest(("made", down[e.name], tuple(sorted(made))))
+    up: dict[str, str] = {}
+    for e in reversed(topo):  # consumers first
+        users = sorted(
+            f"{down[c.name]}{up[c.name]}@{_pattern(a, _positions(c))}"
+            for c in cascade.readers(e.output.tensor)
+            if c.name != e.name and e.name in deps[c.name]
+            for a in c.reads()
+            if a.tensor == e.output.tensor
+        )
+        up[e.name] = _digest(tuple(users))
+    return _Signatures({n: _digest((down[n], up[n])) for n in down}, source)
+
+
+def _positions(e: Einsum) -> dict[str, int]:
+    return {v: i for i, v in enumerate(e.output.vars())}
+
+
+def _skeleton(e: Einsum) -> str:
+    """How an Einsum computes, its operands' origins left out."""
+    positions = _positions(e)
+    return _digest(
+        (
+            e.kind,
+            e.reduce_op,
+            len(e.reduced),
+            e.iterative is not None,
+            _pattern(e.output, positions),
+            _expr_text(e.expr, positions, {}, e),
+        )
+    )
+
+
+def _expr_text(x: Expr, positions: dict[str, int], source: dict[str, str], e: Einsum) -> str:
+    if isinstance(x, Read):
+        origin = source.get(x.access.tensor, "")
+        return f"read({origin}:{_pattern(x.access, positions)})"
+    if isinstance(x, Op):
+        args = [_expr_text(a, positions, source, e) for a in x.args]
+        if x.name in COMMUTATIVE:
+            args.sort()
+        return f"{x.name}({','.join(args)})"
+    if isinstance(x, Num):
+        return f"num({x.value!r})"
+    if isinstance(x, VarValue):
+        return f"var(o{positions[x.name]})" if x.name in positions else "var(r)"
+    if isinstance(x, Size):
+        return "size"
+    return "?"
+
+
+def _pattern(access: Access, positions: dict[str, int]) -> str:
+    """The access's index positions with each variable as its output position (`o0`) or
+    as reduced (`r`), and whether a filter sits there: no name."""
+    out = []
+    for pos in access.indices:
+        names = [f"o{positions[v]}" if v in positions else "r" for v in index_vars(pos.expr)]
+        out.append(f"{type(pos.expr).__name__}({'.'.join(names)}){'|f' if pos.filter else ''}")
+    return ",".join(out)
+
+
+def _with_operands(e: Einsum, sigs: _Signatures) -> Einsum:
+    if e.kind != "compute":
+        return e
+    expr = _sorted_operands(e.expr, _positions(e), sigs.source, e)
+    return e if expr == e.expr else dataclasses.replace(e, expr=expr)
+
+
+def _sorted_operands(x: Expr, positions: dict[str, int], source: dict[str, str], e: Einsum) -> Expr:
+    if not isinstance(x, Op):
+        return x
+    args = tuple(_sorted_operands(a, positions, source, e) for a in x.args)
+    if x.name in COMMUTATIVE and len(args) > 1:
+
+        def key(a: Expr) -> tuple[tuple[int, ...], str]:
+            reach = sorted({positions[v] for v in _expr_vars(a) if v in positions}, reverse=True)
+            return (tuple(-p for p in reach), _expr_text(a, positions, source, e))
+
+        args = tuple(sorted(args, key=key))
+    return Op(x.name, args)
+
+
+def _expr_vars(x: Expr) -> list[str]:
+    if isinstance(x, Read):
+        return [v for pos in x.access.indices for v in index_vars(pos.expr)]
+    if isinstance(x, Op):
+        return [v for a in x.args for v in _expr_vars(a)]
+    if isinstance(x, VarValue):
+        return [x.name]
+    return []

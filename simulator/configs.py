@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from simulator.cascade.ir import Cascade
+from simulator.cascade.normal import mapping_view
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.references import attention_kind
 from simulator.errors import SimulationLimit, SpecError
@@ -417,11 +418,14 @@ class Specs:
         return self._linear[name_or_path]
 
     def cascade(self, spec: MappingSpec) -> Cascade:
+        """The cascade a mapping binds: its file (or `--cascade`), as the mapper reads it
+        where the mapping says `normalised: yes`."""
         if self.cascade_override:
             path = self._override("cascades", "--cascade", self.cascade_override)
         else:
             path = self._relative(spec, "cascades", spec.cascade)
-        return self._load_cascade(path)
+        cascade = self._load_cascade(path)
+        return mapping_view(cascade) if spec.normalised else cascade
 
     def _load_cascade(self, path: Path) -> Cascade:
         key = str(path)

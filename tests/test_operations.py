@@ -146,8 +146,17 @@ def test_arithmetic_on_numbers_and_extents_alone_counts_nothing_per_point():
     recip = cascade(["Y[k] = A[k] * (1 / N)"], decl, "K: 5, N: 4")
     assert counts(recip, {"K": 5, "N": 4}) == {"Y": {"mul": 5}}
     assert np.allclose(evaluate(recip, {"A": np.arange(5.0)})["Y"], np.arange(5.0) / 4)
+    # dividing by a constant multiplies by its reciprocal: the same cost as written so
     divide = cascade(["Y[k] = A[k] / N"], decl, "K: 5, N: 4")
-    assert counts(divide, {"K": 5, "N": 4}) == {"Y": {"divide": 5}}
+    assert counts(divide, {"K": 5, "N": 4}) == {"Y": {"mul": 5}}
+    assert np.allclose(evaluate(divide, {"A": np.arange(5.0)})["Y"], np.arange(5.0) / 4)
+    # ... and under a sum it is a multiply-accumulate, as `A[k] * (1 / N)` summed is
+    mean = cascade(["Y = A[k] / N"], {"A": "[K]", "Y": "[]"}, "K: 5, N: 4")
+    scaled = cascade(["Y = A[k] * (1 / N)"], {"A": "[K]", "Y": "[]"}, "K: 5, N: 4")
+    assert counts(mean, {"K": 5, "N": 4}) == counts(scaled, {"K": 5, "N": 4}) == {"Y": {"mac": 5}}
+    # a division by a value that varies from point to point is a division
+    ratio = cascade(["Y[k] = A[k] / B[k]"], {**decl, "B": "[K]"}, "K: 5")
+    assert counts(ratio, {"K": 5}) == {"Y": {"divide": 5}}
     # a product of constants is no MAC: the add alone is per point
     affine = cascade(["Y[k] = A[k] + 2 * N"], decl, "K: 5, N: 4")
     assert counts(affine, {"K": 5, "N": 4}) == {"Y": {"add": 5}}

@@ -13,7 +13,12 @@ cascade's structure alone:
   then by the operand's structural signature;
 * **Einsums in one topological order**: each next Einsum is a ready one (everything it
   reads is made) that reads the most recently made tensor -- a producer is followed by
-  its consumers, as people write a cascade --, then the least signature.
+  its consumers, as people write a cascade --, then the least signature;
+* **a sum scaled by a constant is the sum, then the scaling** (`MU[p] = X[e, p] / E` is
+  `MUS[p] = X[e, p]; MU[p] = MUS[p] / E`; `S[m, p] = Q[e, p] * K[e, m] / sqrt(E)` is a
+  contraction, then a scaling): the scaling happens once per result, not at every point of
+  the sum, and a contraction stays one whatever constant the notation folds into it. The
+  sum gets a fresh tensor (`MUS`), the scaling keeps the Einsum's name.
 
 An Einsum's **signature** hashes how it computes (its expression's structure, each index
 variable as its output position or as reduced, the reduction's operator) together with
@@ -22,9 +27,9 @@ reads it) and where its result goes (its consumers' signatures and how they read
 tensor, rank or Einsum name enters it, so a renamed cascade has the same signatures. Two
 Einsums with equal signatures are interchangeable in structure; their written order stands.
 
-The result has the same Einsums (names, outputs, values); only the order of its Einsums and
-of commutative operands differs, so every mapping of one is a mapping of the other and
-costs the same.
+The result computes the same values under the same Einsum names; the order of its Einsums
+and of commutative operands aside, it differs only where a scaled sum is split (an Einsum
+more). A mapping generated for it says so (`normalised: yes`), and it is evaluated on it.
 """
 
 from __future__ import annotations
@@ -46,14 +51,63 @@ from simulator.cascade.ir import (
     Size,
     VarValue,
     index_vars,
+    is_constant,
 )
+from simulator.cascade.parse import loads_cascade
+from simulator.cascade.rewrite.draft import edited, fresh, names_in_use, plain_vars, statement
 
 COMMUTATIVE = frozenset({"add", "mul", "max", "min"})
 
 
 @functools.lru_cache(maxsize=256)
 def mapping_view(cascade: Cascade) -> Cascade:
-    """The cascade with its Einsums and commutative operands in the order above."""
+    """The cascade as the module docstring describes it."""
+    return _ordered(_scaled_sums_split(cascade))
+
+
+def _scaled_sums_split(cascade: Cascade) -> Cascade:
+    """Each sum of a term scaled by a constant as the sum, then the scaling."""
+    if cascade.operators:
+        return cascade  # (user operators do not survive the text round trip)
+    taken = names_in_use(cascade)
+    replacements: dict[str, list[str]] = {}
+    added: list[tuple[str, tuple[str, ...]]] = []
+    for e in cascade.einsums:
+        split = _scaled(e)
+        if split is None:
+            continue
+        body, op, scale = split
+        name = fresh(f"{e.output.tensor}S", taken)
+        added.append((name, cascade.tensor(e.output.tensor).ranks))
+        total = Read(dataclasses.replace(e.output, tensor=name))
+        replacements[e.name] = [
+            statement(total, body),
+            statement(e.output, Op(op, (total, scale)), label=e.name),
+        ]
+    if not replacements:
+        return cascade
+    draft = edited(cascade, replacements, new_declarations=added)
+    return loads_cascade(draft.text(), cascade.path)
+
+
+def _scaled(e: Einsum) -> tuple[Expr, str, Expr] | None:
+    """(term, `div` or `mul`, constant) of a sum of a term scaled by a constant."""
+    x = e.expr
+    plain = e.kind == "compute" and e.reduce_op == "sum" and e.reduced and e.iterative is None
+    if not plain or not isinstance(x, Op) or plain_vars(e.output) is None:
+        return None
+    if x.name == "div" and is_constant(x.args[1]) and not is_constant(x.args[0]):
+        return x.args[0], "div", x.args[1]
+    if x.name == "mul":
+        constants = [a for a in x.args if is_constant(a)]
+        terms = [a for a in x.args if not is_constant(a)]
+        if len(constants) == 1 and len(terms) == 1:
+            return terms[0], "mul", constants[0]
+    return None
+
+
+def _ordered(cascade: Cascade) -> Cascade:
+    """The cascade with its Einsums and commutative operands in one order."""
     deps = _dependencies(cascade)
     blocks = _blocks(cascade)
     topo = _kahn(cascade, deps, blocks, lambda e, _made: (0,))

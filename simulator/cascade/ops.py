@@ -7,10 +7,11 @@ negate), `divide`, and every element-wise function under its own name (`max`, `m
 `tanh`, ...: the table `ir.FUNCTIONS`). Numbers, extents and index variables read as
 values cost nothing (an index is the PE's loop counter; `m - p` is one add), and so does
 arithmetic on numbers and extents alone (`1 / CAP`: one value for every point, computed
-once). Copies and initialisations cost no arithmetic. An iterative Einsum runs once per
-step (0 .. bound-1). A filtered Einsum counts only the points its filters keep (a masked
-step of an iterative Einsum keeps the previous value and costs nothing); the count is exact
-and fast at LLM sizes (:func:`count_filtered`).
+once); a division by such a constant is a multiplication by its reciprocal (`x / E` and
+`x * (1 / E)` cost the same). Copies and initialisations cost no arithmetic. An iterative
+Einsum runs once per step (0 .. bound-1). A filtered Einsum counts only the points its
+filters keep (a masked step of an iterative Einsum keeps the previous value and costs
+nothing); the count is exact and fast at LLM sizes (:func:`count_filtered`).
 
 These are algorithmic counts, independent of hardware; what a kind costs on a PE lives in
 the architecture spec.
@@ -90,7 +91,7 @@ def _map_ops(expr: Expr, ops_by_name: Mapping[str, Expr] | None = None) -> Count
     args = expr.args
 
     def per_point_mul(a: Expr) -> bool:
-        return isinstance(a, Op) and a.name == "mul" and not is_constant(a)
+        return isinstance(a, Op) and _multiplies(a) and not is_constant(a)
 
     if expr.name == "add" and any(per_point_mul(a) for a in args):
         fused = next(i for i, a in enumerate(args) if per_point_mul(a))
@@ -101,10 +102,19 @@ def _map_ops(expr: Expr, ops_by_name: Mapping[str, Expr] | None = None) -> Count
             counts += _map_ops(a)
         counts += _map_ops(args[1 - fused])
         return counts
-    counts[kind_of(expr.name)] += 1
+    counts["mul" if _multiplies(expr) else kind_of(expr.name)] += 1
     for a in args:
         counts += _map_ops(a)
     return counts
+
+
+def _multiplies(expr: Op) -> bool:
+    """A product, or a division by a constant (`x / E`, `x / sqrt(E)`): the constant's
+    reciprocal is computed once, each point multiplies by it -- `x / c` and `x * (1 / c)`
+    are one computation at one cost."""
+    if expr.name == "mul":
+        return True
+    return expr.name == "div" and is_constant(expr.args[1]) and not is_constant(expr.args[0])
 
 
 COMPARE = {
@@ -174,7 +184,7 @@ def _ops_per_point(e: Einsum, operators: tuple) -> tuple[tuple[str, int], ...]:
     if e.reduced:
         if e.reduce_op in REDUCE_OPS:
             kind = REDUCE_OPS[e.reduce_op][0]
-            if kind == "add" and isinstance(e.expr, Op) and e.expr.name == "mul":
+            if kind == "add" and isinstance(e.expr, Op) and _multiplies(e.expr):
                 per_point["mul"] -= 1
                 per_point["mac"] += 1
             else:

@@ -130,6 +130,9 @@ class BindContext:
     cascade_ref: str
     arch_ref: str
     facts: BinderFacts
+    # The cascade is the mapper's view with Einsums the written one lacks (a scaled sum
+    # split): the mappings say `normalised: yes`.
+    normalised: bool = False
 
 
 def bind_context(
@@ -146,7 +149,11 @@ def bind_context(
     facts = facts or load_facts()
     shapes, extents = workload_extents(cascade, workload, facts)
     check_sized(cascade, extents, facts, workload)
-    cascade = mapping_view(cascade)
+    view = mapping_view(cascade)
+    normalised = {e.name for e in view.einsums} != {e.name for e in cascade.einsums}
+    if normalised:
+        shapes, extents = workload_extents(view, workload, facts)
+    cascade = view
     return BindContext(
         cascade,
         arch,
@@ -158,6 +165,7 @@ def bind_context(
         cascade_ref,
         arch_ref,
         facts,
+        normalised,
     )
 
 
@@ -215,7 +223,10 @@ TEMPLATES: dict[str, Callable[..., dict[str, Any]]] = {
 
 def template(ctx: BindContext, name: str, **knobs: Any) -> dict[str, Any]:
     """The mapping data a template writes for the point (tile factors may be `search`)."""
-    return TEMPLATES[name](ctx, **knobs)
+    data = TEMPLATES[name](ctx, **knobs)
+    if ctx.normalised:
+        data["mapping"]["normalised"] = True
+    return data
 
 
 def bind(

@@ -53,6 +53,7 @@ TOP_KEYS = (
     "padded",
     "instances",
     "otherwise",
+    "normalised",
 )
 INSTANCE_KEYS = ("batch", "heads")
 # The five configurations of the paper's evaluation (mapping files), in its order, and the
@@ -194,6 +195,18 @@ class MappingSpec:
         or an architecture its table has no row for."""
         value = self.data.get("otherwise")
         return None if value is None else str(value)
+
+    @property
+    def normalised(self) -> bool:
+        """The mapping binds the cascade as the mapper reads it (`normalised: yes`:
+        :mod:`simulator.cascade.normal`, a scaled sum split into the sum and the scaling),
+        not as written."""
+        value = self.data.get("normalised", False)
+        if not isinstance(value, bool):
+            raise SpecError(
+                f"normalised must be yes or no, got {value!r}", self.data.loc_of("normalised")
+            )
+        return value
 
     @property
     def label(self) -> str:

@@ -158,9 +158,7 @@ def flat_mapping(
     # The rows: what one operand indexes and the other not, besides the fibre (either side:
     # `Q * K` and `K * Q` are the same contraction).
     rows = [
-        rank_of(v)
-        for v in first.output.vars()
-        if (v in lv) != (v in rv) and rank_of(v) != fibre
+        rank_of(v) for v in first.output.vars() if (v in lv) != (v in rv) and rank_of(v) != fibre
     ] or [r for r in einsum_ranks(first) if r != fibre and r in extents]
     # The widest row rank goes across the columns; the others (a group's query heads) are
     # outer loops: FLAT fuses per head.

@@ -93,7 +93,13 @@ def _offers(
         return flat
     if strategy == "unfused":
         return unfused
-    soonest = [(rule, {**knobs, "soonest": True}) for rule, knobs in flat]
+    # beyond FLAT's designs: the fibre Einsums where the block finishes soonest, and the last
+    # contraction's reduction spread over the PEs
+    soonest = [
+        (rule, {**knobs, "soonest": True, "spread": w})
+        for rule, knobs in flat
+        for w in ("columns", "fibre")
+    ]
     rule = [("fused", {"pipelined": pipelined, "reuse": reuse})]
     blocks = [("fused", {"rule": "blocks", "reduction": r}) for r in ("chunks", "whole")]
     chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]

@@ -191,10 +191,14 @@ def plan_phase(
     resident = _resident({**buffer_tiles, **spilled_tiles}, phase, facts)
     fits = resident <= capacity
     auto_fraction = 0.0
+    total_auto = 0.0
     if auto_tiles:
         room = max(0.0, capacity - fixed)
-        total_auto = sum(auto_tiles.values())
-        auto_fraction = max(0.0, 1.0 - room / total_auto) if total_auto else 0.0
+        # what the auto tiles add to the fixed ones, a tile computed in place over another
+        # (`over`) taking its slot
+        together = _resident({**buffer_tiles, **auto_tiles}, phase, facts)
+        total_auto = together - _resident(buffer_tiles, phase, facts)
+        auto_fraction = max(0.0, 1.0 - room / total_auto) if total_auto > 0 else 0.0
     # Spills: the fraction of buffer accesses that go to DRAM.
     for tensor, uses in accesses.items():
         place = placement_of(phase, facts, tensor)
@@ -219,9 +223,7 @@ def plan_phase(
         else:
             accesses_ = _buffer_accesses(tensor, uses, facts, mapping, nests, comps, extents)
             tallies[tensor].spill += fraction * size * accesses_
-    used = fixed + (
-        min(sum(auto_tiles.values()), max(0.0, capacity - fixed)) if auto_tiles else 0.0
-    )
+    used = fixed + (min(total_auto, max(0.0, capacity - fixed)) if auto_tiles else 0.0)
     return PhasePlan(
         phase,
         nests,

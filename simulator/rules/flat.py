@@ -27,7 +27,8 @@ from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.ops import ops_per_point
 from simulator.errors import SpecError
 from simulator.rules.fusemax import arrays_of, supports
-from simulator.rules.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
+from simulator.rules.roles import Roles, einsum_ranks, in_place, is_gemm, reduced_ranks, tile
+from simulator.rules.spatial import filling
 from simulator.rules.unfused import _fibre_array, chained, indexed_vars
 from simulator.spec.arch import Architecture, Array, missing_operations
 
@@ -54,7 +55,10 @@ def soonest_arrays(
 ) -> dict[str, str]:
     """Each Einsum on the array where the phase finishes soonest given those already placed
     (the arrays run side by side: the phase takes the busier one); ties go to the 1D
-    array. An Einsum no array can run is one line naming its operations."""
+    array. The Einsums only one array can run are placed first, then the others, the
+    longest first (so a short one never takes the room a long one needed): the order the
+    cascade lists them in plays no part. An Einsum no array can run is one line naming its
+    operations."""
     load = {two.name: sum(einsum_time(cascade, n, two, extents) for n in placed_2d)}
     load[one.name] = 0.0
     out: dict[str, str] = {}
@@ -65,6 +69,7 @@ def soonest_arrays(
         need = len(dict.fromkeys(a.tensor for a in e.reads())) + 1
         return not array.register_component or need <= array.register_words
 
+    ables: dict[str, list[Array]] = {}
     for name in names:
         able = [a for a in (one, two) if not supports(a, cascade, name) and holds(a, name)]
         if not able:
@@ -73,6 +78,14 @@ def soonest_arrays(
                 f"it needs {', '.join(lacking)}, which no array's PEs support"
             )
             raise SpecError(f"cannot bind Einsum '{name}': {why}", cascade.einsum(name).loc)
+        ables[name] = able
+
+    def work(name: str) -> float:
+        return min(einsum_time(cascade, name, a, extents) for a in ables[name])
+
+    order = sorted(names, key=lambda n: (len(ables[n]), -work(n)))  # stable: ties as given
+    for name in order:
+        able = ables[name]
         best = min(
             able,
             key=lambda a: (
@@ -85,7 +98,7 @@ def soonest_arrays(
         )
         out[name] = best.name
         load[best.name] += einsum_time(cascade, name, best, extents)
-    return out
+    return {n: out[n] for n in names}
 
 
 def _contraction(cascade: Cascade, name: str) -> bool:
@@ -109,18 +122,29 @@ def flat_mapping(
     scale: int = 1,
     fibres: str = "fit",
     chunk_scale: int = 1,
+    spread: str = "columns",
 ) -> dict[str, Any]:
     """FLAT's rule (module docstring); `soonest` (the fused strategy): a fibre Einsum runs on
     the array where the block finishes soonest given the Einsums already placed (FuseMax's
     2D PEs can run a softmax's max and exp), not on the 1D array because it can. `scale`:
     blocks of 1/scale of the 2D array's columns of rows; `chunk_scale`: chunks of the fibre
     of 1/chunk_scale of its rows; `fibres`: `fit` (on chip when a block's
-    fit, the rule) or `dram` (through DRAM, weight-stationary GEMMs, whatever fits)."""
+    fit, the rule) or `dram` (through DRAM, weight-stationary GEMMs, whatever fits);
+    `spread`: what the last contraction spreads across the 2D array's other side besides
+    the rows -- its output's `columns` (FLAT's output-stationary AV, the whole fibre reduced
+    in each PE), or the `fibre`'s chunks, reduced down the PEs (where the output's columns
+    are fewer than the PEs: AV of 128-wide heads on 256 PEs). Tensors a block hands on are
+    computed in place over the one they replace where that one is dead
+    (:func:`simulator.rules.roles.in_place`)."""
     two, one = arrays_of(arch)
-    gemms = [n for n in roles.compute if _contraction(cascade, n)]
-    fibre_einsums = [n for n in roles.compute if n not in gemms]
+    contractions = [n for n in roles.compute if _contraction(cascade, n)]
     fibre = next(
-        (r for n in fibre_einsums for r in reduced_ranks(cascade.einsum(n))),
+        (
+            r
+            for n in roles.compute
+            if n not in contractions
+            for r in reduced_ranks(cascade.einsum(n))
+        ),
         None,
     )
     if roles.iterative is not None:
@@ -140,15 +164,21 @@ def flat_mapping(
         e = cascade.einsum(n)
         return any(fibre in (rank_of(v), cascade.rank_group(rank_of(v))) for v in e.reduced)
 
+    # The GEMMs: contractions making the fibre (scores: QK, or several of them) and those
+    # reducing it (A V); a contraction touching neither (a dot product of two vectors that
+    # scales the result) is a small Einsum like the fibre Einsums.
+    gemms = [n for n in contractions if produces_fibre(n) or reduces_fibre(n)]
+    fibre_einsums = [n for n in roles.compute if n not in gemms]
     shaped = (
-        len(gemms) == 2
+        len(gemms) >= 2
         and fibre is not None
         and produces_fibre(gemms[0])
         and reduces_fibre(gemms[-1])
+        and all(produces_fibre(g) != reduces_fibre(g) for g in gemms)
     )
     if not fibre_einsums or not shaped:
         raise SpecError(
-            f"cannot bind '{cascade.name}' with the FLAT strategy: it fuses two GEMMs with "
+            f"cannot bind '{cascade.name}' with the FLAT strategy: it fuses GEMMs with "
             "the Einsums between them normalising whole fibres (3-pass softmax); this cascade "
             "has no such shape"
         )
@@ -187,28 +217,37 @@ def flat_mapping(
         and fibre in cascade.tensor(cascade.einsum(n).output.tensor).ranks
     ]
     block = min(two.mesh_x // scale, extents.get(row, two.mesh_x)) * extents.get(fibre, 0)
-    onchip = (
-        fibres != "dram" and len(handed) * block * arch.value_bytes <= arch.buffer.capacity_bytes
-    )
+    over = in_place(cascade, set(handed))  # computed in place: one slot for the chain
+    slots = len(handed) - len(over)
+    onchip = fibres != "dram" and slots * block * arch.value_bytes <= arch.buffer.capacity_bytes
     # Output-stationary GEMMs hold a tile of rows in the PEs: they need rows to fill the
     # columns (one decoding query does not), else the operand without rows stays put.
     output_stationary = onchip and extents.get(row, 0) >= two.mesh_x // scale
     einsums: dict[str, Any] = {}
-    last = cascade.einsum(gemms[-1])
     for n in gemms:
         e = cascade.einsum(n)
         other = [r for r in einsum_ranks(e) if r not in (row, fibre, f1, f0, *outer)]
         if not output_stationary:  # weight-stationary: the operand without rows stays put
             einsums[n] = {"spatial": [f0, *other], "inner": [r0]}
-        elif e is last:  # accumulates over the whole fibre in the PEs: rows stay put
+        elif reduces_fibre(n) and spread == "fibre":  # the fibre's chunks reduced in the PEs
+            einsums[n] = {"loops": [*outer, r2, r1, f1], "spatial": [r0, f0]}
+        elif reduces_fibre(n):  # accumulates over the whole fibre in the PEs: rows stay put
             einsums[n] = {"loops": [*outer, r2, r1], "spatial": [r0, *other]}
         else:
             einsums[n] = {"inner": list(reduced_ranks(e))}
+    rows_here = min(two.mesh_x // scale, extents.get(row, two.mesh_x))
     for n in fibre_einsums:
+        mine = einsum_ranks(cascade.einsum(n))
         if binding[n] == two.name:  # rows across the columns, the chunk down the rows
             einsums[n] = {"loops": [*outer, r2, r1, f1], "spatial": [r0, f0]}
-        else:
+        elif fibre in mine or f0 in mine:  # the fibre's chunk across the 1D PEs, a row at a time
             einsums[n] = {"loops": [*outer, r2, r1, r0, f1]}
+        else:  # no fibre (a division after the contraction): what fills the 1D PEs
+            sizes = {r0: rows_here, **{r: extents[r] for r in mine if r in extents}}
+            cands = [r0, *(r for r in mine if r not in (row, *outer))]
+            spread_1d = filling(cands, sizes, one.pes)
+            loops = [*outer, r2, r1, r0, f1]
+            einsums[n] = {"loops": [x for x in loops if x not in spread_1d], "spatial": spread_1d}
     tensors: dict[str, dict[str, Any]] = {}
     local: dict[str, dict[str, Any]] = {}
     # Operands of the rows (Q, the output) stay on chip for their block of rows, spilling
@@ -231,6 +270,9 @@ def flat_mapping(
             tensors[t] = {"home": "DRAM", "keep": "stream"}
         else:  # made and read by the fibre Einsums: one fibre on chip
             tensors[t] = {"home": "buffer", "keep": r0, "spill": "auto"}
+    if onchip:
+        for t, src in over.items():
+            tensors[t]["over"] = src
     by_array: dict[str, list[str]] = {two.name: [], one.name: []}
     for n in roles.compute:
         by_array[binding[n]].append(n)

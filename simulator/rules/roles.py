@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cascade.graph import dependency_graph
-from simulator.cascade.ir import Cascade, Einsum, Op, Read, rank_of
+from simulator.cascade.ir import Cascade, Einsum, Op, Read, index_vars, rank_of
+from simulator.cascade.passes import pass_index
 
 
 @dataclass(frozen=True)
@@ -122,3 +123,35 @@ def cascade_roles(cascade: Cascade) -> Roles:
         state,
         rows,
     )
+
+
+def in_place(cascade: Cascade, on_chip: set[str]) -> dict[str, str]:
+    """Tensor -> the tensor it may be computed over, in place (a mapping's `over`): an
+    element-wise Einsum (no reduction, nothing iterated) whose result has the ranks of a
+    tensor it reads at the same indices, where every other reader of that tensor runs in an
+    earlier pass -- the source is dead once overwritten (the softmax's SN over its scores,
+    A over SN). Both must be on chip (`on_chip`); a source takes one such tensor."""
+    passes = pass_index(cascade)
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for e in cascade.einsums:
+        t = e.output.tensor
+        if e.kind != "compute" or e.reduced or e.iterative or t not in on_chip:
+            continue
+        ranks = cascade.tensor(t).ranks
+        for acc in e.reads():
+            src = acc.tensor
+            if src in taken or src not in on_chip or src == t:
+                continue
+            if cascade.tensor(src).ranks != ranks or acc.vars() != e.output.vars():
+                continue
+            if any(v for pos in acc.indices for v in index_vars(pos.expr)) and any(
+                pos.filter for pos in acc.indices
+            ):
+                continue  # a filtered read keeps some of the source alive
+            others = [r for r in cascade.readers(src) if r.name != e.name]
+            if all(passes[r.name] < passes[e.name] for r in others):
+                out[t] = src
+                taken.add(src)
+                break
+    return out

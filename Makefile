@@ -23,8 +23,9 @@ bench:
 FUZZ_CASES ?= 10000
 CASCADE_FUZZ_CASES ?= 1000  # random cascades x strategies x engines (the unit suite runs 60)
 fuzz:
-	FUZZ_CASES=$(FUZZ_CASES) CASCADE_FUZZ_CASES=$(CASCADE_FUZZ_CASES) $(PYTHON) -m pytest \
-		tests/test_spec_fuzz.py tests/test_random_cascades.py -p no:cacheprovider -p no:logging
+	FUZZ_CASES=$(FUZZ_CASES) CASCADE_FUZZ_CASES=$(CASCADE_FUZZ_CASES) FLOOR_CASES=200 \
+		$(PYTHON) -m pytest tests/test_spec_fuzz.py tests/test_random_cascades.py \
+		tests/test_floors.py -p no:cacheprovider -p no:logging
 
 # Every shipped cascade written in six notations, each rewritten to the shipped form's pass
 # count and mapped alike at 4K and 64K on both chips (the unit suite runs a few cascades).

@@ -25,7 +25,9 @@ schedule on the same arrays, buffer and bandwidth must spend:
     held on chip `g = M / (d + f)` (each holds its Q row and its output row), at least one
     pass over K and V; for one head and d = f this is FlashAttention's `2qd + 4xqd^2 / M`.
     A filter scales the re-reads by the share of points it keeps (a causal block needs the
-    keys up to its diagonal);
+    keys up to its diagonal); one tensor read as both K and V (a latent cache) is re-read
+    once per block. A schedule may instead send the `q x` scores through DRAM once (an
+    FFN's hidden activations, kernel by kernel): the bound takes the cheaper of the two;
   - a multi-pass cascade whose per-row live footprint (a whole fibre of `L` values) exceeds
     the buffer writes and reads back the excess at every pass boundary:
     `rows x (passes - 1) x 2 x (L - M)` for its largest such fibre;
@@ -100,6 +102,7 @@ class _Attention:
     d: int
     f: int
     kept: float  # share of the score points a filter keeps
+    shared: bool = False  # the keys and the values are one tensor (a latent cache)
 
 
 def _attention_parts(
@@ -141,7 +144,9 @@ def _attention_parts(
             x = _extent(keys, cascade, extents)
             d = _extent(contracted, cascade, extents)
             f = _extent(value_groups, cascade, extents)
-            parts.append(_Attention(q, x, d, f, kept.get(c1.name, 1.0)))
+            keyed = aliases.get(key_side.tensor, key_side.tensor)
+            same = aliases.get(value.tensor, value.tensor) == keyed
+            parts.append(_Attention(q, x, d, f, kept.get(c1.name, 1.0), same))
             used |= {c1.name, c2.name}
             break
     return parts, used
@@ -221,8 +226,12 @@ def dram_bound_values(
     for a in attention:
         rows_on_chip = m / (a.d + a.f)
         blocks = a.q / rows_on_chip if rows_on_chip > 0 else math.inf
-        extra = (a.x * (a.d + a.f)) * max(0.0, blocks * a.kept - 1.0)
-        parts.append(("attention: K and V re-read per block of rows", extra))
+        per_key = a.d if a.shared else a.d + a.f  # one tensor serving as K and V: once
+        reread = (a.x * per_key) * max(0.0, blocks * a.kept - 1.0)
+        # ... or the scores leave the chip once and come back once (kernel by kernel): a
+        # schedule takes the cheaper, so the bound may ask no more than that
+        through_dram = 2.0 * a.q * a.x * a.kept
+        parts.append(("attention: K and V re-read per block of rows", min(reread, through_dram)))
     aliases = _aliases(cascade)
     inputs = set(cascade.inputs)
     for e in cascade.einsums:
@@ -253,19 +262,21 @@ def dram_bound_values(
 
 
 def _times(point: PointPlan, c: EinsumCost) -> dict[str, float]:
-    """An Einsum's useful work on each array that can run it (cycles, one instance)."""
+    """An Einsum's useful work on each array that can run it (cycles, one instance), its
+    operations chained through their units wherever the array allows it (any mapping may
+    say `chaining: pipelined` there), else as the mapping runs them."""
     useful = c.useful_points if c.useful_points is not None else c.points
     e = point.cascade.einsum(c.einsum)
     out = {}
     for array in point.arch.arrays:
-        if array.name == c.array:
-            out[array.name] = useful * c.cycles_per_point / array.pes
-            continue
         if any(array.op(k) is None for k, n in ops_per_point(point.cascade, e).items() if n):
+            if array.name == c.array:  # (a composite the mapping's own file declares)
+                out[array.name] = useful * c.cycles_per_point / array.pes
             continue
-        cpp = cycles_per_point(
-            point.cascade, e, array, point.mapping.chaining_of(array.name), point.mapping
-        )
+        chaining = "pipelined" if array.chains else point.mapping.chaining_of(array.name)
+        cpp = cycles_per_point(point.cascade, e, array, chaining, point.mapping)
+        if array.name == c.array:
+            cpp = min(cpp, c.cycles_per_point)
         out[array.name] = useful * cpp / array.pes
     return out
 

@@ -52,6 +52,7 @@ class SearchStats:
     distance: float  # the best latency over that bound, less one
     seconds: float = 0.0  # wall-clock time of the search (0 when reused from the cache)
     cached: bool = False  # reused from the mapper's cache
+    breaches: int = 0  # candidates that came out below their own bound (a model bug)
 
 
 @dataclass(frozen=True)

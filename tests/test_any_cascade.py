@@ -186,8 +186,12 @@ LLAMA_FFN = {"E": 4096, "F": 14336, "O": 4096}  # Llama-3-8B: hidden 4096, FFN 1
 @pytest.mark.parametrize("name", ["layernorm-matmul", "rmsnorm-ffn"])
 def test_the_rewritten_cascade_fused_beats_the_written_one_kernel_by_kernel(name, tmp_path):
     """Issue 26's acceptance point: at 16K tokens, batch 8, Llama-3-8B sizes, the one-pass
-    cascade the rewriter finds, under the fused strategy, moves no more DRAM data and takes
-    no longer than the cascade as written under the unfused strategy (both on FuseMax)."""
+    cascade the rewriter finds, under the fused strategy, takes no longer than the cascade
+    as written under the unfused strategy (both on FuseMax); under `--objective traffic`
+    the fused strategy moves no more DRAM data than the unfused one (issue 42: kernel by
+    kernel is a point of its space). (The written cascade's kernels compute a scaled sum's
+    scaling once per row since issue 42, and move less than the rewritten one fused at its
+    fastest.)"""
     from simulator.cascade.rewrite.search import rewrite
     from simulator.cascade.write import to_yaml
 
@@ -203,14 +207,18 @@ def test_the_rewritten_cascade_fused_beats_the_written_one_kernel_by_kernel(name
     fused = evaluate(
         Specs(cascade_override=str(rewritten), arch_override="fusemax"), "auto:fused", w
     )
-    assert fused.traffic_bytes <= written.traffic_bytes
     assert fused.latency_s <= written.latency_s
+    for cascade in (path, rewritten):
+        least = Specs(cascade_override=str(cascade), arch_override="fusemax")
+        least.objective = "traffic"
+        unfused = evaluate(least, "auto:unfused", w)
+        assert evaluate(least, "auto:fused", w).traffic_bytes <= unfused.traffic_bytes
     # and it is the fusion that does it: the kernels of the rewritten cascade one by one
-    # move more (its deferred division runs over F-wide rows, through DRAM)
+    # take longer (its deferred division runs over F-wide rows, through DRAM)
     kernels = evaluate(
         Specs(cascade_override=str(rewritten), arch_override="fusemax"), "auto:unfused", w
     )
-    assert kernels.traffic_bytes > fused.traffic_bytes
+    assert kernels.latency_s > fused.latency_s
 
 
 def test_the_rewriter_computes_a_repeated_subexpression_once():

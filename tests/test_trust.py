@@ -147,12 +147,12 @@ def test_flat_follows_the_buffer():
     assert rows[0].accelerator == "auto-flat" and rows[1].accelerator == "flat"
 
 
-def test_flats_rule_reproduces_the_published_choices_except_at_64k():
+def test_flats_rule_reproduces_the_published_choices():
     """The FLAT strategy's rule against FLAT's published per-point dataflow (the paper's
-    24 points): where the score fibres live and the GEMMs' stationarity agree except at
-    64K (FLAT keeps the fibres on chip with a 0.8% spill, the rule sends them through DRAM);
-    the latency is the same wherever the 1D array bounds FLAT (up to 16K) and within 13%
-    everywhere."""
+    24 points): where the score fibres live and the GEMMs' stationarity agree everywhere
+    (at 64K FLAT keeps the fibres on chip, computing SN over the scores and A over SN in
+    place; the rule does the same, in blocks of 128 rows); the latency is the same up to
+    64K and within 13% everywhere."""
     from experiments.flat_rule import CHOICES, compute
 
     specs = Specs()
@@ -161,11 +161,11 @@ def test_flats_rule_reproduces_the_published_choices_except_at_64k():
             row = compute(specs, (model, seq))
             agrees = dict(zip(CHOICES, row.agrees, strict=True))
             for choice in ("QK_loc", "A_loc", "QK_stationarity"):
-                assert agrees[choice] == (seq != 1 << 16), (model, seq, choice)
+                assert agrees[choice], (model, seq, choice)
             ratio = row.rule_latency_s / row.published_latency_s
             assert abs(ratio - 1) < 0.13, (model, seq)
-            if seq <= 1 << 14:
-                assert ratio == pytest.approx(1.0, rel=1e-9), (model, seq)
+            if seq <= 1 << 16:
+                assert ratio == pytest.approx(1.0, rel=1e-3), (model, seq)
 
 
 def test_flat_outside_the_paper_borrows_no_row(run_cli):

@@ -147,10 +147,20 @@ def search(
     if kept is not None:
         data, stats = kept
         spec = loads_mapping(mapping_yaml(data), f"<{name} mapping of {ctx.cascade.name}>", name)
-        return Found(data, spec, stats)
+        return Found(data, _with_notes(spec, _notes(name, stats)), stats)
     found = _search(ctx, options, name, tables, progress, log)
     cache.save(key, found.data, found.stats)
     return found
+
+
+def _notes(name: str, stats: SearchStats) -> tuple[str, ...]:
+    """What a search says with its results, reused or not."""
+    if not stats.breaches:
+        return ()
+    return (
+        f"{name}: {stats.breaches} candidate mapping(s) came out below their own lower bound "
+        "(a model bug) and were set aside",
+    )
 
 
 def _search(
@@ -279,15 +289,10 @@ def _search(
         bound_s=0.0 if math.isinf(bound) else bound,
         distance=r.latency_s / bound - 1 if bound and not math.isinf(bound) else 0.0,
         seconds=time.perf_counter() - start,
+        breaches=breaches,
     )
-    notes = ()
-    if breaches:
-        notes = (
-            f"{name}: {breaches} candidate mapping(s) came out below their own lower bound "
-            "(a model bug) and were set aside",
-        )
     spec = loads_mapping(mapping_yaml(data), f"<{name} mapping of {cascade.name}>", name)
-    return Found(data, _with_notes(spec, notes), stats)
+    return Found(data, _with_notes(spec, _notes(name, stats)), stats)
 
 
 def _described(tmpl: Template, values: dict[str, int]) -> str:

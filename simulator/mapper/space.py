@@ -101,7 +101,11 @@ def _offers(
         for w in ("columns", "fibre")
     ]
     rule = [("fused", {"pipelined": pipelined, "reuse": reuse})]
-    blocks = [("fused", {"rule": "blocks", "reduction": r}) for r in ("chunks", "whole")]
+    blocks = [
+        ("fused", {"rule": "blocks", "reduction": r, "scale": s})
+        for s in parts
+        for r in ("chunks", "whole")
+    ]
     chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]
     return rule + fusemax + chain + blocks + soonest + flat + unfused
 

@@ -53,12 +53,22 @@ def fused_mapping(
     reuse: bool = True,
     rule: str = "first",
     reduction: str = "chunks",
+    scale: int = 1,
 ) -> dict[str, Any]:
     """`rule`: `first` -- the first rule that applies (module docstring) -- or `blocks`
-    (blocks of rows whatever the cascade); `reduction`: see :func:`_blocks_of_rows`."""
+    (blocks of rows whatever the cascade); `reduction`, `scale`: see
+    :func:`_blocks_of_rows`."""
     if rule == "blocks":
         return _blocks_of_rows(
-            cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, reduction
+            cascade,
+            arch,
+            roles,
+            extents,
+            shapes,
+            instances,
+            cascade_ref,
+            arch_ref,
+            (reduction, scale),
         )
     if fusemax_applies(roles) is None:
         data = fusemax_mapping(
@@ -92,7 +102,7 @@ def fused_mapping(
         except SpecError:
             pass  # not FLAT's shape: the general rule
     return _blocks_of_rows(
-        cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, reduction
+        cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, (reduction, 1)
     )
 
 
@@ -152,11 +162,14 @@ def _blocks_of_rows(
     instances: dict[str, str],
     cascade_ref: str,
     arch_ref: str,
-    reduction: str = "chunks",
+    knobs: tuple[str, int] = ("chunks", 1),
 ) -> dict[str, Any]:
-    """`reduction`: a contraction's reduction streams through its output tile in `chunks`
-    (both operands fetched per tile of the other), or stays `whole` (the block's rows of
-    the first operand held in the buffer, read once; the second streams per block)."""
+    """`knobs` = (reduction, scale). `reduction`: a contraction's reduction streams through
+    its output tile in `chunks` (both operands fetched per tile of the other), or stays
+    `whole` (the block's rows of the first operand held in the buffer, read once; the
+    second streams per block); `scale`: the tiles span 1/scale of each side of the 2D
+    array (a larger array may do what a smaller one does)."""
+    reduction, scale = knobs
     two, one = arrays_of(arch)
     steps = _iterated_ranks(cascade)
     row, outer = _row_rank(cascade, roles, extents)
@@ -202,13 +215,13 @@ def _blocks_of_rows(
         partitions[rank] = list(comps)
         if len(comps) == 2:
             factors[comps[1]] = extents.get(comps[1]) or tile(
-                two.name, "meshY", two.mesh_y, rank, extents
+                two.name, "meshY", two.mesh_y, rank, extents, scale
             )
     r2 = r1 = r0 = None
     if row is not None:
         r2, r1, r0 = f"{row}2", f"{row}1", f"{row}0"
         partitions[row] = [r2, r1, r0]
-        factors[r0] = tile(two.name, "meshX", two.mesh_x, row, extents)
+        factors[r0] = tile(two.name, "meshX", two.mesh_x, row, extents, scale)
         factors[r1] = "search"
     f1 = f0 = None
     if fibre is not None and fibre in chunk_of:  # already the cascade's chunk: walk it so
@@ -237,7 +250,7 @@ def _blocks_of_rows(
         else:
             columns[col] = (f"{col}2", f"{col}1", f"{col}0")
             partitions[col] = [f"{col}2", f"{col}1", f"{col}0"]
-            factors[f"{col}0"] = tile(two.name, "meshY", two.mesh_y, col, extents)
+            factors[f"{col}0"] = tile(two.name, "meshY", two.mesh_y, col, extents, scale)
             factors[f"{col}1"] = "search"
     # A contraction's reduction streams by in chunks: the cascade's own (`E1` of a rewrite's
     # `E -> E1 x E0`), the fibre's, an earlier contraction's column blocks (the second
@@ -260,7 +273,7 @@ def _blocks_of_rows(
                 chunks[r] = ([f1], f0)  # type: ignore[list-item]
             elif r in extents:
                 partitions[r] = [f"{r}1", f"{r}0"]
-                factors[f"{r}0"] = tile(two.name, "meshY", two.mesh_y, r, extents)
+                factors[f"{r}0"] = tile(two.name, "meshY", two.mesh_y, r, extents, scale)
                 chunks[r] = ([f"{r}1"], f"{r}0")
     sizes = _sizes(factors, two, one, extents, partitions)
     block = [*outer, *([r2] if r2 else [])]
@@ -486,8 +499,10 @@ def _sizes(
     }
     out: dict[str, int] = {}
     for comp, factor in factors.items():
-        if factor in dims:
-            out[comp] = min(dims[factor], extents.get(parent.get(comp, ""), dims[factor]))
+        side, _slash, part = str(factor).partition(" / ")  # `PE2D.meshX / 2`: part of it
+        if side in dims:
+            size = dims[side] // (int(part) if part else 1)
+            out[comp] = min(size, extents.get(parent.get(comp, ""), size))
         elif factor in extents:
             out[comp] = extents[factor]
     return out

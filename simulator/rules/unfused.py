@@ -51,8 +51,7 @@ def indexed_vars(access: Access) -> set[str]:
 
 def chained(array: Array) -> bool:
     """Its operations use distinct functional units (a multiply shares the MAC's)."""
-    units = [op.unit for op in array.operations if op.name != "mul"]
-    return len(units) == len(set(units))
+    return array.chains
 
 
 def _gemm_settings(

@@ -140,6 +140,13 @@ class Array:
     def pes(self) -> int:
         return self.mesh_x * self.mesh_y
 
+    @property
+    def chains(self) -> bool:
+        """Its operations use distinct functional units (a multiply shares the MAC's), so a
+        mapping may chain them (`chaining: pipelined`): one point per cycle through each."""
+        units = [op.unit for op in self.operations if op.name != "mul"]
+        return len(units) == len(set(units))
+
     def op(self, kind: str) -> OpCost | None:
         """What one `kind` operation costs on a PE (None: its PEs do not declare it); kept
         per array (planning asks for the same few thousands of times)."""

@@ -35,7 +35,14 @@ from typing import Any
 from tqdm import tqdm
 
 from simulator import journal
-from simulator.atomic import atomic_path, check_writable, interrupts_held, output_path
+from simulator.atomic import (
+    atomic_path,
+    check_writable,
+    interrupts_held,
+    is_stream,
+    landing,
+    output_path,
+)
 from simulator.cli import ArgumentParser, abandon, guarded, worker_process
 from simulator.configs import Specs
 from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
@@ -370,8 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     out = output_path(args.out, "sweep.csv") if args.out else None
     if out is not None:
         check_writable(out)
-    if out is None:
-        return _sweep(args, spec, cascade, arch, cascades, None, size)
+    if out is not None and is_stream(out) and args.resume:
+        raise SpecError(f"--resume: {out} is not a file (a device or a FIFO): it keeps no journal")
+    if out is None or is_stream(out):  # written straight into, without a journal
+        return _sweep(args, spec, cascade, arch, cascades, out, size)
+    out = landing(out)  # a symbolic link: its target, the journal and lock beside it
     with journal.held(out):  # one sweep per --out at a time
         return _sweep(args, spec, cascade, arch, cascades, out, size)
 
@@ -390,7 +400,7 @@ def _sweep(
     timing = TimingOptions(max_sim_s=args.max_sim_s)
     extra = (cascade, arch, timing, cascades)
     writer, done = None, journal.Progress({}, frozenset())
-    if out is not None:
+    if out is not None and not is_stream(out):
         log = journal.journal_path(out)
         header = journal.Header(
             _parameters_digest(spec, extra),
@@ -442,12 +452,20 @@ def _sweep(
                 run_local(spec, chunked(left, jobs), jobs, extra, sink)
             if sink.written != size:  # every point has its row, in order
                 raise RuntimeError(f"sweep wrote {sink.written} of {size} rows")
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        if out is None or err.filename is not None:
+            raise
+        # writing the CSV failed (/dev/full, a full disk): one line, no file left
+        raise SpecError(f"cannot write {out}: {err.strerror or err}") from None
     finally:
         if writer is not None:
             writer.close()
     if out is None:
         return 0
-    journal.journal_path(out).unlink()  # the CSV holds every row now
+    if writer is not None:
+        journal.journal_path(out).unlink()  # the CSV holds every row now
     print(
         f"{sink.written} points -> {out}"
         + (f" ({sink.failed} without results: see the error column)" if sink.failed else ""),

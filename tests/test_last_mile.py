@@ -477,3 +477,51 @@ def test_ctrl_c_inside_an_extension_import_is_still_an_interrupt(run_cli):
     assert (code, printed, err) == (EXIT_INTERRUPTED, "", INTERRUPTED + "\n")
     with pytest.raises(ImportError, match="nothing"):
         run_cli(imports_broken, [])
+
+
+def _out_commands(tmp_path: Path) -> dict[str, tuple]:
+    """Each command that writes one text file with --out/-o: its main and arguments."""
+    from simulator.bind.__main__ import main as bind_main
+    from simulator.cascade_cli import main as cascade_main
+    from simulator.sweep import main as sweep_main
+    from simulator.validate import main as validate_main
+    from tests.test_silicon import _small_csv
+
+    small = _small_csv(tmp_path)
+    return {
+        "sweep": (sweep_main, ["--grid", "seq=1K", "accel=unfused", "--engine", "analytic",
+                               "--jobs", "1", "--no-progress", "--out"], "accel,"),
+        "bind": (bind_main, ["attention-1pass", "--seq", "1K", "--rule", "--out"], "# Generated"),
+        "validate": (validate_main, ["--measured", str(small), "--format", "csv", "--out"],
+                     "shape,kind,"),
+        "rewrite": (cascade_main, ["rewrite", "softmax", "-o"], "# Rewritten"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["sweep", "bind", "validate", "rewrite"])
+def test_out_never_replaces_a_link_or_a_fifo(tmp_path, capsys, name):
+    """--out through a symbolic link writes its target (the link stays a link); into a FIFO
+    writes through the FIFO (it stays a FIFO, its reader gets the output); nothing else is
+    left beside them."""
+    main, args, start = _out_commands(tmp_path)[name]
+    folder = tmp_path / "out"
+    folder.mkdir()
+    target = folder / "target.txt"
+    target.write_text("old\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    assert main([*args, str(link)]) == 0, capsys.readouterr().err
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text().startswith(start)
+    assert sorted(p.name for p in folder.iterdir()) == ["target.txt"]
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader: writing does not wait
+    try:
+        assert main([*args, str(fifo)]) == 0, capsys.readouterr().err
+        assert fifo.is_fifo()
+        assert os.read(reader, 1 << 16).decode().startswith(start)
+    finally:
+        os.close(reader)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

@@ -49,6 +49,7 @@ from simulator.cascade.runs_on import missing_by_architecture, runs_on_line
 from simulator.cascade.shapes import MissingShapes, parse_shape_arg, resolve_shapes
 from simulator.cascade.write import to_yaml
 from simulator.cli import ArgumentParser, guarded
+from simulator.configs import Specs
 from simulator.errors import SpecError
 from simulator.paths import data_dir, resolve_spec
 from simulator.rewrite_cost import OBJECTIVES, best, rank, render
@@ -407,7 +408,8 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
         )
     workload = None
     if by_cost:
-        resolve_spec("arch", args.arch)  # an unknown chip: one line, before any search
+        # an unknown or bad chip: one line, before any search
+        Specs(arch_override=args.arch).check_arch_override()
         at = parse_shape([args.at] if args.at else None, "--at")
         unknown = sorted(set(at) - set(cascade.shape_names()))
         if unknown:

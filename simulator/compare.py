@@ -103,6 +103,8 @@ def compare_cascades(
     precision: str | None = None,
 ) -> list[Row]:
     rows = []
+    if any(strategy in ("fusemax", "fused") for strategy in strategies):
+        Specs(arch_override=arch).check_arch_override()  # a bad --arch: one line, exit 2
     loaded = [(name, resolve_spec("cascades", name)) for name in cascades]
     check_shape([load_cascade(path) for _n, path in loaded], workload)
     for _name, path in loaded:

@@ -210,6 +210,16 @@ class Specs:
         check_tables(ert, art, arch.required_actions(), set(arch.priced_components()))
         return ert, art
 
+    def check_arch_override(self) -> Architecture | None:
+        """The `--arch` override read whole, with its energy and area tables: a missing or
+        bad file is one line before any work, not a reason each strategy or candidate is
+        "not bound" (None when there is no override)."""
+        if not self.arch_override:
+            return None
+        arch = self._load_arch(self._override("arch", "--arch", self.arch_override))
+        self.tables(arch)
+        return arch
+
     def with_cascade(self, cascade: str | None, arch: str | None = None) -> Specs:
         """These specs with another cascade (and architecture) override (None: keep this
         one's); the files read so far are shared."""

@@ -525,3 +525,29 @@ def test_out_never_replaces_a_link_or_a_fifo(tmp_path, capsys, name):
     finally:
         os.close(reader)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize("command", ["compare", "rewrite"])
+@pytest.mark.parametrize("problem", ["missing", "negative bandwidth"])
+def test_a_bad_architecture_is_one_line_and_exit_2(tmp_path, capsys, command, problem):
+    """A missing or invalid --arch stops the command in one line, exit 2 -- not a "not
+    bound" line per strategy (compare) or "the input is returned" (rewrite), exit 0."""
+    from simulator.cascade_cli import main as cascade_main
+    from simulator.compare import main as compare_main
+
+    arch = tmp_path / "chip.yaml"
+    if problem == "missing":
+        message = f"--arch {arch}: no such file"
+    else:
+        text = (Path(__file__).parent.parent / "arch" / "h100.yaml").read_text()
+        arch.write_text(text.replace("bandwidth_bytes_per_s: 3.35e12", "bandwidth_bytes_per_s: -1"))
+        message = "chip.yaml:29:5: attribute 'bandwidth_bytes_per_s' of 'HBM' must be positive"
+    if command == "compare":
+        code = compare_main(["--cascades", "attention-1pass", "--seq", "4K", "--engine",
+                             "analytic", "--arch", str(arch)])  # fmt: skip
+    else:
+        code = cascade_main(["rewrite", "softmax", "--arch", str(arch)])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.count("\n") == 1 and message in err, err
+    assert out == ""

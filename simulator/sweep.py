@@ -69,6 +69,9 @@ LARGE_GRID = 100_000
 # Points read from the grid at a time per worker: the grid is streamed, never a list, and
 # rows are written in grid order as soon as those before them are in.
 WINDOW_PER_JOB = 256
+# Local worker processes per core at most, whatever --jobs asks (and never more than the
+# points left to compute): a process per point beyond the cores only costs memory.
+MAX_JOBS_PER_CPU = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", help="architecture file replacing each mapping's own")
     p.add_argument("--cascade", help="cascade file replacing each mapping's own")
     p.add_argument("--out", "-o", help="CSV file to write (default: standard output)")
-    p.add_argument("--jobs", "-j", type=int, help="local worker processes (default: all cores)")
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        help="local worker processes (default: all cores; at most one per point and "
+        f"{MAX_JOBS_PER_CPU} per core)",
+    )
     p.add_argument("--executor", choices=["local", "dask"], default="local")
     p.add_argument("--scheduler", help="--executor dask: the scheduler, tcp://HOST:PORT")
     p.add_argument(
@@ -420,7 +429,8 @@ def _sweep(
             print(f"nothing to resume ({log} does not exist): running the sweep", file=sys.stderr)
         writer = journal.Writer(log, header, fresh=not log.exists())
     left = (p for p in points(spec) if p.index not in done.rows)
-    jobs = args.jobs or os.cpu_count() or 1
+    cpus = os.cpu_count() or 1
+    jobs = max(1, min(args.jobs or cpus, MAX_JOBS_PER_CPU * cpus, size - len(done.rows)))
     bar = tqdm(
         total=size,
         initial=len(done.rows),

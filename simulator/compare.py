@@ -21,6 +21,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from simulator.atomic import check_writable, output_path
 from simulator.cascade.parse import load_cascade
@@ -225,6 +226,7 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, len(metrics), figsize=(WIDE_IN, 3.4), layout="constrained")
     width = 0.8 / max(1, len(strategies))
     colours = plt.get_cmap("tab10")
+    labelled = []  # the panels' value labels, thinned out once the layout is done
     for ax, (title, value) in zip(axes, metrics, strict=True):
         bars = []
         for j, strategy in enumerate(strategies):
@@ -243,8 +245,9 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
             ax.set_ylim(top=max(shown) * 40)  # room for the labels above the tallest bars
             title += " (log)"
             for container, ys in bars:
-                ax.bar_label(container, [f"{y:.2g}" for y in ys], fontsize=SMALL_PT,
-                             rotation=90, padding=2)  # fmt: skip
+                texts = ax.bar_label(container, [f"{y:.2g}" for y in ys], fontsize=SMALL_PT,
+                                     rotation=90, padding=2)  # fmt: skip
+                labelled += texts
         ax.set_xticks(range(len(cascades)), cascades, rotation=30, ha="right", fontsize=SMALL_PT)
         ax.tick_params(axis="y", labelsize=SMALL_PT)
         if "utilisation" in title:
@@ -267,7 +270,28 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
     fig.legend(handles, labels, fontsize=SMALL_PT, frameon=False, loc="outside lower center",
                ncol=len(strategies))  # fmt: skip
     fig.suptitle(workload.describe(), fontsize=TEXT_PT)
+    _thin_out(fig, labelled)
     return save_figures(fig, out)
+
+
+def _thin_out(fig: Any, labels: list[Any]) -> None:
+    """Value labels that would overlap one already shown (narrow bars side by side: four
+    strategies, several cascades) are hidden, left to right in each panel; the bars and the
+    logarithmic axis still show them. Placed after the constrained layout, which the labels
+    (inside the axes) do not move."""
+    if not labels:
+        return
+    for text in labels:
+        text.set_in_layout(False)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    shown: list[Any] = []
+    for text in sorted(labels, key=lambda t: (id(t.axes), t.xy[0])):
+        box = text.get_window_extent(renderer)
+        if any(box.overlaps(other) for other in shown):
+            text.set_visible(False)
+        else:
+            shown.append(box)
 
 
 @guarded

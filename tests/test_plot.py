@@ -110,7 +110,8 @@ def test_the_figure_is_legible_at_print_size(sweep, tmp_path, monkeypatch):
 def test_compare_shows_small_bars_beside_large_ones(tmp_path, monkeypatch):
     """simulator.compare at 1M tokens: DRAM traffic of 6.8 TB beside 6.8 PB. The panel is
     logarithmic and every bar carries its value (a 38 GB bar was invisible beside 38,000
-    GB on a linear axis); the utilisation is in percent; no two texts overlap."""
+    GB on a linear axis); the utilisation is in percent; no two texts overlap -- the value
+    labels of three cascades' narrow bars included (one that would overlap is left out)."""
     import matplotlib.figure
 
     from simulator.compare import main as compare_main
@@ -130,14 +131,17 @@ def test_compare_shows_small_bars_beside_large_ones(tmp_path, monkeypatch):
         return result
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
-    assert compare_main(["--cascades", "attention-3pass,attention-1pass", "--seq", "1M",
-                         "--engine", "analytic", "--out", str(tmp_path / "cmp")]) == 0  # fmt: skip
+    assert compare_main(["--cascades", "attention-3pass,attention-1pass,attention-2pass",
+                         "--seq", "1M", "--engine", "analytic", "--out", str(tmp_path / "cmp")]
+                        ) == 0  # fmt: skip
     fig, overlaps = seen[0]
     dram = next(ax for ax in fig.axes if ax.get_title().startswith("DRAM"))
     assert dram.get_yscale() == "log" and "(log)" in dram.get_title()
     bars = [p for p in dram.patches if p.get_height() > 0]
     labels = [t for t in dram.texts if t.get_text().strip()]
     assert len(labels) == len(bars) >= 4
+    shown = [t for t in labels if t.get_visible()]
+    assert len(shown) >= 3  # values left out only where they would overlap
     util = next(ax for ax in fig.axes if "utilisation" in ax.get_title())
     assert any(t.get_text().endswith("%") for t in util.get_yticklabels())
     assert not overlaps, overlaps
@@ -243,3 +247,60 @@ def test_ctrl_c_at_every_step_of_a_figure_write(sweep, tmp_path, monkeypatch, ca
     assert main(argv) == 130
     assert capsys.readouterr().err.strip().endswith("no partial result file was left")
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+def _recorded_axes(monkeypatch) -> list:
+    """The axes of each figure saved while the test runs."""
+    import matplotlib.figure
+
+    seen: list = []
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, fname, *args, **kwargs):
+        seen.append(fig.axes[0])
+        return original(fig, fname, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    return seen
+
+
+def test_columns_the_x_parameter_determines_are_no_lines(sweep, tmp_path, monkeypatch):
+    """--x pe_dim: pe_dim_1d and the registers follow pe_dim; one line per (accel, seq),
+    each across both pe_dims -- not a one-point line per pe_dim_1d."""
+    seen = _recorded_axes(monkeypatch)
+    assert (
+        plot_main([str(sweep), "--x", "pe_dim", "--y", "util_2d", "-o", str(tmp_path / "f")]) == 0
+    )
+    drawn = seen[0].get_lines()
+    assert len(drawn) == 2 * 3  # accel x seq
+    assert all(len(line.get_xdata()) == 2 for line in drawn)
+    assert not any("pe_dim_1d" in line.get_label() for line in drawn)
+
+
+def test_by_refuses_to_join_points_of_another_parameter(sweep, tmp_path, capsys, monkeypatch):
+    """--by accel while pe_dim varies too: each accel's line would zigzag between the two
+    pe_dims at every seq. One line naming pe_dim and its values, nothing written; with
+    --where pe_dim=64 the two accels' lines are drawn."""
+    seen = _recorded_axes(monkeypatch)
+    out = tmp_path / "f"
+    assert plot_main([str(sweep), "--x", "seq", "--by", "accel", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "differ in pe_dim (64, 128)" in err and "--where" in err
+    assert not list(tmp_path.iterdir())
+    assert plot_main([str(sweep), "--x", "seq", "--by", "accel", "--where", "pe_dim=64",
+                      "-o", str(out)]) == 0  # fmt: skip
+    drawn = seen[0].get_lines()
+    assert sorted(line.get_label() for line in drawn) == ["accel=binding", "accel=flat"]
+    assert all(len(line.get_xdata()) == 3 for line in drawn)
+
+
+def test_more_than_ten_lines_look_different(tmp_path, monkeypatch):
+    """Twelve lines (a hand-written sweep): no two share colour, dash and marker."""
+    seen = _recorded_axes(monkeypatch)
+    sweep = tmp_path / "twelve.csv"
+    rows = [f"{k},{x},{k * x}" for k in range(12) for x in (1, 2, 3)]
+    sweep.write_text("k,x,latency_s\n" + "\n".join(rows) + "\n")
+    assert plot_main([str(sweep), "--x", "x", "-o", str(tmp_path / "f")]) == 0
+    drawn = seen[0].get_lines()
+    looks = {(line.get_color(), line.get_linestyle(), line.get_marker()) for line in drawn}
+    assert len(drawn) == 12 and len(looks) == 12

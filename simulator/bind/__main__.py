@@ -5,7 +5,9 @@
     python -m simulator.bind layernorm-matmul --shape E=4096,F=14336 --objective energy
     python -m simulator.run --mapping my.yaml --seq 64K      # the file is an ordinary mapping
 
-CASCADE and --arch are shipped names or paths. The mapping is searched for a workload
+CASCADE and --arch are shipped names or paths; the mapping names a path relative to its
+own folder when written with -o, and absolute on standard output (it may be saved
+anywhere). The mapping is searched for a workload
 (default BERT at 1M tokens) under a strategy (default `fused`: no constraint), and written
 with its tile factors as found; the header says what the search evaluated and how far the
 mapping is from the point's lower bound. `--rule` writes the strategy's rule instead, its
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from simulator.atomic import check_writable, output_path, write_text
 from simulator.cascade.parse import load_cascade
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     cascade = load_cascade(cascade_path)
     check_shape([cascade], workload)
     arch = load_architecture(arch_path)
-    folder = out.parent if out is not None else Path.cwd()
+    # a file: its specs named relative to its folder; standard output: by absolute path
+    folder = out.parent if out is not None else None
     cascade_ref = reference(cascade_path, data_dir("cascades"), folder)
     arch_ref = reference(arch_path, data_dir("arch"), folder)
     pipelined, reuse = not args.sequential, not args.no_reuse

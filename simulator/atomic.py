@@ -15,6 +15,7 @@ no space) is the usual one-line error.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import signal
 import stat
@@ -28,6 +29,33 @@ PARTIAL = ".partial-"  # marks a temporary: `.<name>.partial-<pid>`
 
 def partial_name(path: Path) -> Path:
     return path.with_name(f".{path.name}{PARTIAL}{os.getpid()}")
+
+
+def remove_stale_partials(path: Path) -> list[Path]:
+    """The temporaries of `path` (`.<name>.partial-<pid>`) that processes no longer running
+    left beside it (a kill -9 runs no clean-up): removed, and returned. A live process's
+    temporary -- another command writing the same file -- is left alone."""
+    prefix = f".{path.name}{PARTIAL}"
+    stale = []
+    for tmp in path.parent.glob(glob.escape(prefix) + "*"):
+        pid = tmp.name[len(prefix) :]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                stale.append(tmp)
+    return stale
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def is_stream(path: Path) -> bool:

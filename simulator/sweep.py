@@ -42,6 +42,7 @@ from simulator.atomic import (
     is_stream,
     landing,
     output_path,
+    remove_stale_partials,
 )
 from simulator.cli import ArgumentParser, abandon, guarded, worker_process
 from simulator.configs import Specs
@@ -476,6 +477,7 @@ def _sweep(
         return 0
     if writer is not None:
         journal.journal_path(out).unlink()  # the CSV holds every row now
+        remove_stale_partials(out)  # a killed run's half-written CSV, if any
     print(
         f"{sink.written} points -> {out}"
         + (f" ({sink.failed} without results: see the error column)" if sink.failed else ""),

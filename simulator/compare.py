@@ -27,14 +27,22 @@ from simulator.atomic import check_writable, output_path
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cli import ArgumentParser, guarded
-from simulator.configs import Specs, check_shape, evaluate
-from simulator.errors import SpecError
+from simulator.configs import (
+    DEFAULT_MAX_SIM_S,
+    Specs,
+    analytic_past_budget,
+    check_shape,
+    evaluate,
+)
+from simulator.errors import SimulationLimit, SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.paths import resolve_spec
+from simulator.progress import SimulationProgress
 from simulator.result import Result
 from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
 from simulator.textfmt import table
-from simulator.units import parse_count
+from simulator.timing.options import UNLIMITED, TimingOptions
+from simulator.units import parse_count, parse_seconds
 
 STRATEGIES = ("fused", "fusemax", "flat", "unfused")
 
@@ -80,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("batch", "heads", "kv-heads", "embed", "window"):
         p.add_argument(f"--{name}", type=lambda t, n=name: parse_count(t, what=f"--{n}"))
     p.add_argument("--engine", choices=["cycle", "analytic"], default="cycle")
+    p.add_argument(
+        "--max-sim-s",
+        type=lambda text: parse_seconds(text, what="--max-sim-s"),
+        help="refuse (one line, with the estimate) a cycle simulation that would run longer "
+        "than this many seconds per phase (default: past "
+        f"{DEFAULT_MAX_SIM_S:g} s, the analytic engine's numbers, with a note)",
+    )
     p.add_argument("--precision", help="value format (fp32, fp16, bf16, fp8, int8)")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.add_argument("--out", help="draw the comparison to OUT.png and OUT.pdf")
@@ -102,7 +117,12 @@ def compare_cascades(
     workload: Workload,
     engine: str = "cycle",
     precision: str | None = None,
+    timing: TimingOptions = UNLIMITED,
+    notes: list[str] | None = None,
 ) -> list[Row]:
+    """Each cascade bound by each strategy and evaluated. `timing`: the cycle engine's
+    limit; past it the point is refused in one line, or -- with `notes` -- shown with the
+    analytic engine's numbers and a note appended there (the default budget's way)."""
     rows = []
     if any(strategy in ("fusemax", "fused") for strategy in strategies):
         Specs(arch_override=arch).check_arch_override()  # a bad --arch: one line, exit 2
@@ -115,10 +135,16 @@ def compare_cascades(
         for strategy in strategies:
             own_arch = strategy in ("fusemax", "fused")
             specs = Specs(cascade_override=str(path), arch_override=arch if own_arch else None)
+            kwargs = dict(engine=engine, precision=precision, timing=timing)
+            one = (
+                analytic_past_budget(specs, workload, kwargs, notes)
+                if notes is not None
+                else (lambda c, s=specs, k=kwargs: evaluate(s, c, workload, **k))
+            )
             try:
-                r = evaluate(
-                    specs, f"auto:{strategy}", workload, engine=engine, precision=precision
-                )
+                r = one(f"auto:{strategy}")
+            except SimulationLimit:  # --max-sim-s: refused, not a strategy that cannot bind
+                raise
             except SpecError as err:  # the strategy's own reason, whatever stage found it
                 rows.append(Row(cascade.name, strategy, passes, footprint, None, str(err)))
                 continue
@@ -323,7 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None:
         for suffix in (".png", ".pdf"):
             check_writable(out.with_name(out.name + suffix))
-    rows = compare_cascades(cascades, strategies, args.arch, workload, args.engine, args.precision)
+    limit = DEFAULT_MAX_SIM_S if args.max_sim_s is None else args.max_sim_s
+    timing = TimingOptions(max_sim_s=limit, progress=SimulationProgress())
+    notes: list[str] | None = [] if args.max_sim_s is None and args.engine == "cycle" else None
+    rows = compare_cascades(
+        cascades, strategies, args.arch, workload, args.engine, args.precision, timing, notes
+    )
+    for note in notes or ():  # on stderr: the table, JSON or CSV on stdout stay as they are
+        print(f"note: {note}", file=sys.stderr)
     recs = records(rows)
     if args.format == "table":
         print(render_table(rows, workload))

@@ -36,7 +36,7 @@ from typing import TypeVar
 from simulator.cascade.ir import Cascade
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.references import attention_kind
-from simulator.errors import SimulationLimit, SpecError
+from simulator.errors import CannotSimulate, SimulationLimit, SpecError
 from simulator.evaluate import evaluate_mapping_variants
 from simulator.mapper.resolve import resolved, workload_fields
 from simulator.mapper.search import DEFAULT_SEARCH_S, Found, SearchOptions, search
@@ -533,6 +533,40 @@ def evaluate(
     `precision`: a value format the architecture lists, by name or bits)."""
     sizing = Sizing.of(pe_dim, buffer_bytes, bandwidth, resize, precision)
     return evaluate_variants(specs, config, workload, [(engine, accounting)], sizing, timing)[0]
+
+
+# Seconds one phase's cycle simulation may take when --max-sim-s is not given (run,
+# compare): past it, the configuration shows the analytic engine's numbers with a note (any
+# size answers in about a second); --max-sim-s sets another limit, past which the
+# simulation is refused in one line.
+DEFAULT_MAX_SIM_S = 2.0
+
+
+def analytic_past_budget(
+    specs: Specs, workload: Workload, kwargs: dict, notes: list[str]
+) -> Callable[[str], Result]:
+    """`evaluate` for one configuration that, when the cycle simulation would outrun the
+    default budget (or cannot simulate the point), gives the analytic engine's numbers and
+    says so in `notes`."""
+
+    def run(config: str) -> Result:
+        try:
+            return evaluate(specs, config, workload, **kwargs)
+        except SimulationLimit as err:
+            # what the refusal says after "stopped at --max-sim-s S:" (the config's name,
+            # auto:fusemax, has a colon of its own)
+            why = str(err).split("--max-sim-s", 1)[-1].split(":", 1)[-1].split(";")[0].strip()
+            notes.append(
+                f"{config}: the cycle simulation outruns the {DEFAULT_MAX_SIM_S:g} s default "
+                f"budget ({why}); shown: the analytic engine's numbers (--max-sim-s SECONDS "
+                "simulates longer)"
+            )
+            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
+        except CannotSimulate as err:
+            notes.append(f"{config}: {err.message}; shown: the analytic engine's numbers")
+            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
+
+    return run
 
 
 def evaluate_variants(

@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from simulator.cli import ArgumentParser, guarded
 from simulator.configs import (
     ALIASES,
+    DEFAULT_MAX_SIM_S,
     STANDARD,
     Sizing,
     Specs,
+    analytic_past_budget,
     auto_name,
     evaluate,
     evaluate_each,
@@ -36,7 +38,7 @@ from simulator.configs import (
     shipped_configs,
 )
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
-from simulator.errors import CannotSimulate, SimulationLimit, SpecError
+from simulator.errors import SpecError
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES
 from simulator.progress import SearchProgress, SimulationProgress
 from simulator.result import Result
@@ -171,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-sim-s",
         type=_seconds,
         help="refuse (one line, with the estimate) a cycle simulation that would run longer "
-        "than this many seconds per phase; long ones show a progress bar (default: no limit)",
+        "than this many seconds per phase; long ones show a progress bar (default: past "
+        f"{DEFAULT_MAX_SIM_S:g} s, the analytic engine's numbers, with a note)",
     )
     p.add_argument(
         "--backend",
@@ -234,38 +237,10 @@ def _positive_float(option: str):
     return parse
 
 
-# Seconds one phase's cycle simulation may take when --max-sim-s is not given: past it,
-# the configuration shows the analytic engine's numbers with a note (any size answers in
-# about a second); --max-sim-s sets another limit, past which the simulation is refused.
-DEFAULT_MAX_SIM_S = 2.0
-
-
 def timing_options(args: argparse.Namespace) -> TimingOptions:
     """The cycle engine's wall-clock limit and progress bars, from the command line."""
     limit = args.max_sim_s if args.max_sim_s is not None else DEFAULT_MAX_SIM_S
     return TimingOptions(max_sim_s=limit, progress=SimulationProgress())
-
-
-def analytic_past_budget(specs: Specs, workload, kwargs: dict, notes: list[str]):
-    """`evaluate` for one configuration that, when the cycle simulation would outrun the
-    default budget, gives the analytic engine's numbers and says so in `notes`."""
-
-    def run(config: str) -> Result:
-        try:
-            return evaluate(specs, config, workload, **kwargs)
-        except SimulationLimit as err:
-            why = str(err).split(":", 2)[-1].split(";")[0].strip()
-            notes.append(
-                f"{config}: the cycle simulation outruns the {DEFAULT_MAX_SIM_S:g} s default "
-                f"budget ({why}); shown: the analytic engine's numbers (--max-sim-s SECONDS "
-                "simulates longer)"
-            )
-            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
-        except CannotSimulate as err:
-            notes.append(f"{config}: {err.message}; shown: the analytic engine's numbers")
-            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
-
-    return run
 
 
 def _bandwidth(text: str) -> float:

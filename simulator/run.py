@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int("--pe-dim"),
         help="PE array dimension: 2D arrays become N x N, 1D arrays N",
     )
-    p.add_argument("--buffer-bytes", type=_bytes, help="global buffer size (e.g. 8MB)")
+    p.add_argument("--buffer-bytes", type=_bytes, help="global buffer size (e.g. 8MiB; 8MB = 8e6)")
     p.add_argument(
         "--bandwidth", type=_bandwidth, help="DRAM bandwidth in bytes/s (e.g. 400GiB or 4.3e11)"
     )
@@ -707,7 +707,15 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
     return "\n".join(lines)
 
 
+# The CSV names a quantity as the sweep's CSV does (simulator.design_space's columns): the
+# JSON record's `accelerator` and `seq_len` are its `accel` and `seq`.
+CSV_NAMES = {"accelerator": "accel", "seq_len": "seq"}
+
+
 def render_csv(records: list[dict]) -> str:
+    """One row per configuration, its columns named as in a sweep's CSV. The bounds are the
+    configuration's own, as in a sweep's row (the JSON's `own_*`: its cascade's useful work
+    on its own chip)."""
     einsums: list[str] = []
     for rec in records:
         einsums += [e for e in rec["util_2d_per_einsum"] if e not in einsums]
@@ -727,12 +735,19 @@ def render_csv(records: list[dict]) -> str:
         "energy_vs_flat",
         "area_um2",
     ]
+    bounds = ["latency_bound_s", "traffic_bound_bytes", "fraction_of_bound", "bound_binds"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns + [f"util_2d_{e}" for e in einsums])
+    writer.writerow(
+        [CSV_NAMES.get(c, c) for c in columns] + bounds + [f"util_2d_{e}" for e in einsums]
+    )
     for rec in records:
+        own = rec["own_latency_bound_s"]
+        fraction = own / rec["latency_s"] if rec["latency_s"] else 1.0
         writer.writerow(
             [_csv(rec[c]) for c in columns]
+            + [_csv(v) for v in (own, rec["own_traffic_bound_bytes"], fraction)]
+            + [_csv(rec["bound_binds"])]
             + [_csv(rec["util_2d_per_einsum"].get(e, 0.0)) for e in einsums]
         )
     return out.getvalue().rstrip("\n")
@@ -921,7 +936,7 @@ def _print_layer(
     else:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(list(records[0]))
+        writer.writerow([CSV_NAMES.get(c, c) for c in records[0]])
         for rec in records:
             writer.writerow([_csv(v) for v in rec.values()])
         print(out.getvalue().rstrip("\n"))

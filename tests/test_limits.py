@@ -62,7 +62,7 @@ def test_max_sim_s_refuses_with_an_estimate(drifting_program):
 
 
 def test_max_sim_s_from_the_command_line(run_cli):
-    argv = ["--model", "xlm", "--seq", "1M", "--pe-dim", "128", "--buffer-bytes", "4MB"]
+    argv = ["--model", "xlm", "--seq", "1M", "--pe-dim", "128", "--buffer-bytes", "4MiB"]
     code, out, err = run_cli(main, [*argv, "--accel", "fusemax", "--max-sim-s", "1e-9"])
     assert code == 2 and out == ""
     assert err.startswith("error: binding: cycle simulation of phase attention stopped")

@@ -30,10 +30,12 @@ import numpy as np
 
 from simulator.atomic import check_writable, output_path, write_text
 from simulator.cascade.evaluate import (
+    MAX_EVALUATION_BYTES,
     Comparison,
     compare,
     compare_reference,
     evaluate,
+    evaluation_bytes,
     random_inputs,
 )
 from simulator.cascade.graph import to_dot, to_text
@@ -55,6 +57,7 @@ from simulator.paths import data_dir, resolve_spec
 from simulator.rewrite_cost import OBJECTIVES, best, rank, render
 from simulator.spec.workload import make_workload, parse_shape
 from simulator.textfmt import table
+from simulator.units import format_count
 
 
 def _seed(text: str) -> int:
@@ -269,9 +272,48 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if result.equivalent else 1
 
 
+# A cascade whose own shapes are past the evaluation's budget is evaluated at shapes scaled
+# down to this many bytes of tensors: a check in about a second, not a machine's memory.
+EVALUATION_TARGET_BYTES = 16 * 2**20
+
+
+def _evaluable(cascade: Cascade, shapes: dict[str, int]) -> dict[str, int]:
+    """Shapes a numerical evaluation can hold: `shapes` when they fit its budget, else the
+    cascade's own scaled down to EVALUATION_TARGET_BYTES (a vocabulary of 128K is the
+    cascade's point, not a check's) -- the largest extent its file gives halved, again and
+    again, where the halves stay whole and its chunks divide."""
+    if evaluation_bytes(cascade, shapes) <= MAX_EVALUATION_BYTES:
+        return shapes
+    own = dict(cascade.shapes)
+    while evaluation_bytes(cascade, shapes) > EVALUATION_TARGET_BYTES:
+        for name in sorted(own, key=lambda r: (-own[r], r)):
+            if own[name] % 2:
+                continue
+            try:
+                smaller = resolve_shapes(cascade, {**own, name: own[name] // 2})
+            except SpecError:
+                continue
+            own[name] //= 2
+            shapes = smaller
+            break
+        else:
+            return shapes  # nothing halves: the evaluation says it does not fit
+    return shapes
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     cascade = _load(args.file)
     shapes = _shapes(cascade, args.shape)
+    if not args.shape:
+        fitted = _evaluable(cascade, shapes)
+        if fitted != shapes:
+            scaled = ", ".join(f"{r}={format_count(fitted[r])}" for r, _v in cascade.shapes)
+            print(
+                f"{cascade.name}'s own shapes hold "
+                f"{evaluation_bytes(cascade, shapes) / 2**30:.3g} GiB of float64 tensors: "
+                f"evaluated at {scaled} instead (--shape sets them)"
+            )
+            shapes = fitted
     inputs = random_inputs(cascade, shapes, args.seed, args.scale)
     arrays = evaluate(cascade, inputs, shapes)
     rows = []

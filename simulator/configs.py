@@ -197,10 +197,21 @@ class Specs:
         """The architecture's energy and area tables for an accounting, bound to it and checked
         (None when it names none). `published` uses its published tables if it has them."""
         energy, area = arch.energy_table, arch.area_table
+        keys = ("energy_table", "area_table")
         if accounting == "published" and arch.published_energy_table:
             energy, area = arch.published_energy_table, arch.published_area_table or area
+            keys = ("published_energy_table", keys[1] if area == arch.area_table else
+                    "published_area_table")  # fmt: skip
         if energy is None or area is None:
             return None
+        for name, path in zip(keys, (energy, area), strict=True):
+            if not is_file(Path(path)):  # at the line naming it, not only the missing path
+                raise SpecError(
+                    f"{name}: no such file {path} (named relative to the architecture's "
+                    "folder: a copied architecture needs its tables beside it, or their "
+                    "absolute paths)",
+                    arch.table_loc(name),
+                )
         key = f"{energy}|{area}"
         if key not in self._tables:
             self._tables[key] = (load_energy_table(energy), load_area_table(area))

@@ -341,3 +341,18 @@ def test_a_rank_the_workload_does_not_size_is_noted(tmp_path, run_cli):
     Path(path).write_text(without)
     code, out, err = run_cli(main, ["--seq", "4K", "--engine", "analytic", "--mapping", path])
     assert code == 2 and "needs 'shapes:'" in err and err.count("\n") == 1
+
+
+def test_a_copied_architecture_names_the_line_of_a_missing_table(tmp_path, run_cli):
+    """fusemax.yaml copied alone: its tables are named relative to its folder and are not
+    there. One line naming the copy's line that names the table, not only the missing
+    path."""
+    text = (ROOT / "arch" / "fusemax.yaml").read_text()
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(text)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "energy_table:" in t)
+    code, out, err = run_cli(main, ["--arch", str(copy), "--accel", "binding", "--seq", "1K",
+                                    "--engine", "analytic"])  # fmt: skip
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"error: {copy}:{line}:") and "energy_table" in err
+    assert str(tmp_path / "tables" / "fusemax.ERT.yaml") in err

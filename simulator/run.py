@@ -493,6 +493,7 @@ def search_record(r: Result) -> dict | None:
         "evaluated": s.evaluated,
         "infeasible": s.infeasible,
         "pruned": s.pruned,
+        "unevaluated": s.unevaluated,
         "budget": s.budget,
         "latency_bound_s": s.bound_s,
         "distance_to_bound": s.distance,
@@ -507,11 +508,16 @@ def search_line(r: Result) -> str | None:
     if s is None:
         return None
     time = "reused from the cache" if s.cached else f"{s.seconds:.2f} s"
+    left = (
+        f", {s.unevaluated} not evaluated within the budget (raise --search-s)"
+        if s.unevaluated
+        else ""
+    )
     return (
         f"{r.label}: the mapper ({s.strategy} strategy, {s.objective}) found {s.found}: "
         f"{s.distance:.1%} above the latency bound {s.bound_s:.4g} s; {s.evaluated} of "
         f"{s.space} candidates evaluated ({s.infeasible} did not fit or run), {s.pruned} "
-        f"pruned; {time}"
+        f"pruned{left}; {time}"
     )
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from experiments.bench import verdict
+from simulator.errors import SpecError
 
 
 def test_bench_verdict_fails_over_target():
@@ -551,3 +554,61 @@ def test_a_bad_architecture_is_one_line_and_exit_2(tmp_path, capsys, command, pr
     assert code == 2
     assert err.count("\n") == 1 and message in err, err
     assert out == ""
+
+
+def test_a_table_for_renamed_arrays_names_what_is_missing(tmp_path, capsys):
+    """FuseMax copied with its tables and its 2D array renamed: the table prices PE2D's
+    units, which the architecture no longer has. One line naming the table's component and
+    the architecture's real ones -- no "(known: ...)" listing nothing."""
+    from simulator.run import main as run_main
+    from simulator.spec.expr import evaluate
+
+    root = Path(__file__).parent.parent
+    shutil.copytree(root / "arch" / "tables", tmp_path / "tables")
+    arch = tmp_path / "renamed.yaml"
+    arch.write_text((root / "arch" / "fusemax.yaml").read_text().replace("PE2D", "MyArray"))
+    code = run_main(["--arch", str(arch), "--mapping", "auto", "--seq", "1K", "--engine",
+                     "analytic"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "'PE2D.mac'" in err and "MyArray.mac" in err and "..." not in err
+    with pytest.raises(SpecError, match=r"unknown name 'datawidth' \(no names are defined here\)"):
+        evaluate("12.9 * (datawidth / 16) ** 2", {})
+    many = {f"n{i:02d}": 1 for i in range(20)}
+    with pytest.raises(SpecError, match=r"\(known: n00, n01, .*, n11, and 8 more\)"):
+        evaluate("missing + 1", many)
+
+
+def test_a_search_cut_short_by_its_budget_says_so(run_cli):
+    """--search-s too small to evaluate the space: the candidates never evaluated are not
+    "pruned" (that is the bound's proof); they are counted apart, with the remedy."""
+    from simulator.run import main as run_main
+
+    argv = ["--seq", "4K", "--mapping", "auto", "--engine", "analytic", "--search-s", "0.001"]
+    code, out, err = run_cli(run_main, [*argv, "--format", "json"])
+    assert code == 0, err
+    (record,) = json.loads(out)
+    s = record["search"]
+    assert s["unevaluated"] > 0 and s["evaluated"] <= s["budget"]
+    assert s["evaluated"] + s["pruned"] + s["unevaluated"] == s["space"]
+    code, out, err = run_cli(run_main, argv)
+    assert f"{s['unevaluated']} not evaluated within the budget (raise --search-s)" in out
+
+
+@pytest.mark.parametrize(
+    ("arch", "message"),
+    [
+        ("h200", "--arch h200 describes the H200, but"),
+        ("fusemax", "'fusemax' is no GPU (one core, no fan-out of SMs), so it has no measured"),
+    ],
+)
+def test_validate_refuses_an_architecture_of_another_device(capsys, arch, message):
+    """The committed H100 measurements against the H200's architecture (or FuseMax's, which
+    is no GPU): one line saying so before any prediction, not a silent run (or "the
+    file's peak is wrong")."""
+    from simulator.validate import main as validate_main
+
+    assert validate_main(["--arch", arch]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and message in err, err
+    assert "NVIDIA H100" in err

@@ -23,6 +23,7 @@ from simulator.cascade.rewrite.search import Candidate, RewriteResult
 from simulator.configs import Specs, evaluate
 from simulator.errors import SpecError
 from simulator.mapper.search import objective_key
+from simulator.progress import Steps
 from simulator.result import Result
 from simulator.spec.workload import Workload
 from simulator.textfmt import table
@@ -80,8 +81,11 @@ def rank(
     timed on `arch` at `workload`."""
     out: list[Ranked] = []
     measure = "latency" if objective == "passes" else objective
-    with tempfile.TemporaryDirectory(prefix="fusemax-rewrite-") as folder:
+    # each candidate is mapped on the chip (seconds each): a bar at once, on a terminal
+    progress = Steps(f"ranking on {Path(arch).stem}", len(texts), "candidate", 1, 0.0)
+    with progress, tempfile.TemporaryDirectory(prefix="fusemax-rewrite-") as folder:
         for i, (candidate, text) in enumerate(zip(result.reached, texts, strict=True)):
+            progress.update(i)
             path = Path(folder) / f"candidate-{i}.yaml"
             path.write_text(text, encoding="utf-8")
             specs = Specs(

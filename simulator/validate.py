@@ -48,6 +48,7 @@ from simulator.errors import Loc, SpecError
 from simulator.evaluate import evaluate_mapping
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.paths import data_dir, is_file
+from simulator.progress import Steps
 from simulator.result import Result
 from simulator.spec.arch import Architecture
 from simulator.spec.sustained import with_sustained
@@ -412,9 +413,13 @@ def validate(
 ) -> tuple[Validation, ...]:
     """Every measured shape, in the file's order."""
     specs = specs or Specs(arch_override=arch)
-    return tuple(
-        validate_one(specs, m, arch, measured.ceilings, kernels) for m in measured.measurements
-    )
+    rows = []
+    # a bar on a terminal: a cold cache maps every shape (about a minute for the wide grid)
+    with Steps("predicting", len(measured.measurements), "shape", every=1) as progress:
+        for m in measured.measurements:
+            rows.append(validate_one(specs, m, arch, measured.ceilings, kernels))
+            progress.update(len(rows))
+    return tuple(rows)
 
 
 # --------------------------------------------------------------------------------------

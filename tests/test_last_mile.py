@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -612,3 +613,65 @@ def test_validate_refuses_an_architecture_of_another_device(capsys, arch, messag
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and message in err, err
     assert "NVIDIA H100" in err
+
+
+class _Terminal(io.StringIO):
+    """A standard error that says it is a terminal (progress bars draw only on one)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_long_validate_and_rewrite_show_progress_on_a_terminal(tmp_path, monkeypatch, capsys):
+    """validate (a minute from a cold cache on the wide grid) and rewrite --arch (seconds
+    per candidate) draw a bar on a terminal's stderr -- and nothing when stderr is not one
+    (the CSV, JSON and the tests' captured output stay as they were)."""
+    from simulator import progress
+    from simulator.cascade_cli import main as cascade_main
+    from simulator.validate import main as validate_main
+    from tests.test_silicon import _small_csv
+
+    small = _small_csv(tmp_path)
+    monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)  # the loops here are short
+    argv = ["rewrite", "softmax", "--arch", "fusemax", "--at", "M=1K,P=1K"]
+    for main, args, bar in (
+        (validate_main, ["--measured", str(small), "--format", "csv"], "predicting"),
+        (cascade_main, argv, "ranking on fusemax"),
+    ):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert main(args) == 0
+        monkeypatch.undo()
+        monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)
+        assert bar in terminal.getvalue()
+        assert main(args) == 0  # stderr captured: no terminal
+        assert bar not in capsys.readouterr().err
+
+
+def test_experiments_bar_moves_while_a_chunk_runs(monkeypatch):
+    """A chunk that takes a while in a worker: the bar is redrawn meanwhile (its clock
+    moves), and says which experiment's files it writes once its rows are in."""
+    import time
+
+    from experiments import run as runner
+    from experiments.experiment import Experiment, Selection
+
+    def slow(_specs, point):
+        time.sleep(1.5)
+        return point
+
+    toy = Experiment("toy", "toy", lambda sel: [1, 2], slow, chunk=2)
+    monkeypatch.setattr(runner, "by_name", lambda name: toy)
+    monkeypatch.setattr(runner, "REFRESH_S", 0.2, raising=False)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    written = []
+
+    def finished(name, rows):
+        written.append(terminal.getvalue())
+
+    runner.compute_rows([toy], Selection(("bert",), (1024,)), 2, True, finished)
+    monkeypatch.undo()
+    before = written[0]  # what the terminal showed when the rows were in
+    assert before.count("\r") >= 4  # drawn at the start, then redrawn while the chunk ran
+    assert "writing toy" in before

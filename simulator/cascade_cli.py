@@ -9,7 +9,8 @@
     show    FILE [--canonical]                                  the cascade (canonical form)
     rewrite FILE [--target-passes N] [--allow-unstable] [-o OUT]  an equivalent cascade with
                                                                 fewer passes, rules and checks
-    rewrite FILE --arch A [--model M] [--seq S] [--batch B] [--at R=N,...]
+    rewrite FILE --arch A [--model M] [--seq S] [--batch B] [--heads H] [--kv-heads G]
+                          [--at R=N,...]
             [--objective latency|energy|edp|traffic|passes]     every candidate mapped and
                                                                 timed on A; the best written
     list                                                        the shipped cascades
@@ -443,10 +444,11 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
     if args.target_passes is not None and args.target_passes < 1:
         raise SpecError(f"--target-passes must be 1 or more, got {args.target_passes}")
     by_cost = args.arch is not None
-    if not by_cost and (args.objective or args.at or args.model or args.seq or args.batch):
+    workload_flags = (args.at, args.model, args.seq, args.batch, args.heads, args.kv_heads)
+    if not by_cost and (args.objective or any(f is not None for f in workload_flags)):
         raise SpecError(
-            "--objective, --at, --model, --seq and --batch rank the candidates on a chip: "
-            "add --arch (without it the rewrite ranks by passes)"
+            "--objective, --at, --model, --seq, --batch, --heads and --kv-heads rank the "
+            "candidates on a chip: add --arch (without it the rewrite ranks by passes)"
         )
     workload = None
     if by_cost:
@@ -462,7 +464,7 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
         workload = make_workload(
             args.model or "bert",
             args.seq or "4K",
-            {"batch": args.batch},
+            {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads},
             shape=parse_shape([args.at] if args.at else None, "--at"),
         )
     result = rewrite(
@@ -642,6 +644,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="with --arch: the workload's model (default bert)")
     p.add_argument("--seq", help="with --arch: the sequence length (default 4K)")
     p.add_argument("--batch", type=_count("--batch"), help="with --arch: requests")
+    p.add_argument("--heads", type=_count("--heads"), help="with --arch: attention heads")
+    p.add_argument(
+        "--kv-heads", type=_count("--kv-heads"), help="with --arch: key/value heads (grouped)"
+    )
     p.add_argument("--at", help="with --arch: the workload's rank extents, e.g. E=4096,P=16K")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_rewrite)

@@ -22,7 +22,7 @@ from pathlib import Path
 from simulator.cascade.rewrite.search import Candidate, RewriteResult
 from simulator.configs import Specs, evaluate
 from simulator.errors import SpecError
-from simulator.mapper.search import objective_key
+from simulator.mapper.search import DEFAULT_SEARCH_S, objective_key
 from simulator.progress import Steps
 from simulator.result import Result
 from simulator.spec.workload import Workload
@@ -30,7 +30,9 @@ from simulator.textfmt import table
 from simulator.units import format_bytes
 
 OBJECTIVES = ("latency", "energy", "edp", "traffic", "passes")
-RANK_SEARCH_S = 0.3  # the mapper's budget per candidate (a count of evaluations)
+# The mapper's budget per candidate (a count of evaluations): run's default, so a
+# candidate's time here is the one `run --cascade FILE --mapping auto` gives.
+RANK_SEARCH_S = DEFAULT_SEARCH_S
 
 
 @dataclass(frozen=True)

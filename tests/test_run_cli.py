@@ -87,8 +87,11 @@ def test_run_and_sweep_csvs_name_the_same_quantities_alike(run_cli):
 
 
 def test_csv_is_deterministic(run_cli):
-    first = run_cli(main, ["--model", "xlm", "--seq", "16K", "--format", "csv"])
-    second = run_cli(main, ["--model", "xlm", "--seq", "16K", "--format", "csv"])
+    # an explicit --max-sim-s: the default 2 s budget is wall-clock, and a loaded machine
+    # could send one run, not the other, to the analytic fallback
+    argv = ["--model", "xlm", "--seq", "16K", "--format", "csv", "--max-sim-s", "600"]
+    first = run_cli(main, argv)
+    second = run_cli(main, argv)
     assert first == second
     table = list(csv.DictReader(io.StringIO(first[1])))
     assert len(table) == 5 and "util_2d_QK" in table[0]

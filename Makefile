@@ -40,4 +40,5 @@ ci:
 	bash .ci/run
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .ruff_cache experiments/out
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache
+	find experiments/out -mindepth 1 ! -name .gitkeep -delete 2>/dev/null || true

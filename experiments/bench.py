@@ -161,7 +161,7 @@ EXTREME_INPUTS = (
     ["--seq", "2^40"],
     ["--seq", "64K", "--pe-dim", "65536"],
     ["--seq", "1M", "--buffer-bytes", "1T"],
-    ["--model", "xlm", "--seq", "1M", "--pe-dim", "128", "--buffer-bytes", "4MB"],
+    ["--model", "xlm", "--seq", "1M", "--pe-dim", "128", "--buffer-bytes", "4MiB"],
 )
 
 

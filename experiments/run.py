@@ -14,7 +14,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,10 @@ class RunSummary:
     seconds: float
     report: Path
 
+
+# Seconds between redraws of the progress bar while no chunk arrives (its elapsed time and
+# rate stay current: a run never looks stalled on a terminal).
+REFRESH_S = 0.5
 
 _SPECS: list[Specs] = []  # this process's Specs: spec files parsed once per worker
 
@@ -112,7 +116,9 @@ def compute_rows(
         bar.update(len(indices))
         left[name] -= 1
         if left[name] == 0 and finished is not None:
+            bar.set_postfix_str(f"writing {name}")  # its figures take seconds: said
             finished(name, rows[name])
+            bar.set_postfix_str("")
 
     bar = tqdm(total=total, desc="experiments", unit="point", disable=None if progress else True)
     executor = (  # --jobs 1: no pool, every chunk in this process
@@ -124,8 +130,13 @@ def compute_rows(
         if executor is not None:
             with interrupts_held():  # the workers start (see worker_process)
                 futures = {executor.submit(compute_chunk, *task): i for i, task in enumerate(tasks)}
-            for future in as_completed(futures):
-                arrived(futures[future], future.result())
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=REFRESH_S, return_when=FIRST_COMPLETED)
+                if not done:  # a long chunk: the bar's clock moves on meanwhile
+                    bar.refresh()
+                for future in sorted(done, key=futures.__getitem__):
+                    arrived(futures[future], future.result())
         else:
             for index, task in enumerate(tasks):
                 arrived(index, compute_chunk(*task))

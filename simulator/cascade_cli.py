@@ -9,7 +9,8 @@
     show    FILE [--canonical]                                  the cascade (canonical form)
     rewrite FILE [--target-passes N] [--allow-unstable] [-o OUT]  an equivalent cascade with
                                                                 fewer passes, rules and checks
-    rewrite FILE --arch A [--model M] [--seq S] [--batch B] [--at R=N,...]
+    rewrite FILE --arch A [--model M] [--seq S] [--batch B] [--heads H] [--kv-heads G]
+                          [--at R=N,...]
             [--objective latency|energy|edp|traffic|passes]     every candidate mapped and
                                                                 timed on A; the best written
     list                                                        the shipped cascades
@@ -30,10 +31,12 @@ import numpy as np
 
 from simulator.atomic import check_writable, output_path, write_text
 from simulator.cascade.evaluate import (
+    MAX_EVALUATION_BYTES,
     Comparison,
     compare,
     compare_reference,
     evaluate,
+    evaluation_bytes,
     random_inputs,
 )
 from simulator.cascade.graph import to_dot, to_text
@@ -49,11 +52,13 @@ from simulator.cascade.runs_on import missing_by_architecture, runs_on_line
 from simulator.cascade.shapes import MissingShapes, parse_shape_arg, resolve_shapes
 from simulator.cascade.write import to_yaml
 from simulator.cli import ArgumentParser, guarded
+from simulator.configs import Specs
 from simulator.errors import SpecError
 from simulator.paths import data_dir, resolve_spec
 from simulator.rewrite_cost import OBJECTIVES, best, rank, render
 from simulator.spec.workload import make_workload, parse_shape
 from simulator.textfmt import table
+from simulator.units import format_count
 
 
 def _seed(text: str) -> int:
@@ -268,9 +273,48 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if result.equivalent else 1
 
 
+# A cascade whose own shapes are past the evaluation's budget is evaluated at shapes scaled
+# down to this many bytes of tensors: a check in about a second, not a machine's memory.
+EVALUATION_TARGET_BYTES = 16 * 2**20
+
+
+def _evaluable(cascade: Cascade, shapes: dict[str, int]) -> dict[str, int]:
+    """Shapes a numerical evaluation can hold: `shapes` when they fit its budget, else the
+    cascade's own scaled down to EVALUATION_TARGET_BYTES (a vocabulary of 128K is the
+    cascade's point, not a check's) -- the largest extent its file gives halved, again and
+    again, where the halves stay whole and its chunks divide."""
+    if evaluation_bytes(cascade, shapes) <= MAX_EVALUATION_BYTES:
+        return shapes
+    own = dict(cascade.shapes)
+    while evaluation_bytes(cascade, shapes) > EVALUATION_TARGET_BYTES:
+        for name in sorted(own, key=lambda r: (-own[r], r)):
+            if own[name] % 2:
+                continue
+            try:
+                smaller = resolve_shapes(cascade, {**own, name: own[name] // 2})
+            except SpecError:
+                continue
+            own[name] //= 2
+            shapes = smaller
+            break
+        else:
+            return shapes  # nothing halves: the evaluation says it does not fit
+    return shapes
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     cascade = _load(args.file)
     shapes = _shapes(cascade, args.shape)
+    if not args.shape:
+        fitted = _evaluable(cascade, shapes)
+        if fitted != shapes:
+            scaled = ", ".join(f"{r}={format_count(fitted[r])}" for r, _v in cascade.shapes)
+            print(
+                f"{cascade.name}'s own shapes hold "
+                f"{evaluation_bytes(cascade, shapes) / 2**30:.3g} GiB of float64 tensors: "
+                f"evaluated at {scaled} instead (--shape sets them)"
+            )
+            shapes = fitted
     inputs = random_inputs(cascade, shapes, args.seed, args.scale)
     arrays = evaluate(cascade, inputs, shapes)
     rows = []
@@ -400,14 +444,16 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
     if args.target_passes is not None and args.target_passes < 1:
         raise SpecError(f"--target-passes must be 1 or more, got {args.target_passes}")
     by_cost = args.arch is not None
-    if not by_cost and (args.objective or args.at or args.model or args.seq or args.batch):
+    workload_flags = (args.at, args.model, args.seq, args.batch, args.heads, args.kv_heads)
+    if not by_cost and (args.objective or any(f is not None for f in workload_flags)):
         raise SpecError(
-            "--objective, --at, --model, --seq and --batch rank the candidates on a chip: "
-            "add --arch (without it the rewrite ranks by passes)"
+            "--objective, --at, --model, --seq, --batch, --heads and --kv-heads rank the "
+            "candidates on a chip: add --arch (without it the rewrite ranks by passes)"
         )
     workload = None
     if by_cost:
-        resolve_spec("arch", args.arch)  # an unknown chip: one line, before any search
+        # an unknown or bad chip: one line, before any search
+        Specs(arch_override=args.arch).check_arch_override()
         at = parse_shape([args.at] if args.at else None, "--at")
         unknown = sorted(set(at) - set(cascade.shape_names()))
         if unknown:
@@ -418,7 +464,7 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
         workload = make_workload(
             args.model or "bert",
             args.seq or "4K",
-            {"batch": args.batch},
+            {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads},
             shape=parse_shape([args.at] if args.at else None, "--at"),
         )
     result = rewrite(
@@ -598,6 +644,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="with --arch: the workload's model (default bert)")
     p.add_argument("--seq", help="with --arch: the sequence length (default 4K)")
     p.add_argument("--batch", type=_count("--batch"), help="with --arch: requests")
+    p.add_argument("--heads", type=_count("--heads"), help="with --arch: attention heads")
+    p.add_argument(
+        "--kv-heads", type=_count("--kv-heads"), help="with --arch: key/value heads (grouped)"
+    )
     p.add_argument("--at", help="with --arch: the workload's rank extents, e.g. E=4096,P=16K")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_rewrite)

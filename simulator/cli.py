@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from types import TracebackType
 
-from simulator.errors import BoundBreach, SpecError
+from simulator.errors import BoundBreach, SpecError, take_warnings
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3  # a result that breaks its own lower bound: a bug of the tool
@@ -34,11 +34,15 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
     result below its own bound (:class:`BoundBreach`) one line and code 3."""
 
     def wrapper(argv: list[str] | None = None) -> int:
+        take_warnings()  # none left from before this command
         try:
             code = main(negative_values(sys.argv[1:] if argv is None else list(argv)))
+            for warning in take_warnings():
+                print(f"warning: {warning}", file=sys.stderr)
             _done()
             return code
         except SpecError as err:
+            take_warnings()  # the error is the one line
             print(f"error: {err}", file=sys.stderr)
             return EXIT_USAGE
         except BoundBreach as err:

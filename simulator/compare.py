@@ -21,19 +21,28 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from simulator.atomic import check_writable, output_path
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cli import ArgumentParser, guarded
-from simulator.configs import Specs, check_shape, evaluate
-from simulator.errors import SpecError
+from simulator.configs import (
+    DEFAULT_MAX_SIM_S,
+    Specs,
+    analytic_past_budget,
+    check_shape,
+    evaluate,
+)
+from simulator.errors import SimulationLimit, SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.paths import resolve_spec
+from simulator.progress import SimulationProgress
 from simulator.result import Result
 from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
 from simulator.textfmt import table
-from simulator.units import parse_count
+from simulator.timing.options import UNLIMITED, TimingOptions
+from simulator.units import parse_count, parse_seconds
 
 STRATEGIES = ("fused", "fusemax", "flat", "unfused")
 
@@ -79,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("batch", "heads", "kv-heads", "embed", "window"):
         p.add_argument(f"--{name}", type=lambda t, n=name: parse_count(t, what=f"--{n}"))
     p.add_argument("--engine", choices=["cycle", "analytic"], default="cycle")
+    p.add_argument(
+        "--max-sim-s",
+        type=lambda text: parse_seconds(text, what="--max-sim-s"),
+        help="refuse (one line, with the estimate) a cycle simulation that would run longer "
+        "than this many seconds per phase (default: past "
+        f"{DEFAULT_MAX_SIM_S:g} s, the analytic engine's numbers, with a note)",
+    )
     p.add_argument("--precision", help="value format (fp32, fp16, bf16, fp8, int8)")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.add_argument("--out", help="draw the comparison to OUT.png and OUT.pdf")
@@ -101,8 +117,15 @@ def compare_cascades(
     workload: Workload,
     engine: str = "cycle",
     precision: str | None = None,
+    timing: TimingOptions = UNLIMITED,
+    notes: list[str] | None = None,
 ) -> list[Row]:
+    """Each cascade bound by each strategy and evaluated. `timing`: the cycle engine's
+    limit; past it the point is refused in one line, or -- with `notes` -- shown with the
+    analytic engine's numbers and a note appended there (the default budget's way)."""
     rows = []
+    if any(strategy in ("fusemax", "fused") for strategy in strategies):
+        Specs(arch_override=arch).check_arch_override()  # a bad --arch: one line, exit 2
     loaded = [(name, resolve_spec("cascades", name)) for name in cascades]
     check_shape([load_cascade(path) for _n, path in loaded], workload)
     for _name, path in loaded:
@@ -112,10 +135,16 @@ def compare_cascades(
         for strategy in strategies:
             own_arch = strategy in ("fusemax", "fused")
             specs = Specs(cascade_override=str(path), arch_override=arch if own_arch else None)
+            kwargs = dict(engine=engine, precision=precision, timing=timing)
+            one = (
+                analytic_past_budget(specs, workload, kwargs, notes)
+                if notes is not None
+                else (lambda c, s=specs, k=kwargs: evaluate(s, c, workload, **k))
+            )
             try:
-                r = evaluate(
-                    specs, f"auto:{strategy}", workload, engine=engine, precision=precision
-                )
+                r = one(f"auto:{strategy}")
+            except SimulationLimit:  # --max-sim-s: refused, not a strategy that cannot bind
+                raise
             except SpecError as err:  # the strategy's own reason, whatever stage found it
                 rows.append(Row(cascade.name, strategy, passes, footprint, None, str(err)))
                 continue
@@ -223,6 +252,7 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
     fig, axes = plt.subplots(1, len(metrics), figsize=(WIDE_IN, 3.4), layout="constrained")
     width = 0.8 / max(1, len(strategies))
     colours = plt.get_cmap("tab10")
+    labelled = []  # the panels' value labels, thinned out once the layout is done
     for ax, (title, value) in zip(axes, metrics, strict=True):
         bars = []
         for j, strategy in enumerate(strategies):
@@ -241,8 +271,9 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
             ax.set_ylim(top=max(shown) * 40)  # room for the labels above the tallest bars
             title += " (log)"
             for container, ys in bars:
-                ax.bar_label(container, [f"{y:.2g}" for y in ys], fontsize=SMALL_PT,
-                             rotation=90, padding=2)  # fmt: skip
+                texts = ax.bar_label(container, [f"{y:.2g}" for y in ys], fontsize=SMALL_PT,
+                                     rotation=90, padding=2)  # fmt: skip
+                labelled += texts
         ax.set_xticks(range(len(cascades)), cascades, rotation=30, ha="right", fontsize=SMALL_PT)
         ax.tick_params(axis="y", labelsize=SMALL_PT)
         if "utilisation" in title:
@@ -265,7 +296,28 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
     fig.legend(handles, labels, fontsize=SMALL_PT, frameon=False, loc="outside lower center",
                ncol=len(strategies))  # fmt: skip
     fig.suptitle(workload.describe(), fontsize=TEXT_PT)
+    _thin_out(fig, labelled)
     return save_figures(fig, out)
+
+
+def _thin_out(fig: Any, labels: list[Any]) -> None:
+    """Value labels that would overlap one already shown (narrow bars side by side: four
+    strategies, several cascades) are hidden, left to right in each panel; the bars and the
+    logarithmic axis still show them. Placed after the constrained layout, which the labels
+    (inside the axes) do not move."""
+    if not labels:
+        return
+    for text in labels:
+        text.set_in_layout(False)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    shown: list[Any] = []
+    for text in sorted(labels, key=lambda t: (id(t.axes), t.xy[0])):
+        box = text.get_window_extent(renderer)
+        if any(box.overlaps(other) for other in shown):
+            text.set_visible(False)
+        else:
+            shown.append(box)
 
 
 @guarded
@@ -297,7 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None:
         for suffix in (".png", ".pdf"):
             check_writable(out.with_name(out.name + suffix))
-    rows = compare_cascades(cascades, strategies, args.arch, workload, args.engine, args.precision)
+    limit = DEFAULT_MAX_SIM_S if args.max_sim_s is None else args.max_sim_s
+    timing = TimingOptions(max_sim_s=limit, progress=SimulationProgress())
+    notes: list[str] | None = [] if args.max_sim_s is None and args.engine == "cycle" else None
+    rows = compare_cascades(
+        cascades, strategies, args.arch, workload, args.engine, args.precision, timing, notes
+    )
+    for note in notes or ():  # on stderr: the table, JSON or CSV on stdout stay as they are
+        print(f"note: {note}", file=sys.stderr)
     recs = records(rows)
     if args.format == "table":
         print(render_table(rows, workload))

@@ -37,7 +37,7 @@ from simulator.cascade.ir import Cascade
 from simulator.cascade.normal import mapping_view
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.references import attention_kind
-from simulator.errors import SimulationLimit, SpecError
+from simulator.errors import CannotSimulate, SimulationLimit, SpecError
 from simulator.evaluate import evaluate_mapping_variants
 from simulator.mapper.resolve import resolved, workload_fields
 from simulator.mapper.search import DEFAULT_SEARCH_S, Found, SearchOptions, search
@@ -198,10 +198,21 @@ class Specs:
         """The architecture's energy and area tables for an accounting, bound to it and checked
         (None when it names none). `published` uses its published tables if it has them."""
         energy, area = arch.energy_table, arch.area_table
+        keys = ("energy_table", "area_table")
         if accounting == "published" and arch.published_energy_table:
             energy, area = arch.published_energy_table, arch.published_area_table or area
+            keys = ("published_energy_table", keys[1] if area == arch.area_table else
+                    "published_area_table")  # fmt: skip
         if energy is None or area is None:
             return None
+        for name, path in zip(keys, (energy, area), strict=True):
+            if not is_file(Path(path)):  # at the line naming it, not only the missing path
+                raise SpecError(
+                    f"{name}: no such file {path} (named relative to the architecture's "
+                    "folder: a copied architecture needs its tables beside it, or their "
+                    "absolute paths)",
+                    arch.table_loc(name),
+                )
         key = f"{energy}|{area}"
         if key not in self._tables:
             self._tables[key] = (load_energy_table(energy), load_area_table(area))
@@ -210,6 +221,16 @@ class Specs:
         ert, art = ert.bind(attributes), art.bind(attributes)
         check_tables(ert, art, arch.required_actions(), set(arch.priced_components()))
         return ert, art
+
+    def check_arch_override(self) -> Architecture | None:
+        """The `--arch` override read whole, with its energy and area tables: a missing or
+        bad file is one line before any work, not a reason each strategy or candidate is
+        "not bound" (None when there is no override)."""
+        if not self.arch_override:
+            return None
+        arch = self._load_arch(self._override("arch", "--arch", self.arch_override))
+        self.tables(arch)
+        return arch
 
     def with_cascade(self, cascade: str | None, arch: str | None = None) -> Specs:
         """These specs with another cascade (and architecture) override (None: keep this
@@ -527,6 +548,40 @@ def evaluate(
     `precision`: a value format the architecture lists, by name or bits)."""
     sizing = Sizing.of(pe_dim, buffer_bytes, bandwidth, resize, precision)
     return evaluate_variants(specs, config, workload, [(engine, accounting)], sizing, timing)[0]
+
+
+# Seconds one phase's cycle simulation may take when --max-sim-s is not given (run,
+# compare): past it, the configuration shows the analytic engine's numbers with a note (any
+# size answers in about a second); --max-sim-s sets another limit, past which the
+# simulation is refused in one line.
+DEFAULT_MAX_SIM_S = 2.0
+
+
+def analytic_past_budget(
+    specs: Specs, workload: Workload, kwargs: dict, notes: list[str]
+) -> Callable[[str], Result]:
+    """`evaluate` for one configuration that, when the cycle simulation would outrun the
+    default budget (or cannot simulate the point), gives the analytic engine's numbers and
+    says so in `notes`."""
+
+    def run(config: str) -> Result:
+        try:
+            return evaluate(specs, config, workload, **kwargs)
+        except SimulationLimit as err:
+            # what the refusal says after "stopped at --max-sim-s S:" (the config's name,
+            # auto:fusemax, has a colon of its own)
+            why = str(err).split("--max-sim-s", 1)[-1].split(":", 1)[-1].split(";")[0].strip()
+            notes.append(
+                f"{config}: the cycle simulation outruns the {DEFAULT_MAX_SIM_S:g} s default "
+                f"budget ({why}); shown: the analytic engine's numbers (--max-sim-s SECONDS "
+                "simulates longer)"
+            )
+            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
+        except CannotSimulate as err:
+            notes.append(f"{config}: {err.message}; shown: the analytic engine's numbers")
+            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
+
+    return run
 
 
 def evaluate_variants(

@@ -69,3 +69,23 @@ class BoundBreach(Exception):
     under the traffic bound): a bug in the model, never a result. The command-line entry
     points print it as one line and exit with code 3, writing nothing. Not a SpecError:
     nothing catches it as a point's failure (a sweep stops instead of keeping a row)."""
+
+
+# Warnings: input that is valid but probably not what its author meant (one line each,
+# with where it is written). Recorded where they are found; a command line prints them to
+# stderr once its work succeeded (:func:`simulator.cli.guarded`): an error is the one line
+# a failed command prints.
+_WARNINGS: dict[str, None] = {}
+
+
+def warn(message: str, loc: Loc | None = None) -> None:
+    """Record a warning (the same one once)."""
+    first_line = " ".join(message.split())
+    _WARNINGS[f"{loc}: {first_line}" if loc is not None else first_line] = None
+
+
+def take_warnings() -> list[str]:
+    """The warnings recorded since the last call, in order; forgotten."""
+    out = list(_WARNINGS)
+    _WARNINGS.clear()
+    return out

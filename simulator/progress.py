@@ -73,23 +73,36 @@ class SearchProgress:
 
 class Steps:
     """A bar for a long loop of `total` steps (parsing a long cascade's Einsums, analysing
-    its tensors), shown once the loop has run SHOW_AFTER_S, on stderr and only on a
-    terminal; a context manager that closes it."""
+    its tensors, predicting measured shapes, ranking rewrites on a chip), shown once the
+    loop has run `show_after` seconds (SHOW_AFTER_S; 0: at once, for a loop known to be
+    slow), on stderr and only on a terminal; redrawn every `every` steps (cheap steps: 256);
+    a context manager that closes it."""
 
-    def __init__(self, desc: str, total: int, unit: str = "step") -> None:
+    def __init__(
+        self,
+        desc: str,
+        total: int,
+        unit: str = "step",
+        every: int = 256,
+        show_after: float | None = None,
+    ) -> None:
         self.desc, self.total, self.unit = desc, total, unit
+        self.every = max(1, every)
+        self.show_after = SHOW_AFTER_S if show_after is None else show_after
         self.start = time.perf_counter()
         self.bar: tqdm | None = None
+        if self.show_after <= 0:
+            self.update(0)
 
     def update(self, done: int) -> None:
         if self.bar is None:
-            if done % 256 or time.perf_counter() - self.start < SHOW_AFTER_S:
+            if done % self.every or time.perf_counter() - self.start < self.show_after:
                 return
             self.bar = tqdm(
                 total=self.total, desc=self.desc, unit=self.unit, file=sys.stderr,
                 disable=None, leave=False,
             )  # fmt: skip
-        if done - self.bar.n >= 256 or done >= self.total:
+        if done - self.bar.n >= self.every or done >= self.total:
             self.bar.update(done - self.bar.n)
 
     def __enter__(self) -> Steps:

@@ -45,13 +45,14 @@ class SearchStats:
     space: int  # candidate mappings in the space the strategy admits
     evaluated: int  # planned and timed (infeasible ones included)
     infeasible: int  # did not fit the buffer or could not run the point
-    pruned: int  # not evaluated: the best was already within `stop_within` of the bound,
-    # or the evaluation budget ran out
+    pruned: int  # not evaluated, and need not be: the best was already within
+    # `stop_within` of the bound, or larger tiles than one that did not fit
     budget: int  # evaluations allowed (--search-s x the mapper's fixed rate)
     bound_s: float  # the least latency bound of the candidates evaluated
     distance: float  # the best latency over that bound, less one
     seconds: float = 0.0  # wall-clock time of the search (0 when reused from the cache)
     cached: bool = False  # reused from the mapper's cache
+    unevaluated: int = 0  # not evaluated because the budget ran out (a larger --search-s)
     breaches: int = 0  # candidates that came out below their own bound (a model bug)
 
 

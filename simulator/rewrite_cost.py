@@ -22,14 +22,17 @@ from pathlib import Path
 from simulator.cascade.rewrite.search import Candidate, RewriteResult
 from simulator.configs import Specs, evaluate
 from simulator.errors import SpecError
-from simulator.mapper.search import objective_key
+from simulator.mapper.search import DEFAULT_SEARCH_S, objective_key
+from simulator.progress import Steps
 from simulator.result import Result
 from simulator.spec.workload import Workload
 from simulator.textfmt import table
 from simulator.units import format_bytes
 
 OBJECTIVES = ("latency", "energy", "edp", "traffic", "passes")
-RANK_SEARCH_S = 0.3  # the mapper's budget per candidate (a count of evaluations)
+# The mapper's budget per candidate (a count of evaluations): run's default, so a
+# candidate's time here is the one `run --cascade FILE --mapping auto` gives.
+RANK_SEARCH_S = DEFAULT_SEARCH_S
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,11 @@ def rank(
     timed on `arch` at `workload`."""
     out: list[Ranked] = []
     measure = "latency" if objective == "passes" else objective
-    with tempfile.TemporaryDirectory(prefix="fusemax-rewrite-") as folder:
+    # each candidate is mapped on the chip (seconds each): a bar at once, on a terminal
+    progress = Steps(f"ranking on {Path(arch).stem}", len(texts), "candidate", 1, 0.0)
+    with progress, tempfile.TemporaryDirectory(prefix="fusemax-rewrite-") as folder:
         for i, (candidate, text) in enumerate(zip(result.reached, texts, strict=True)):
+            progress.update(i)
             path = Path(folder) / f"candidate-{i}.yaml"
             path.write_text(text, encoding="utf-8")
             specs = Specs(

@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from simulator.cli import ArgumentParser, guarded
 from simulator.configs import (
     ALIASES,
+    DEFAULT_MAX_SIM_S,
     STANDARD,
     Sizing,
     Specs,
+    analytic_past_budget,
     auto_name,
     evaluate,
     evaluate_each,
@@ -36,7 +38,7 @@ from simulator.configs import (
     shipped_configs,
 )
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
-from simulator.errors import CannotSimulate, SimulationLimit, SpecError
+from simulator.errors import SpecError
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES
 from simulator.progress import SearchProgress, SimulationProgress
 from simulator.result import Result
@@ -150,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int("--pe-dim"),
         help="PE array dimension: 2D arrays become N x N, 1D arrays N",
     )
-    p.add_argument("--buffer-bytes", type=_bytes, help="global buffer size (e.g. 8MB)")
+    p.add_argument("--buffer-bytes", type=_bytes, help="global buffer size (e.g. 8MiB; 8MB = 8e6)")
     p.add_argument(
         "--bandwidth", type=_bandwidth, help="DRAM bandwidth in bytes/s (e.g. 400GiB or 4.3e11)"
     )
@@ -171,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-sim-s",
         type=_seconds,
         help="refuse (one line, with the estimate) a cycle simulation that would run longer "
-        "than this many seconds per phase; long ones show a progress bar (default: no limit)",
+        "than this many seconds per phase; long ones show a progress bar (default: past "
+        f"{DEFAULT_MAX_SIM_S:g} s, the analytic engine's numbers, with a note)",
     )
     p.add_argument(
         "--backend",
@@ -234,38 +237,10 @@ def _positive_float(option: str):
     return parse
 
 
-# Seconds one phase's cycle simulation may take when --max-sim-s is not given: past it,
-# the configuration shows the analytic engine's numbers with a note (any size answers in
-# about a second); --max-sim-s sets another limit, past which the simulation is refused.
-DEFAULT_MAX_SIM_S = 2.0
-
-
 def timing_options(args: argparse.Namespace) -> TimingOptions:
     """The cycle engine's wall-clock limit and progress bars, from the command line."""
     limit = args.max_sim_s if args.max_sim_s is not None else DEFAULT_MAX_SIM_S
     return TimingOptions(max_sim_s=limit, progress=SimulationProgress())
-
-
-def analytic_past_budget(specs: Specs, workload, kwargs: dict, notes: list[str]):
-    """`evaluate` for one configuration that, when the cycle simulation would outrun the
-    default budget, gives the analytic engine's numbers and says so in `notes`."""
-
-    def run(config: str) -> Result:
-        try:
-            return evaluate(specs, config, workload, **kwargs)
-        except SimulationLimit as err:
-            why = str(err).split(":", 2)[-1].split(";")[0].strip()
-            notes.append(
-                f"{config}: the cycle simulation outruns the {DEFAULT_MAX_SIM_S:g} s default "
-                f"budget ({why}); shown: the analytic engine's numbers (--max-sim-s SECONDS "
-                "simulates longer)"
-            )
-            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
-        except CannotSimulate as err:
-            notes.append(f"{config}: {err.message}; shown: the analytic engine's numbers")
-            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
-
-    return run
 
 
 def _bandwidth(text: str) -> float:
@@ -518,6 +493,7 @@ def search_record(r: Result) -> dict | None:
         "evaluated": s.evaluated,
         "infeasible": s.infeasible,
         "pruned": s.pruned,
+        "unevaluated": s.unevaluated,
         "budget": s.budget,
         "latency_bound_s": s.bound_s,
         "distance_to_bound": s.distance,
@@ -532,11 +508,16 @@ def search_line(r: Result) -> str | None:
     if s is None:
         return None
     time = "reused from the cache" if s.cached else f"{s.seconds:.2f} s"
+    left = (
+        f", {s.unevaluated} not evaluated within the budget (raise --search-s)"
+        if s.unevaluated
+        else ""
+    )
     return (
         f"{r.label}: the mapper ({s.strategy} strategy, {s.objective}) found {s.found}: "
         f"{s.distance:.1%} above the latency bound {s.bound_s:.4g} s; {s.evaluated} of "
         f"{s.space} candidates evaluated ({s.infeasible} did not fit or run), {s.pruned} "
-        f"pruned; {time}"
+        f"pruned{left}; {time}"
     )
 
 
@@ -732,7 +713,15 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
     return "\n".join(lines)
 
 
+# The CSV names a quantity as the sweep's CSV does (simulator.design_space's columns): the
+# JSON record's `accelerator` and `seq_len` are its `accel` and `seq`.
+CSV_NAMES = {"accelerator": "accel", "seq_len": "seq"}
+
+
 def render_csv(records: list[dict]) -> str:
+    """One row per configuration, its columns named as in a sweep's CSV. The bounds are the
+    configuration's own, as in a sweep's row (the JSON's `own_*`: its cascade's useful work
+    on its own chip)."""
     einsums: list[str] = []
     for rec in records:
         einsums += [e for e in rec["util_2d_per_einsum"] if e not in einsums]
@@ -752,12 +741,19 @@ def render_csv(records: list[dict]) -> str:
         "energy_vs_flat",
         "area_um2",
     ]
+    bounds = ["latency_bound_s", "traffic_bound_bytes", "fraction_of_bound", "bound_binds"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns + [f"util_2d_{e}" for e in einsums])
+    writer.writerow(
+        [CSV_NAMES.get(c, c) for c in columns] + bounds + [f"util_2d_{e}" for e in einsums]
+    )
     for rec in records:
+        own = rec["own_latency_bound_s"]
+        fraction = own / rec["latency_s"] if rec["latency_s"] else 1.0
         writer.writerow(
             [_csv(rec[c]) for c in columns]
+            + [_csv(v) for v in (own, rec["own_traffic_bound_bytes"], fraction)]
+            + [_csv(rec["bound_binds"])]
             + [_csv(rec["util_2d_per_einsum"].get(e, 0.0)) for e in einsums]
         )
     return out.getvalue().rstrip("\n")
@@ -946,7 +942,7 @@ def _print_layer(
     else:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(list(records[0]))
+        writer.writerow([CSV_NAMES.get(c, c) for c in records[0]])
         for rec in records:
             writer.writerow([_csv(v) for v in rec.values()])
         print(out.getvalue().rstrip("\n"))

@@ -35,7 +35,15 @@ from typing import Any
 from tqdm import tqdm
 
 from simulator import journal
-from simulator.atomic import atomic_path, check_writable, interrupts_held, output_path
+from simulator.atomic import (
+    atomic_path,
+    check_writable,
+    interrupts_held,
+    is_stream,
+    landing,
+    output_path,
+    remove_stale_partials,
+)
 from simulator.cli import ArgumentParser, abandon, guarded, worker_process
 from simulator.configs import Specs
 from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
@@ -62,6 +70,9 @@ LARGE_GRID = 100_000
 # Points read from the grid at a time per worker: the grid is streamed, never a list, and
 # rows are written in grid order as soon as those before them are in.
 WINDOW_PER_JOB = 256
+# Local worker processes per core at most, whatever --jobs asks (and never more than the
+# points left to compute): a process per point beyond the cores only costs memory.
+MAX_JOBS_PER_CPU = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,7 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", help="architecture file replacing each mapping's own")
     p.add_argument("--cascade", help="cascade file replacing each mapping's own")
     p.add_argument("--out", "-o", help="CSV file to write (default: standard output)")
-    p.add_argument("--jobs", "-j", type=int, help="local worker processes (default: all cores)")
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        help="local worker processes (default: all cores; at most one per point and "
+        f"{MAX_JOBS_PER_CPU} per core)",
+    )
     p.add_argument("--executor", choices=["local", "dask"], default="local")
     p.add_argument("--scheduler", help="--executor dask: the scheduler, tcp://HOST:PORT")
     p.add_argument(
@@ -370,8 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     out = output_path(args.out, "sweep.csv") if args.out else None
     if out is not None:
         check_writable(out)
-    if out is None:
-        return _sweep(args, spec, cascade, arch, cascades, None, size)
+    if out is not None and is_stream(out) and args.resume:
+        raise SpecError(f"--resume: {out} is not a file (a device or a FIFO): it keeps no journal")
+    if out is None or is_stream(out):  # written straight into, without a journal
+        return _sweep(args, spec, cascade, arch, cascades, out, size)
+    out = landing(out)  # a symbolic link: its target, the journal and lock beside it
     with journal.held(out):  # one sweep per --out at a time
         return _sweep(args, spec, cascade, arch, cascades, out, size)
 
@@ -390,7 +410,7 @@ def _sweep(
     timing = TimingOptions(max_sim_s=args.max_sim_s)
     extra = (cascade, arch, timing, cascades)
     writer, done = None, journal.Progress({}, frozenset())
-    if out is not None:
+    if out is not None and not is_stream(out):
         log = journal.journal_path(out)
         header = journal.Header(
             _parameters_digest(spec, extra),
@@ -410,7 +430,8 @@ def _sweep(
             print(f"nothing to resume ({log} does not exist): running the sweep", file=sys.stderr)
         writer = journal.Writer(log, header, fresh=not log.exists())
     left = (p for p in points(spec) if p.index not in done.rows)
-    jobs = args.jobs or os.cpu_count() or 1
+    cpus = os.cpu_count() or 1
+    jobs = max(1, min(args.jobs or cpus, MAX_JOBS_PER_CPU * cpus, size - len(done.rows)))
     bar = tqdm(
         total=size,
         initial=len(done.rows),
@@ -442,12 +463,21 @@ def _sweep(
                 run_local(spec, chunked(left, jobs), jobs, extra, sink)
             if sink.written != size:  # every point has its row, in order
                 raise RuntimeError(f"sweep wrote {sink.written} of {size} rows")
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        if out is None or err.filename is not None:
+            raise
+        # writing the CSV failed (/dev/full, a full disk): one line, no file left
+        raise SpecError(f"cannot write {out}: {err.strerror or err}") from None
     finally:
         if writer is not None:
             writer.close()
     if out is None:
         return 0
-    journal.journal_path(out).unlink()  # the CSV holds every row now
+    if writer is not None:
+        journal.journal_path(out).unlink()  # the CSV holds every row now
+        remove_stale_partials(out)  # a killed run's half-written CSV, if any
     print(
         f"{sink.written} points -> {out}"
         + (f" ({sink.failed} without results: see the error column)" if sink.failed else ""),

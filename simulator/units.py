@@ -1,20 +1,25 @@
 """Parsing of human-friendly quantities on the command line and in specs.
 
 Counts use binary multiples the way the field writes sequence lengths (`1K` = 1024,
-`1M` = 1048576); byte sizes accept `16MB`/`16MiB` (both binary, as in the paper's 16 MB
-buffer = 2^24 bytes). Anything else is a SpecError, never a silent 0.
+`1M` = 1048576, up to `E` = 2^60). Byte sizes and bandwidths say which they mean: `B`
+after the multiple is decimal SI (`400GB` = 400 x 10^9 bytes, `1.6TB` = 1.6 x 10^12),
+`iB` binary (`16MiB` = 2^24, the paper's "16 MB" buffer), and a bare multiple binary as in
+counts (`4M` = 4MiB). A fraction is accepted when it makes a whole number of bytes
+(`1.5KiB` = 1536; `1.6TiB` is not whole). Anything else is a SpecError, never a silent 0.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 from simulator.errors import SpecError
 
-_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-_COUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)\s*$", re.IGNORECASE)
-_BYTES = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
+_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50, "E": 2**60}
+_DECIMAL = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_COUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTPE]?)\s*$", re.IGNORECASE)
+_BYTES = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTPE]?)(i?B)?\s*$", re.IGNORECASE)
 # Powers: `2^40`, `2**40` (a count or a number of bytes); exponents up to MAX_EXPONENT.
 _POWER = re.compile(r"^\s*([0-9]+)\s*(?:\^|\*\*)\s*([0-9]+)\s*$")
 MAX_EXPONENT = 64
@@ -32,11 +37,12 @@ def _power(text: str, what: str) -> int | None:
     return _checked(base**exponent, text, what)
 
 
-def _scaled(number: str, suffix: str, text: str, what: str) -> int:
-    if len(number) > 30:  # beyond MAX_COUNT whatever the suffix; float() would give inf
+def _scaled(number: str, unit: int, text: str, what: str) -> int:
+    """`number` (decimal digits, maybe a fraction) times `unit`, exactly: a whole number."""
+    if len(number) > 30:  # beyond MAX_COUNT whatever the suffix
         raise SpecError(f"{what}: '{text[:40]}' is too large (at most 2^64)")
-    value = float(number) * _SUFFIX[suffix.upper()]
-    if value != int(value):
+    value = Fraction(number) * unit
+    if value.denominator != 1:
         raise SpecError(f"{what}: '{text}' is not a whole number")
     return _checked(int(value), text, what)
 
@@ -59,11 +65,11 @@ def parse_count(text: str | int, what: str = "value") -> int:
     match = _COUNT.match(str(text))
     if not match:
         raise SpecError(f"{what}: '{text}' is not a count (examples: 1024, 1K, 64k, 1M, 2^20)")
-    return _scaled(match.group(1), match.group(2), str(text), what)
+    return _scaled(match.group(1), _SUFFIX[match.group(2).upper()], str(text), what)
 
 
 def parse_bytes(text: str | int, what: str = "size") -> int:
-    """`16MB`, `16MiB`, `32M`, `4096` -> bytes (binary multiples)."""
+    """`16MB` (16 x 10^6), `16MiB` and `16M` (16 x 2^20), `1.6TB`, `4096` -> bytes."""
     if isinstance(text, int) and not isinstance(text, bool):
         return _checked(text, str(text), what)
     power = _power(str(text), what)
@@ -71,12 +77,17 @@ def parse_bytes(text: str | int, what: str = "size") -> int:
         return power
     match = _BYTES.match(str(text))
     if not match:
-        raise SpecError(f"{what}: '{text}' is not a size in bytes (examples: 16MB, 8MiB, 4096)")
-    return _scaled(match.group(1), match.group(2), str(text), what)
+        raise SpecError(
+            f"{what}: '{text}' is not a size in bytes (examples: 16MiB, 16MB = 16e6, 4096)"
+        )
+    number, multiple, bytes_unit = match.groups()
+    decimal = bool(multiple) and (bytes_unit or "").upper() == "B"
+    unit = _DECIMAL[multiple.upper()] if decimal else _SUFFIX[multiple.upper()]
+    return _scaled(number, unit, str(text), what)
 
 
 def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
-    """`400GiB`, `400GB/s`, `4.3e11` -> bytes per second."""
+    """`400GiB` (x 2^30), `400GB/s` (x 10^9), `4.3e11` -> bytes per second."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     else:
@@ -90,12 +101,19 @@ def parse_bandwidth(text: str | int | float, what: str = "bandwidth") -> float:
     return value
 
 
+# A count is written with a binary multiple only while that leaves a short number: 2^64
+# is `16E`, not `16777216T`; 10^12 is `1000000000000`, not `976562500K`.
+SHORT = 10_000
+
+
 def format_count(n: int) -> str:
-    """1024 -> '1K', 1048576 -> '1M', 1536 -> '1536'."""
-    for suffix in ("T", "G", "M", "K"):
+    """1024 -> '1K', 1048576 -> '1M', 2^64 -> '16E', 1536 -> '1536': the largest binary
+    multiple that divides `n` (what parse_count reads back), when it leaves fewer than five
+    digits; the digits otherwise."""
+    for suffix in ("E", "P", "T", "G", "M", "K"):
         unit = _SUFFIX[suffix]
         if n >= unit and n % unit == 0:
-            return f"{n // unit}{suffix}"
+            return f"{n // unit}{suffix}" if n // unit < SHORT else str(n)
     return str(n)
 
 

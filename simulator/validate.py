@@ -34,6 +34,7 @@ import argparse
 import csv
 import io
 import json
+import re
 import statistics
 import sys
 from collections.abc import Sequence
@@ -47,7 +48,9 @@ from simulator.errors import Loc, SpecError
 from simulator.evaluate import evaluate_mapping
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.paths import data_dir, is_file
+from simulator.progress import Steps
 from simulator.result import Result
+from simulator.spec.arch import Architecture
 from simulator.spec.sustained import with_sustained
 from simulator.spec.workload import Workload, make_workload
 from simulator.textfmt import table
@@ -62,6 +65,43 @@ CEILINGS = {"matmul": "mac_per_s", "copy": "dram_bytes_per_s", "exp2": "exp_per_
 # The H100 measurements committed with the project (a source checkout; a wheel ships no
 # experiments: give --measured).
 DEFAULT_MEASURED_NAME = "experiments/data/h100-attention.csv"
+
+
+# A device's model in the measured file's `gpu` column ("NVIDIA H100 80GB HBM3": H100), and
+# in an architecture's name (h100, my-h200).
+_DEVICE = re.compile(r"\b([A-Z]{1,3}\d{2,4})\b")
+_ARCH_DEVICE = re.compile(r"[a-z]{1,3}\d{2,4}")
+
+
+def check_device(measured: Measured, arch: Architecture, given: str) -> str | None:
+    """Does the architecture describe the measured device? Silent when its name names the
+    device's model (h100 for an H100); one line (SpecError) when it names another device's,
+    or when it is no GPU (a single core: FuseMax, FLAT); otherwise a warning to print (a
+    file of the user's whose name says nothing)."""
+    found = _DEVICE.search(measured.device)
+    if found is None:  # the file names no device model: nothing to compare
+        return None
+    model = found.group(1)
+    names = {arch.name.lower(), Path(arch.path).stem.lower()}
+    if any(model.lower() in n for n in names):
+        return None
+    others = sorted({t for n in names for t in _ARCH_DEVICE.findall(n)})
+    if others:
+        raise SpecError(
+            f"--arch {given} describes the {others[0].upper()}, but {measured.path} was "
+            f"measured on the {measured.device}: give that device's measurements (--measured), "
+            "or its architecture (--arch)"
+        )
+    if arch.cores <= 1:
+        raise SpecError(
+            f"--arch {given}: '{arch.name}' is no GPU (one core, no fan-out of SMs), so it has "
+            f"no measured counterpart: validate compares a GPU's architecture with attention "
+            f"measured on that GPU ({measured.device}: --arch {model.lower()})"
+        )
+    return (
+        f"warning: nothing says architecture '{arch.name}' describes the {measured.device} "
+        f"of {measured.path}: its predictions use that device's measured ceilings"
+    )
 
 
 def default_measured() -> Path:
@@ -373,9 +413,13 @@ def validate(
 ) -> tuple[Validation, ...]:
     """Every measured shape, in the file's order."""
     specs = specs or Specs(arch_override=arch)
-    return tuple(
-        validate_one(specs, m, arch, measured.ceilings, kernels) for m in measured.measurements
-    )
+    rows = []
+    # a bar on a terminal: a cold cache maps every shape (about a minute for the wide grid)
+    with Steps("predicting", len(measured.measurements), "shape", every=1) as progress:
+        for m in measured.measurements:
+            rows.append(validate_one(specs, m, arch, measured.ceilings, kernels))
+            progress.update(len(rows))
+    return tuple(rows)
 
 
 # --------------------------------------------------------------------------------------
@@ -811,6 +855,9 @@ def main(argv: list[str] | None = None) -> int:
     measured = read_measured(args.measured or default_measured())
     split = read_split(args.split) if args.split else None
     arch = args.arch
+    warning = check_device(measured, Specs(arch_override=arch).check_arch_override(), arch)
+    if warning is not None:
+        print(warning, file=sys.stderr)
     if args.kernels and not (data_dir("mappings") / args.kernels).is_dir():
         raise SpecError(f"--kernels: no folder mappings/{args.kernels}")
     rows = validate(measured, arch, kernels=args.kernels)

@@ -95,12 +95,19 @@ def test_fused_on_three_pass_attention_is_flat_but_for_the_sum(model, seq):
     assert dict((c.einsum, c.array) for c in fused.einsums)["SD"] == "PE2D"
 
 
-def test_an_unsized_rank_is_one_line(run_cli):
-    code, out, err = run_cli(
-        run_main, ["--cascade", "prefix-sum", "--mapping", "auto", "--seq", "1K"]
-    )
+def _unsized_prefix_sum(folder) -> str:
+    """prefix-sum without its own extent of I: no workload field, no `shapes:` sizes it."""
+    text = (CASCADES / "prefix-sum.yaml").read_text()
+    path = folder / "prefix-sum-unsized.yaml"
+    path.write_text(text.replace("shapes: {K: 16, I: 16}", "shapes: {K: 16}"))
+    return str(path)
+
+
+def test_an_unsized_rank_is_one_line(run_cli, tmp_path):
+    unsized = _unsized_prefix_sum(tmp_path)
+    code, out, err = run_cli(run_main, ["--cascade", unsized, "--mapping", "auto", "--seq", "1K"])
     assert code == 2 and err.count("\n") == 1 and "--shape I=N" in err
-    argv = ["--cascade", "prefix-sum", "--mapping", "auto:unfused", "--seq", "1K"]
+    argv = ["--cascade", unsized, "--mapping", "auto:unfused", "--seq", "1K"]
     code, out, err = run_cli(run_main, [*argv, "--shape", "I=512,K=512", "--engine", "analytic"])
     assert code == 0, err
     code, out, err = run_cli(run_main, [*argv, "--shape", "I=banana"])
@@ -115,8 +122,9 @@ def test_a_recurrences_final_step_output_is_written_once():
     assert r.traffic_bytes == 4 * (2 * 512 + 2) * 2
 
 
-def test_compare_exits_2_when_nothing_binds_and_names_each_reason(run_cli):
-    code, out, err = run_cli(compare_main, ["--cascades", "prefix-sum", "--seq", "1K"])
+def test_compare_exits_2_when_nothing_binds_and_names_each_reason(run_cli, tmp_path):
+    unsized = _unsized_prefix_sum(tmp_path)
+    code, out, err = run_cli(compare_main, ["--cascades", unsized, "--seq", "1K"])
     assert code == 2 and err.count("\n") == 1 and "no cascade could be bound" in err
     code, out, err = run_cli(
         compare_main,
@@ -264,3 +272,39 @@ def test_a_spilled_operand_comes_from_dram_each_time_it_is_read(tmp_path):
     blocks = (2048 // 256, 8192 // 256)
     for spill, n in zip(spills, blocks, strict=True):
         assert spill == pytest.approx(0.5 * y_bytes * (1 + n), rel=0.01)
+
+
+def _traffic(run_cli, *argv: str) -> float:
+    code, out, err = run_cli(run_main, [*argv, "--mapping", "auto", "--seq", "1K",
+                                        "--engine", "analytic", "--format", "json"])  # fmt: skip
+    assert code == 0, err
+    (record,) = json.loads(out)
+    return record["traffic_bytes"]
+
+
+@pytest.mark.parametrize("name", ["rmsnorm-ffn", "gelu-mlp"])
+def test_a_rank_the_cascade_sizes_needs_no_shape(run_cli, name):
+    """An FFN's output width O: no workload field sizes it, the cascade's own `shapes:`
+    does -- the default, the same as giving it; --shape overrides it (a wider output reads
+    a wider W2 and writes a wider Z)."""
+    own = dict(load_cascade(CASCADES / f"{name}.yaml").shapes)["O"]
+    default = _traffic(run_cli, "--cascade", name)
+    assert default == _traffic(run_cli, "--cascade", name, "--shape", f"O={own}")
+    assert _traffic(run_cli, "--cascade", name, "--shape", f"O={4 * own}") > default
+
+
+def test_cross_entropy_binds_at_its_own_shapes(run_cli):
+    """Its vocabulary C and width D come from its file; the tokens P from the workload."""
+    assert _traffic(run_cli, "--cascade", "cross-entropy", "--arch", "h100") > 0
+
+
+def test_eval_runs_a_cascade_whose_own_shapes_are_too_large(capsys):
+    """cross-entropy's own shapes (a 128K vocabulary) hold 5.9 GiB of float64 tensors: eval
+    says so and checks it at shapes scaled down from its own, in about a second."""
+    from simulator.cascade_cli import main as cascade_main
+
+    assert cascade_main(["eval", "cross-entropy"]) == 0
+    out = capsys.readouterr().out
+    assert "own shapes hold" in out and "evaluated at" in out and "LOSS" in out
+    assert cascade_main(["eval", "cross-entropy", "--shape", "C=1M"]) == 2  # said: too large
+    assert "--shape C=256,D=256" in capsys.readouterr().err

@@ -177,3 +177,27 @@ def test_a_strategy_that_does_not_apply_is_one_line(capsys):
     assert bind_main(["attention-3pass", "--strategy", "fusemax"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "one-pass" in err
+
+
+def test_a_mapping_on_standard_output_names_files_by_absolute_path(tmp_path, capsys, monkeypatch):
+    """bind --arch FILE --cascade-file to standard output: the mapping names both files by
+    absolute path (it does not know where it will be saved), so it runs from any folder;
+    written with -o, by a path relative to its own folder, as before."""
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "chip.yaml").write_text((ROOT / "arch" / "h100.yaml").read_text())
+    (here / "one.yaml").write_text((ROOT / "cascades" / "attention-1pass.yaml").read_text())
+    monkeypatch.chdir(here)
+    assert bind_main(["one.yaml", "--arch", "chip.yaml", "--rule", "--seq", "1K"]) == 0
+    text = capsys.readouterr().out
+    assert f"architecture: {here / 'chip.yaml'}" in text
+    assert f"cascade: {here / 'one.yaml'}" in text
+    saved = tmp_path / "elsewhere" / "m.yaml"
+    saved.parent.mkdir()
+    saved.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert run_main(["--mapping", str(saved), "--seq", "1K", "--engine", "analytic"]) == 0
+    monkeypatch.chdir(here)
+    assert bind_main(["one.yaml", "--arch", "chip.yaml", "--rule", "--seq", "1K",
+                      "-o", str(saved)]) == 0  # fmt: skip
+    assert "architecture: ../here/chip.yaml" in saved.read_text()

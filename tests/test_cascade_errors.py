@@ -238,3 +238,50 @@ def test_bad_shapes_entry_is_named_by_line_and_column(
     assert code == 2 and out == "", out
     assert err.startswith(f"error: {path}:1:{col}: "), err
     assert fragment in err and err.count("\n") == 1
+
+
+LOPSIDED = """\
+name: lopsided
+shapes: {M: 8, P: 8, L: 4, R: 4}
+einsum:
+  declaration:
+    QL: [L, P]
+    C: [L, M]
+    QR: [R, P]
+    KR: [R, M]
+    S: [M, P]
+  expressions:
+    - S[m, p] = QL[l, p] * C[l, m] + QR[r, p] * KR[r, m]
+"""
+
+
+def test_a_sum_over_a_rank_only_some_terms_read_is_a_warning(tmp_path, run_cli):
+    """`S = QL[l] C[l] + QR[r] KR[r]` sums the whole right-hand side over l and r (each
+    product counted R or L times): valid, so it runs, with one warning line naming the file
+    and line. An error later in the same command is the only line; the shipped cascades
+    warn of nothing."""
+    from simulator.cascade.parse import load_cascade
+    from simulator.errors import take_warnings
+
+    from .conftest import CASCADES
+
+    path = tmp_path / "lopsided.yaml"
+    path.write_text(LOPSIDED)
+    code, out, err = run_cli(main, ["passes", str(path)])
+    assert code == 0 and out
+    assert err.startswith(f"warning: {path}:11:") and err.count("\n") == 1, err
+    assert "Einsum 'S' sums over l, r" in err
+    code, out, err = run_cli(main, ["passes", str(path), "--shape", "Z=4"])
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    take_warnings()
+    for shipped in sorted(CASCADES.glob("*.yaml")):
+        load_cascade(shipped)
+    assert take_warnings() == []
+
+
+def test_the_reference_says_what_outputs_and_reductions_are():
+    from .conftest import CASCADES
+
+    text = " ".join((CASCADES / "README.md").read_text().split())
+    assert "are the tensors no Einsum reads" in text and "`MEAN_OUT[p] = MEAN[p]`" in text
+    assert "The reduction applies to the whole right-hand side" in text

@@ -139,3 +139,51 @@ def test_ci_runs_the_dockerfile_steps():
     # .ci/run takes the install and the command from the Dockerfile itself
     assert "Dockerfile" in ci and "RUN" in ci and "CMD" in ci
     assert "make experiments" in (ROOT / "README.md").read_text()
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+
+def test_the_mounted_folder_exists_in_a_fresh_checkout():
+    """`docker compose run` bind-mounts each volume's host folder; one missing from a fresh
+    clone is created by the Docker engine, as root, and the image's unprivileged user cannot
+    write to it. So every host folder the compose file mounts is tracked (a keep file),
+    while what `make experiments` writes there stays ignored; and `make clean` keeps it."""
+    if _git("rev-parse", "--is-inside-work-tree").returncode != 0:
+        pytest.skip("not a git checkout")
+    compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
+    tracked = _git("ls-files").stdout.splitlines()
+    for mount in compose["services"]["experiments"]["volumes"]:
+        host = mount.split(":")[0].removeprefix("./").rstrip("/")
+        assert any(f.startswith(host + "/") for f in tracked), f"{host} is not in a fresh clone"
+    ignored = _git("check-ignore", "--no-index", "experiments/out/report.md",
+                   "experiments/out/results/attention.csv", "experiments/out/.gitkeep")  # fmt: skip
+    assert ignored.stdout.split() == [
+        "experiments/out/report.md",
+        "experiments/out/results/attention.csv",
+    ]  # outputs ignored, the keep file not
+    removed = [
+        word
+        for line in (ROOT / "Makefile").read_text().splitlines()
+        if line.strip().startswith("rm ")
+        for word in line.split()
+    ]
+    assert not {"experiments/out", "experiments/out/", "experiments"} & set(removed)
+
+
+def test_ci_runs_the_image_command_as_the_images_user():
+    """.ci/run's image step: the mounted folder is there before the command runs, and the
+    command runs as the Dockerfile's unprivileged user (root's CI drops to it), whose files
+    the step checks."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    user = [arg for kw, arg in _instructions() if kw == "USER"][-1]
+    assert re.fullmatch(r"[1-9]\d*(:\d+)?", user)  # numeric, not root: CI reads its UID
+    extract = re.search(r"IMAGE_UID=\$\(sed -n '(.*?)' Dockerfile", ci)
+    assert extract, "CI reads the UID from the Dockerfile's USER"
+    uid = subprocess.run(["sed", "-n", extract.group(1), str(DOCKERFILE)], capture_output=True,
+                         text=True, timeout=10).stdout.split()[-1]  # fmt: skip
+    assert uid == user.split(":")[0]
+    assert 'test -d "$APP/experiments/out"' in ci
+    assert '"--reuid=$IMAGE_UID"' in ci and "setpriv" in ci
+    assert "stat -c %u experiments/out/report.md" in ci

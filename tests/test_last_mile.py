@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from experiments.bench import verdict
+from simulator.errors import SpecError
 
 
 def test_bench_verdict_fails_over_target():
@@ -477,3 +481,197 @@ def test_ctrl_c_inside_an_extension_import_is_still_an_interrupt(run_cli):
     assert (code, printed, err) == (EXIT_INTERRUPTED, "", INTERRUPTED + "\n")
     with pytest.raises(ImportError, match="nothing"):
         run_cli(imports_broken, [])
+
+
+def _out_commands(tmp_path: Path) -> dict[str, tuple]:
+    """Each command that writes one text file with --out/-o: its main and arguments."""
+    from simulator.bind.__main__ import main as bind_main
+    from simulator.cascade_cli import main as cascade_main
+    from simulator.sweep import main as sweep_main
+    from simulator.validate import main as validate_main
+    from tests.test_silicon import _small_csv
+
+    small = _small_csv(tmp_path)
+    return {
+        "sweep": (sweep_main, ["--grid", "seq=1K", "accel=unfused", "--engine", "analytic",
+                               "--jobs", "1", "--no-progress", "--out"], "accel,"),
+        "bind": (bind_main, ["attention-1pass", "--seq", "1K", "--rule", "--out"], "# Generated"),
+        "validate": (validate_main, ["--measured", str(small), "--format", "csv", "--out"],
+                     "shape,kind,"),
+        "rewrite": (cascade_main, ["rewrite", "softmax", "-o"], "# Rewritten"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["sweep", "bind", "validate", "rewrite"])
+def test_out_never_replaces_a_link_or_a_fifo(tmp_path, capsys, name):
+    """--out through a symbolic link writes its target (the link stays a link); into a FIFO
+    writes through the FIFO (it stays a FIFO, its reader gets the output); nothing else is
+    left beside them."""
+    main, args, start = _out_commands(tmp_path)[name]
+    folder = tmp_path / "out"
+    folder.mkdir()
+    target = folder / "target.txt"
+    target.write_text("old\n")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    assert main([*args, str(link)]) == 0, capsys.readouterr().err
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text().startswith(start)
+    assert sorted(p.name for p in folder.iterdir()) == ["target.txt"]
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader: writing does not wait
+    try:
+        assert main([*args, str(fifo)]) == 0, capsys.readouterr().err
+        assert fifo.is_fifo()
+        assert os.read(reader, 1 << 16).decode().startswith(start)
+    finally:
+        os.close(reader)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize("command", ["compare", "rewrite"])
+@pytest.mark.parametrize("problem", ["missing", "negative bandwidth"])
+def test_a_bad_architecture_is_one_line_and_exit_2(tmp_path, capsys, command, problem):
+    """A missing or invalid --arch stops the command in one line, exit 2 -- not a "not
+    bound" line per strategy (compare) or "the input is returned" (rewrite), exit 0."""
+    from simulator.cascade_cli import main as cascade_main
+    from simulator.compare import main as compare_main
+
+    arch = tmp_path / "chip.yaml"
+    if problem == "missing":
+        message = f"--arch {arch}: no such file"
+    else:
+        text = (Path(__file__).parent.parent / "arch" / "h100.yaml").read_text()
+        arch.write_text(text.replace("bandwidth_bytes_per_s: 3.35e12", "bandwidth_bytes_per_s: -1"))
+        message = "chip.yaml:29:5: attribute 'bandwidth_bytes_per_s' of 'HBM' must be positive"
+    if command == "compare":
+        code = compare_main(["--cascades", "attention-1pass", "--seq", "4K", "--engine",
+                             "analytic", "--arch", str(arch)])  # fmt: skip
+    else:
+        code = cascade_main(["rewrite", "softmax", "--arch", str(arch)])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.count("\n") == 1 and message in err, err
+    assert out == ""
+
+
+def test_a_table_for_renamed_arrays_names_what_is_missing(tmp_path, capsys):
+    """FuseMax copied with its tables and its 2D array renamed: the table prices PE2D's
+    units, which the architecture no longer has. One line naming the table's component and
+    the architecture's real ones -- no "(known: ...)" listing nothing."""
+    from simulator.run import main as run_main
+    from simulator.spec.expr import evaluate
+
+    root = Path(__file__).parent.parent
+    shutil.copytree(root / "arch" / "tables", tmp_path / "tables")
+    arch = tmp_path / "renamed.yaml"
+    arch.write_text((root / "arch" / "fusemax.yaml").read_text().replace("PE2D", "MyArray"))
+    code = run_main(["--arch", str(arch), "--mapping", "auto", "--seq", "1K", "--engine",
+                     "analytic"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "'PE2D.mac'" in err and "MyArray.mac" in err and "..." not in err
+    with pytest.raises(SpecError, match=r"unknown name 'datawidth' \(no names are defined here\)"):
+        evaluate("12.9 * (datawidth / 16) ** 2", {})
+    many = {f"n{i:02d}": 1 for i in range(20)}
+    with pytest.raises(SpecError, match=r"\(known: n00, n01, .*, n11, and 8 more\)"):
+        evaluate("missing + 1", many)
+
+
+def test_a_search_cut_short_by_its_budget_says_so(run_cli):
+    """--search-s too small to evaluate the space: the candidates never evaluated are not
+    "pruned" (that is the bound's proof); they are counted apart, with the remedy."""
+    from simulator.run import main as run_main
+
+    argv = ["--seq", "4K", "--mapping", "auto", "--engine", "analytic", "--search-s", "0.001"]
+    code, out, err = run_cli(run_main, [*argv, "--format", "json"])
+    assert code == 0, err
+    (record,) = json.loads(out)
+    s = record["search"]
+    assert s["unevaluated"] > 0 and s["evaluated"] <= s["budget"]
+    assert s["evaluated"] + s["pruned"] + s["unevaluated"] == s["space"]
+    code, out, err = run_cli(run_main, argv)
+    assert f"{s['unevaluated']} not evaluated within the budget (raise --search-s)" in out
+
+
+@pytest.mark.parametrize(
+    ("arch", "message"),
+    [
+        ("h200", "--arch h200 describes the H200, but"),
+        ("fusemax", "'fusemax' is no GPU (one core, no fan-out of SMs), so it has no measured"),
+    ],
+)
+def test_validate_refuses_an_architecture_of_another_device(capsys, arch, message):
+    """The committed H100 measurements against the H200's architecture (or FuseMax's, which
+    is no GPU): one line saying so before any prediction, not a silent run (or "the
+    file's peak is wrong")."""
+    from simulator.validate import main as validate_main
+
+    assert validate_main(["--arch", arch]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and message in err, err
+    assert "NVIDIA H100" in err
+
+
+class _Terminal(io.StringIO):
+    """A standard error that says it is a terminal (progress bars draw only on one)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_long_validate_and_rewrite_show_progress_on_a_terminal(tmp_path, monkeypatch, capsys):
+    """validate (a minute from a cold cache on the wide grid) and rewrite --arch (seconds
+    per candidate) draw a bar on a terminal's stderr -- and nothing when stderr is not one
+    (the CSV, JSON and the tests' captured output stay as they were)."""
+    from simulator import progress
+    from simulator.cascade_cli import main as cascade_main
+    from simulator.validate import main as validate_main
+    from tests.test_silicon import _small_csv
+
+    small = _small_csv(tmp_path)
+    monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)  # the loops here are short
+    argv = ["rewrite", "softmax", "--arch", "fusemax", "--at", "M=1K,P=1K"]
+    for main, args, bar in (
+        (validate_main, ["--measured", str(small), "--format", "csv"], "predicting"),
+        (cascade_main, argv, "ranking on fusemax"),
+    ):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert main(args) == 0
+        monkeypatch.undo()
+        monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)
+        assert bar in terminal.getvalue()
+    assert validate_main(["--measured", str(small), "--format", "csv"]) == 0
+    assert "predicting" not in capsys.readouterr().err  # stderr captured: no terminal
+
+
+def test_experiments_bar_moves_while_a_chunk_runs(monkeypatch):
+    """A chunk that takes a while in a worker: the bar is redrawn meanwhile (its clock
+    moves), and says which experiment's files it writes once its rows are in."""
+    import time
+
+    from experiments import run as runner
+    from experiments.experiment import Experiment, Selection
+
+    def slow(_specs, point):
+        time.sleep(1.0)
+        return point
+
+    toy = Experiment("toy", "toy", lambda sel: [1], slow, chunk=1)
+    monkeypatch.setattr(runner, "by_name", lambda name: toy)
+    monkeypatch.setattr(runner, "REFRESH_S", 0.1, raising=False)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    written = []
+
+    def finished(name, rows):
+        written.append(terminal.getvalue())
+
+    runner.compute_rows([toy], Selection(("bert",), (1024,)), 2, True, finished)
+    monkeypatch.undo()
+    before = written[0]  # what the terminal showed when the rows were in
+    assert before.count("\r") >= 4  # drawn at the start, then redrawn while the chunk ran
+    assert "writing toy" in before

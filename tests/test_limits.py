@@ -62,7 +62,7 @@ def test_max_sim_s_refuses_with_an_estimate(drifting_program):
 
 
 def test_max_sim_s_from_the_command_line(run_cli):
-    argv = ["--model", "xlm", "--seq", "1M", "--pe-dim", "128", "--buffer-bytes", "4MB"]
+    argv = ["--model", "xlm", "--seq", "1M", "--pe-dim", "128", "--buffer-bytes", "4MiB"]
     code, out, err = run_cli(main, [*argv, "--accel", "fusemax", "--max-sim-s", "1e-9"])
     assert code == 2 and out == ""
     assert err.startswith("error: binding: cycle simulation of phase attention stopped")
@@ -105,3 +105,49 @@ def test_the_default_set_leaves_out_a_configuration_that_does_not_fit(run_cli):
     # named on the command line, it is an error
     code, out, err = run_cli(main, ["--seq", "10T", "--accel", "flat"])
     assert code == 2 and "does not fit" in err
+
+
+def test_max_sim_s_help_readme_and_behaviour_agree(run_cli, capsys):
+    """run and compare: without --max-sim-s a simulation past the default budget shows the
+    analytic numbers with a note, and their help says so (not "no limit"); with it, one
+    past the limit is refused in one line. The README says the same; a sweep has no limit
+    unless given one, as its help says."""
+    from simulator.compare import main as compare_main
+    from simulator.configs import DEFAULT_MAX_SIM_S
+    from simulator.run import build_parser as run_parser
+    from simulator.sweep import build_parser as sweep_parser
+
+    from .conftest import ROOT
+
+    budget = f"past {DEFAULT_MAX_SIM_S:g} s, the analytic engine's numbers, with a note"
+    assert budget in " ".join(run_parser().format_help().split())
+    with pytest.raises(SystemExit):
+        compare_main(["--help"])
+    assert budget in " ".join(capsys.readouterr().out.split())
+    assert "(default: no limit)" in " ".join(sweep_parser().format_help().split())
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "Any point of `run` or `compare` answers within seconds" in readme
+    assert f"longer than {DEFAULT_MAX_SIM_S:g} s shows the analytic engine's numbers" in readme
+
+    argv = ["--cascades", "attention-1pass", "--model", "xlm", "--seq", "1M",
+            "--strategies", "fusemax"]  # fmt: skip
+    code, out, err = run_cli(compare_main, [*argv, "--max-sim-s", "1e-9"])
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "cycle simulation of phase fused stopped at --max-sim-s 1e-09" in err
+
+
+def test_compare_past_the_default_budget_shows_analytic_numbers(run_cli):
+    """A point whose cycle simulation never settles (1K tokens, 256 heads of width 8):
+    compare answers within seconds with the analytic engine's numbers, a note on stderr."""
+    import time
+
+    from simulator.compare import main as compare_main
+
+    start = time.monotonic()
+    argv = ["--cascades", "attention-1pass", "--seq", "1K", "--embed", "8", "--heads", "256",
+            "--strategies", "fusemax", "--format", "csv"]  # fmt: skip
+    code, out, err = run_cli(compare_main, argv)
+    assert code == 0 and out.count("\n") == 2
+    assert err.startswith("note: auto:fusemax: the cycle simulation outruns the 2 s default")
+    assert "analytic engine's numbers" in err and err.count("\n") == 1
+    assert time.monotonic() - start < 30

@@ -243,3 +243,80 @@ def test_ctrl_c_at_every_step_of_a_figure_write(sweep, tmp_path, monkeypatch, ca
     assert main(argv) == 130
     assert capsys.readouterr().err.strip().endswith("no partial result file was left")
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+def _recorded_axes(monkeypatch) -> list:
+    """The axes of each figure saved while the test runs."""
+    import matplotlib.figure
+
+    seen: list = []
+    original = matplotlib.figure.Figure.savefig
+
+    def record(fig, fname, *args, **kwargs):
+        seen.append(fig.axes[0])
+        return original(fig, fname, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    return seen
+
+
+def test_columns_the_x_parameter_determines_are_no_lines(sweep, tmp_path, monkeypatch):
+    """--x pe_dim: pe_dim_1d and the registers follow pe_dim; one line per (accel, seq),
+    each across both pe_dims -- not a one-point line per pe_dim_1d."""
+    seen = _recorded_axes(monkeypatch)
+    assert (
+        plot_main([str(sweep), "--x", "pe_dim", "--y", "util_2d", "-o", str(tmp_path / "f")]) == 0
+    )
+    drawn = seen[0].get_lines()
+    assert len(drawn) == 2 * 3  # accel x seq
+    assert all(len(line.get_xdata()) == 2 for line in drawn)
+    assert not any("pe_dim_1d" in line.get_label() for line in drawn)
+
+
+def test_by_refuses_to_join_points_of_another_parameter(sweep, tmp_path, capsys, monkeypatch):
+    """--by accel while pe_dim varies too: each accel's line would zigzag between the two
+    pe_dims at every seq. One line naming pe_dim and its values, nothing written; with
+    --where pe_dim=64 the two accels' lines are drawn."""
+    seen = _recorded_axes(monkeypatch)
+    out = tmp_path / "f"
+    assert plot_main([str(sweep), "--x", "seq", "--by", "accel", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "differ in pe_dim (64, 128)" in err and "--where" in err
+    assert not list(tmp_path.iterdir())
+    assert plot_main([str(sweep), "--x", "seq", "--by", "accel", "--where", "pe_dim=64",
+                      "-o", str(out)]) == 0  # fmt: skip
+    drawn = seen[0].get_lines()
+    assert sorted(line.get_label() for line in drawn) == ["accel=binding", "accel=flat"]
+    assert all(len(line.get_xdata()) == 3 for line in drawn)
+
+
+def test_more_than_ten_lines_look_different(tmp_path, monkeypatch):
+    """Twelve lines (a hand-written sweep): no two share colour, dash and marker."""
+    seen = _recorded_axes(monkeypatch)
+    sweep = tmp_path / "twelve.csv"
+    rows = [f"{k},{x},{k * x}" for k in range(12) for x in (1, 2, 3)]
+    sweep.write_text("k,x,latency_s\n" + "\n".join(rows) + "\n")
+    assert plot_main([str(sweep), "--x", "x", "-o", str(tmp_path / "f")]) == 0
+    drawn = seen[0].get_lines()
+    looks = {(line.get_color(), line.get_linestyle(), line.get_marker()) for line in drawn}
+    assert len(drawn) == 12 and len(looks) == 12
+
+
+def test_compare_leaves_out_value_labels_that_would_overlap():
+    """Twelve narrow bars side by side (three cascades, four strategies), each labelled as
+    compare labels them: the labels that would overlap one shown are hidden, left to right,
+    and no two shown ones overlap; one per run of equal neighbours at least stays."""
+    from simulator.compare import SMALL_PT, _thin_out
+    from simulator.figures import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(1.6, 3.0), layout="constrained")
+    ax.set_yscale("log")
+    heights = [6.8e6, 6.8e6, 6.8e6, 1e7, 6.8e3, 6.8e3, 1.3e7, 6.8e6, 6.8e6, 6.8e6, 6.8e6, 1e7]
+    bars = ax.bar([i * 0.2 for i in range(12)], heights, 0.2)
+    labels = ax.bar_label(bars, [f"{y:.2g}" for y in heights], fontsize=SMALL_PT, rotation=90)
+    assert _overlaps(fig, labels)  # as drawn, they overlap
+    _thin_out(fig, labels)
+    shown = [t for t in labels if t.get_visible()]
+    assert 1 < len(shown) < len(labels) and not _overlaps(fig, shown)
+    plt.close(fig)

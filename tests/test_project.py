@@ -54,3 +54,46 @@ def test_readme_is_a_guide():
     assert len(text.splitlines()) <= 220
     for link in re.findall(r"\]\(([^)#]+)", text):
         assert (ROOT / link).exists(), link
+
+
+def _python_floor() -> str:
+    """The oldest Python pyproject.toml claims (`requires-python = ">=3.X"`)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    found = re.search(r'^requires-python = ">=(3\.\d+)"$', text, re.M)
+    assert found, "requires-python must be a plain floor, >=3.X"
+    return found.group(1)
+
+
+def test_the_python_floor_is_one_claim_the_pins_support():
+    """The Python the project claims (pyproject's requires-python) is the one the README,
+    the docs and ruff's target name, and every version pinned in constraints.txt supports
+    it: each installed pin's own Requires-Python admits the floor (numpy 2.4, pandas 3 and
+    contourpy 1.3.3 have no Python 3.10 wheels)."""
+    from importlib import metadata
+
+    from packaging.specifiers import SpecifierSet
+
+    floor = _python_floor()
+    assert f"Requires Python >= {floor}." in (ROOT / "README.md").read_text()
+    assert f"needs Python >= {floor}" in (ROOT / "docs" / "timeloop-interop.md").read_text()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'target-version = "py{floor.replace(".", "")}"' in pyproject
+    image = re.search(r"^FROM python:(\d+\.\d+)", (ROOT / "Dockerfile").read_text(), re.M)
+    assert image and tuple(map(int, image.group(1).split("."))) >= tuple(map(int, floor.split(".")))
+    checked = 0
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if "==" not in line or line.startswith("#"):
+            continue
+        name, version = line.split("#")[0].strip().split("==")
+        try:
+            meta = metadata.metadata(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if meta["Version"] != version or not meta.get("Requires-Python"):
+            continue
+        checked += 1
+        assert SpecifierSet(meta["Requires-Python"]).contains(floor), (
+            f"{name}=={version} needs Python {meta['Requires-Python']}, the project claims "
+            f">={floor}"
+        )
+    assert checked >= 10  # the pins are installed here: the check is not vacuous

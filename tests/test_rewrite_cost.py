@@ -22,8 +22,9 @@ CASCADES = ROOT / "cascades"
 
 
 def _latency(path, arch: str, at: str, batch: int) -> float:
+    """As `run --cascade PATH --mapping auto` times it (its default search budget)."""
     w = make_workload("bert", "4K", {"batch": batch}, shape=parse_shape([at]))
-    specs = Specs(cascade_override=str(path), arch_override=arch, search_s=0.3)
+    specs = Specs(cascade_override=str(path), arch_override=arch)
     return evaluate(specs, "auto", w, engine="analytic").latency_s
 
 
@@ -77,7 +78,11 @@ def test_without_an_architecture_it_ranks_by_passes(capsys):
     assert capsys.readouterr().out.startswith("ranked by passes")
 
 
-@pytest.mark.parametrize("flag", [["--seq", "4K"], ["--objective", "energy"], ["--at", "E=64"]])
+@pytest.mark.parametrize(
+    "flag",
+    [["--seq", "4K"], ["--objective", "energy"], ["--at", "E=64"], ["--heads", "32"],
+     ["--kv-heads", "8"]],
+)  # fmt: skip
 def test_workload_flags_need_an_architecture(capsys, flag):
     assert cascade_main(["rewrite", "layernorm", *flag]) == 2
     err = capsys.readouterr().err.strip()
@@ -97,3 +102,32 @@ def test_a_bad_chip_or_workload_is_one_line_before_the_search(capsys, argv, mess
     captured = capsys.readouterr()
     assert message in captured.err and len(captured.err.strip().splitlines()) == 1
     assert "candidates" not in captured.out  # nothing was searched or ranked
+
+
+def test_rewrite_takes_runs_heads_and_its_search_budget(capsys, monkeypatch):
+    """--heads and --kv-heads size the workload as run's flags do, and each candidate is
+    mapped with run's default search budget (a candidate's time is the one `run --cascade
+    FILE --mapping auto` gives)."""
+    import simulator.cascade_cli as cli
+    from simulator.mapper.search import DEFAULT_SEARCH_S
+
+    seen = []
+    real_rank, real_init = cli.rank, Specs.__init__
+
+    def rank(result, arch, workload, *args, **kwargs):
+        seen.append(workload)
+        return real_rank(result, arch, workload, *args, **kwargs)
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        if self.cascade_override:  # a candidate's specs
+            seen.append(self.search_s)
+
+    monkeypatch.setattr(cli, "rank", rank)
+    monkeypatch.setattr(Specs, "__init__", init)
+    argv = ["rewrite", "softmax", "--arch", "fusemax", "--heads", "24", "--kv-heads", "6"]
+    assert cascade_main(argv) == 0
+    workload, *budgets = seen
+    assert (workload.name, workload.heads, workload.kv_heads) == ("bert", 24, 6)
+    assert budgets and all(b == DEFAULT_SEARCH_S for b in budgets)
+    assert "equivalent candidates on fusemax" in capsys.readouterr().out

@@ -64,9 +64,34 @@ def test_fusemax_alias_and_subset(run_cli):
     assert records[1]["speedup_vs_unfused"] is not None  # baseline evaluated on the side
 
 
+def test_run_and_sweep_csvs_name_the_same_quantities_alike(run_cli):
+    """run's CSV and a sweep's of the same point: every column they share holds the same
+    value, and run's names the configuration and length as the sweep does (accel, seq) and
+    has its bound columns."""
+    from simulator.sweep import main as sweep_main
+
+    code, out, err = run_cli(main, ["--seq", "1K", "--accel", "binding", "--engine",
+                                    "analytic", "--format", "csv"])  # fmt: skip
+    assert code == 0, err
+    (ran,) = list(csv.DictReader(io.StringIO(out)))
+    code, out, err = run_cli(sweep_main, ["--grid", "seq=1K", "accel=binding", "--engine",
+                                          "analytic", "--no-progress"])  # fmt: skip
+    assert code == 0, err
+    (swept,) = list(csv.DictReader(io.StringIO(out)))
+    bounds = {"latency_bound_s", "traffic_bound_bytes", "fraction_of_bound", "bound_binds"}
+    assert {"accel", "model", "seq", "latency_s", "traffic_bytes", *bounds} <= set(ran)
+    assert not {"accelerator", "seq_len"} & set(ran)
+    shared = set(ran) & set(swept)
+    assert {"accel", "seq", *bounds} <= shared
+    assert {c: ran[c] for c in shared} == {c: swept[c] for c in shared}
+
+
 def test_csv_is_deterministic(run_cli):
-    first = run_cli(main, ["--model", "xlm", "--seq", "16K", "--format", "csv"])
-    second = run_cli(main, ["--model", "xlm", "--seq", "16K", "--format", "csv"])
+    # an explicit --max-sim-s: the default 2 s budget is wall-clock, and a loaded machine
+    # could send one run, not the other, to the analytic fallback
+    argv = ["--model", "xlm", "--seq", "16K", "--format", "csv", "--max-sim-s", "600"]
+    first = run_cli(main, argv)
+    second = run_cli(main, argv)
     assert first == second
     table = list(csv.DictReader(io.StringIO(first[1])))
     assert len(table) == 5 and "util_2d_QK" in table[0]
@@ -80,7 +105,7 @@ def test_csv_is_deterministic(run_cli):
         ["--heads", "32", "--embed", "128", "--seq", "16K"],
         ["--pe-dim", "128", "--seq", "64K"],
         ["--model", "xlm", "--seq", "1048576"],
-        ["--buffer-bytes", "8MB", "--seq", "256K", "--accel", "binding"],
+        ["--buffer-bytes", "8MiB", "--seq", "256K", "--accel", "binding"],
         ["--bandwidth", "100e9", "--seq", "4K"],
     ],
 )
@@ -100,7 +125,7 @@ def test_pe_dim_scales_compute_bound_latency(run_cli):
 
 def test_smaller_buffer_means_more_kv_rereads(run_cli):
     full = _json(run_cli, "--seq", "1M", "--accel", "binding")[0]
-    small = _json(run_cli, "--seq", "1M", "--accel", "binding", "--buffer-bytes", "4MB")[0]
+    small = _json(run_cli, "--seq", "1M", "--accel", "binding", "--buffer-bytes", "4MiB")[0]
     assert small["factors"]["P1"] < full["factors"]["P1"]
     assert small["traffic_bytes"] > full["traffic_bytes"]
 
@@ -319,3 +344,18 @@ def test_a_rank_the_workload_does_not_size_is_noted(tmp_path, run_cli):
     Path(path).write_text(without)
     code, out, err = run_cli(main, ["--seq", "4K", "--engine", "analytic", "--mapping", path])
     assert code == 2 and "needs 'shapes:'" in err and err.count("\n") == 1
+
+
+def test_a_copied_architecture_names_the_line_of_a_missing_table(tmp_path, run_cli):
+    """fusemax.yaml copied alone: its tables are named relative to its folder and are not
+    there. One line naming the copy's line that names the table, not only the missing
+    path."""
+    text = (ROOT / "arch" / "fusemax.yaml").read_text()
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(text)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "energy_table:" in t)
+    code, out, err = run_cli(main, ["--arch", str(copy), "--accel", "binding", "--seq", "1K",
+                                    "--engine", "analytic"])  # fmt: skip
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"error: {copy}:{line}:") and "energy_table" in err
+    assert str(tmp_path / "tables" / "fusemax.ERT.yaml") in err

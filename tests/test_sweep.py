@@ -397,3 +397,35 @@ def test_a_swept_cascade_file_reaches_the_workers(tmp_path, monkeypatch):
     assert [r["cascade"] for r in got] == ["mine.yaml", "attention-causal-1pass"] * 2
     for a, b in ((got[0], got[1]), (got[2], got[3])):
         assert not a["error"] and a["latency_s"] == b["latency_s"]
+
+
+def test_workers_are_capped_at_the_points(tmp_path, monkeypatch):
+    """--jobs 1000 for two points starts two workers, not a thousand; and never more than
+    MAX_JOBS_PER_CPU per core however many points there are."""
+    from concurrent.futures import Future
+
+    import simulator.sweep as sweep
+
+    started: list[int] = []
+
+    class Inline:  # records the pool's size, runs each task here
+        def __init__(self, max_workers, initializer=None, initargs=()):
+            started.append(max_workers)
+
+        def submit(self, fn, *args):
+            future: Future = Future()
+            future.set_result(fn(*args))
+            return future
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            pass
+
+    monkeypatch.setattr(sweep, "ProcessPoolExecutor", Inline)
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 2)
+    rows = _sweep(tmp_path, "--grid", "seq=1K,2K", "accel=unfused", *SMALL, "--jobs", "1000")
+    assert len(rows) == 2 and started == [2]
+    started.clear()
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 1)
+    rows = _sweep(tmp_path, "--grid", "seq=1K,2K,3K,4K,5K", "accel=unfused", *SMALL,
+                  "--jobs", "1000", name="five.csv")  # fmt: skip
+    assert len(rows) == 5 and started == [sweep.MAX_JOBS_PER_CPU] == [4]

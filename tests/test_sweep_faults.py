@@ -59,6 +59,9 @@ def test_a_killed_sweep_resumes_to_the_same_csv(tmp_path, uninterrupted):
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its worker processes, at once
     proc.wait()
     assert not out.exists() and log.exists()
+    assert [p.name for p in tmp_path.glob(".killed.csv.partial-*")] == [
+        f".killed.csv.partial-{proc.pid}"
+    ]  # the CSV being written when it was killed: nothing runs on SIGKILL
     kept = _rows_in(log)
     assert 0 < kept < POINTS
 
@@ -78,6 +81,7 @@ def test_a_killed_sweep_resumes_to_the_same_csv(tmp_path, uninterrupted):
     assert recomputed <= 2 * 6  # at most the two chunks handed to the two workers
     assert out.read_bytes() == uninterrupted
     assert not log.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["killed.csv"]  # no temporary left
 
 
 def _header(out: Path, **change) -> journal.Header:
@@ -209,3 +213,19 @@ def test_a_point_that_keeps_failing_on_dask_keeps_its_row(tmp_path, monkeypatch)
     assert "on Dask: RuntimeError: the node's GPU fell off the bus" in lines[2]
     assert rows[0]["error"] == "" and rows[2]["error"] == ""
     assert rows[1]["latency_s"] == "" and rows[1]["seq"] == "16384"
+
+
+def test_a_fresh_sweep_removes_what_dead_runs_left(tmp_path):
+    """Temporaries of the same --out left by processes no longer running are removed once
+    the sweep is written; a running process's is left alone, and so are other files'."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = tmp_path / "s.csv"
+    left = tmp_path / f".s.csv.partial-{dead.pid}"
+    live = tmp_path / f".s.csv.partial-{os.getppid()}"
+    other = tmp_path / f".t.csv.partial-{dead.pid}"
+    for path in (left, live, other):
+        path.write_text("half a CSV")
+    assert main(["--grid", "seq=1K", "accel=unfused", "--engine", "analytic", "--no-progress",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, live.name, other.name])

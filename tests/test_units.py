@@ -65,3 +65,50 @@ def test_spec_expressions_stay_real() -> None:
     assert evaluate("(64/64) ** 1.56", {}, None) == 1.0
     with pytest.raises(SpecError, match="fractional power"):
         evaluate("(-2) ** 0.5", {}, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("400GB", 400 * 10**9),  # decimal SI: B after the multiple
+        ("400GiB", 400 * 2**30),  # binary: iB
+        ("400G", 400 * 2**30),  # a bare multiple: binary, as in counts
+        ("1.6TB", 16 * 10**11),  # a fraction that makes whole bytes
+        ("16MiB", 2**24),
+        ("16MB", 16 * 10**6),
+        ("1.5KiB", 1536),
+        ("2PB", 2 * 10**15),
+    ],
+)
+def test_decimal_and_binary_sizes_are_distinct(text: str, value: int) -> None:
+    assert parse_bytes(text) == value
+
+
+def test_a_fraction_of_bytes_is_refused_and_bandwidths_follow_sizes() -> None:
+    from simulator.units import parse_bandwidth
+
+    with pytest.raises(SpecError, match="not a whole number"):
+        parse_bytes("1.6TiB")  # 1759218604441.6 bytes
+    assert parse_bandwidth("400GB/s") == 4e11
+    assert parse_bandwidth("400GiB") == 400 * 2**30
+    assert parse_bandwidth("1.6TB/s") == 1.6e12
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=1, max_value=2**64))
+def test_counts_print_short_and_read_back(n: int) -> None:
+    """A count prints with a binary multiple only while the number stays short (2^64 is
+    16E, not 16777216T), else as its digits; either way it reads back exactly."""
+    from simulator.units import format_count
+
+    text = format_count(n)
+    assert parse_count(text) == n
+    assert text == str(n) or (len(text) <= 5 and text[-1] in "KMGTPE")
+
+
+def test_the_largest_count_is_short() -> None:
+    from simulator.units import format_count
+
+    assert format_count(2**64) == "16E"
+    assert format_count(10**12) == "1000000000000"  # not 976562500K
+    assert format_count(3 * 2**40) == "3T"

@@ -87,17 +87,24 @@ def tensor_shape(cascade: Cascade, tensor: str, shapes: Mapping[str, int]) -> tu
 MAX_EVALUATION_BYTES = 2 * 2**30
 
 
-def check_evaluation_size(cascade: Cascade, shapes: Mapping[str, int]) -> None:
-    """A SpecError when the cascade's tensors at `shapes` would not fit the budget."""
+def evaluation_bytes(cascade: Cascade, shapes: Mapping[str, int]) -> int:
+    """Bytes of float64 tensors a numerical evaluation at `shapes` holds."""
     names = list(cascade.inputs) + [
         e.output.tensor for e in cascade.einsums if e.output.tensor not in cascade.inputs
     ]
-    total = 8 * sum(math.prod(tensor_shape(cascade, n, shapes)) for n in dict.fromkeys(names))
+    return 8 * sum(math.prod(tensor_shape(cascade, n, shapes)) for n in dict.fromkeys(names))
+
+
+def check_evaluation_size(cascade: Cascade, shapes: Mapping[str, int]) -> None:
+    """A SpecError when the cascade's tensors at `shapes` would not fit the budget."""
+    total = evaluation_bytes(cascade, shapes)
     if total > MAX_EVALUATION_BYTES:
+        largest = sorted(shapes, key=lambda r: (-shapes[r], r))[:2]  # its own ranks
+        example = ",".join(f"{r}=256" for r in sorted(largest))
         raise SpecError(
             f"evaluating {cascade.name} at these shapes needs {total / 2**30:.3g} GiB of float64 "
             f"tensors (at most {MAX_EVALUATION_BYTES / 2**30:g} GiB): numerical checks are for "
-            "small shapes, e.g. --shape M=256,P=256",
+            f"small shapes, e.g. --shape {example}",
             Loc(cascade.path),
         )
 

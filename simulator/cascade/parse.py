@@ -33,13 +33,18 @@ from simulator.cascade.ir import (
     FUNCTIONS,
     REDUCE_OPS,
     Cascade,
+    Einsum,
+    Expr,
+    Op,
     Operator,
     Reference,
     TensorDecl,
+    VarValue,
+    expr_reads,
 )
 from simulator.cascade.references import ALGORITHMS, check_reference
 from simulator.cascade.transform import expand, free_names, parse_body, parse_text
-from simulator.errors import Loc, SpecError
+from simulator.errors import Loc, SpecError, warn
 from simulator.progress import Steps
 from simulator.spec import yamlio
 from simulator.spec.yamlio import LocDict, LocList, LocStr
@@ -218,6 +223,55 @@ def _reference(data: LocDict) -> Reference | None:
     return Reference(algorithm, tuple(options), raw.loc)
 
 
+def _terms(expr: Expr) -> list[Expr]:
+    """The terms a right-hand side adds (or subtracts): `A * B + C * D` -> [A * B, C * D]."""
+    if isinstance(expr, Op) and expr.name in ("add", "sub"):
+        return _terms(expr.args[0]) + _terms(expr.args[1])
+    if isinstance(expr, Op) and expr.name == "neg":
+        return _terms(expr.args[0])
+    return [expr]
+
+
+def _variables(expr: Expr) -> set[str]:
+    """Index variables a term reads (its tensors' indices, its variables used as values)."""
+    names = {v for access in expr_reads(expr) for v in access.vars()}
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, VarValue):
+            names.add(node.name)
+        elif isinstance(node, Op):
+            stack.extend(node.args)
+    return names
+
+
+def lopsided_sum(e: Einsum) -> None:
+    """A warning (not an error: it is what the language says) for a sum over a rank that
+    only some of the summed terms read: `S[m, p] = QL[l, p] * C[l, m] + QR[r, p] * KR[r, m]`
+    sums the whole right-hand side over l and r, so each term is multiplied by the extent
+    of the rank it lacks -- rarely what was meant (write each sum as an Einsum of its own)."""
+    if e.reduce_op != "sum" or not e.reduced:
+        return
+    terms = _terms(e.expr)
+    if len(terms) < 2:
+        return
+    seen = [_variables(t) for t in terms]
+    lopsided = [
+        var
+        for var in e.reduced
+        if not all(var in names for names in seen) and any(var in names for names in seen)
+    ]
+    if lopsided:
+        counted = ", ".join(f"one without {v} {v.upper()} times" for v in lopsided)
+        warn(
+            f"Einsum '{e.name}' sums over {', '.join(lopsided)} terms that do not all read "
+            f"{'it' if len(lopsided) == 1 else 'them'}: the reduction applies to the whole "
+            f"right-hand side, so a term is counted once per point it lacks ({counted}); "
+            "write each term's sum as an Einsum of its own",
+            e.loc,
+        )
+
+
 def load_cascade(path: str | Path) -> Cascade:
     """Parse and check a cascade file."""
     data = yamlio.load(path)
@@ -275,6 +329,8 @@ def build_cascade(data: Any, source: str) -> Cascade:
     cascade = Checker(
         str(name), str(description).strip(), source, decls, shapes, ops, statements, shape_locs
     ).build()
+    for e in cascade.einsums:
+        lopsided_sum(e)
     if reference is None:
         return cascade
     cascade = replace(cascade, reference=reference)

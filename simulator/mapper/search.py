@@ -204,6 +204,7 @@ def _search(
     # that did not fit is skipped unplanned (larger tiles need more buffer).
     queues = [(tmpl, mapping, iter(choices), []) for tmpl, mapping, choices in plans]
     planned = 0
+    within_bound = False  # stopped: the best is within `stop_within` of the bound
     if progress is not None:
         progress(0, space)
     while queues and evaluated < budget and planned < PLANNED_PER_EVALUATION * budget:
@@ -247,6 +248,7 @@ def _search(
             and results
             and min(x[3].latency_s for x in results) <= bound * (1 + options.stop_within)
         ):
+            within_bound = True
             break
     if progress is not None:
         progress(space, space)
@@ -268,6 +270,7 @@ def _search(
             raise first_error
         raise SpecError(f"{name}: no mapping of the {options.strategy} strategy runs the point")
     _order, tmpl, values, r, _mapping = best
+    left = space - evaluated - infeasible - breaches - skipped
     data = data_with_factors(tmpl.data, values)
     first = offered[0]
     body = data["mapping"]
@@ -284,7 +287,10 @@ def _search(
         space=space,
         evaluated=evaluated + infeasible,
         infeasible=infeasible,
-        pruned=space - evaluated - infeasible,
+        # what was never evaluated: pruned where no need (the bound reached, larger tiles
+        # than one that did not fit), else left when the budget ran out
+        pruned=skipped + breaches + (left if within_bound or not queues else 0),
+        unevaluated=0 if within_bound or not queues else left,
         budget=budget,
         bound_s=0.0 if math.isinf(bound) else bound,
         distance=r.latency_s / bound - 1 if bound and not math.isinf(bound) else 0.0,

@@ -75,12 +75,12 @@ def check_sized(
     facts: BinderFacts,
     workload: Workload | None = None,
 ) -> None:
-    """Every rank an Einsum iterates has an extent from the workload: `--shape`, or the
-    workload quantity the binder's facts name; a chunk (the inner component of a
-    partitioned rank) is the mapping's to choose. A rank sized by nothing else would run at
-    the cascade's example shape whatever the workload says: one line naming it instead."""
+    """Every rank an Einsum iterates has an extent: `--shape`, the workload quantity the
+    binder's facts name, or else the cascade's own `shapes:` (an FFN's output width); a
+    chunk (the inner component of a partitioned rank) is the mapping's to choose. A rank
+    sized by none of them is one line naming it."""
     given = set(dict(workload.rank_overrides)) if workload is not None else set()
-    sized = {r for r, _q in facts.shapes} | given
+    sized = {r for r, _q in facts.shapes} | given | {r for r, _v in cascade.shapes}
     parts = dict(cascade.partitions)
     for rank, comps in parts.items():
         if rank in sized:
@@ -88,18 +88,13 @@ def check_sized(
     for e in cascade.einsums:
         for var in e.iteration:
             rank = rank_of(var)
-            if rank in sized:
+            if rank in sized or rank in extents:
                 continue
-            if rank not in extents:
-                known = ", ".join(f"{r} ({q})" for r, q in facts.shapes)
-                raise SpecError(
-                    f"cannot bind Einsum '{e.name}': no workload sizes its rank '{rank}' "
-                    f"(the binder sizes {known}; {facts.path}): give --shape {rank}=N",
-                    e.loc,
-                )
+            known = ", ".join(f"{r} ({q})" for r, q in facts.shapes)
             raise SpecError(
-                f"cannot bind '{cascade.name}': no workload field sizes its rank {rank} "
-                f"(Einsum {e.name}): give its extent, --shape {rank}=N",
+                f"cannot bind Einsum '{e.name}': no workload sizes its rank '{rank}' "
+                f"(the binder sizes {known}; {facts.path}), nor does the cascade's shapes: "
+                f"give --shape {rank}=N",
                 e.loc,
             )
 

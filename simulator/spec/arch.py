@@ -28,7 +28,7 @@ from typing import Any
 
 from simulator.errors import Loc, SpecError
 from simulator.spec import expr
-from simulator.spec.yamlio import LocDict, LocList
+from simulator.spec.yamlio import LocDict, LocList, LocStr
 
 _MISSING = object()  # not looked up yet
 
@@ -238,6 +238,14 @@ class Architecture:
     # buffer (an L2) and DRAM. 1: no such container (FuseMax, FLAT).
     cores: int = 1
     core_memory: Memory | None = None
+    # Where each table is named in the file (`energy_table` -> its line): a table that is
+    # not there is reported at the line that names it (a copied file loses its relative
+    # tables). Not part of the design: no comparison or repr sees it.
+    table_locs: tuple[tuple[str, Loc], ...] = field(default=(), compare=False, repr=False)
+
+    def table_loc(self, key: str) -> Loc:
+        """The line naming table `key` (`energy_table`, ...), else the file."""
+        return dict(self.table_locs).get(key, Loc(self.path))
 
     def component_attributes(self) -> dict[str, dict[str, float]]:
         """Attributes table expressions may use, per priced component."""
@@ -555,7 +563,10 @@ def _attributes(raw: Any, loc: Loc, variables: dict[str, float]) -> dict[str, An
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[key] = ctx[key] = expr.evaluate(value, {}, raw.loc_of(key))  # bounded
         elif str(key).endswith(TEXT_SUFFIXES) or key in TEXT_KEYS:
-            out[key] = str(value)  # file names and kinds are text, never arithmetic
+            # file names and kinds are text, never arithmetic (a table's name keeps where
+            # it is written: a missing table is reported there)
+            keep = isinstance(value, LocStr) and str(key).endswith("_table")
+            out[key] = value if keep else str(value)
         elif isinstance(value, str) and expr.is_arithmetic(value):
             pending[key] = value
         else:
@@ -886,6 +897,7 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
         "published_energy_table": None,
         "published_area_table": None,
     }
+    table_locs: dict[str, Loc] = {}
     for node in nodes:
         if node.tag == "Container" and not node.spatial_path:
             if "frequency_hz" in node.attrs:
@@ -899,6 +911,8 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
             for key in tables:
                 if key in node.attrs:
                     tables[key] = str(Path(source).parent / str(node.attrs[key]))
+                    named = node.attrs[key]
+                    table_locs[key] = named.loc if isinstance(named, LocStr) else node.loc
     drams = [n for n in nodes if n.tag == "Component" and n.klass.upper() == "DRAM"]
     if len(drams) != 1:
         raise SpecError(f"expected exactly one DRAM component, found {len(drams)}", top)
@@ -1028,6 +1042,7 @@ def _assemble(nodes: list[_Node], name: str, source: str, top: Loc) -> Architect
         precision,
         cores,
         core_memory,
+        tuple(table_locs.items()),
     )
 
 

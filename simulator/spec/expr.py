@@ -90,7 +90,7 @@ def _names_in(text: str) -> frozenset[str]:
     """:func:`names_in`, kept per text (a mapper's every candidate asks of the same few)."""
     try:
         tree = _parse(text)
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # evaluating it says what is wrong
         return frozenset()
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -130,6 +130,21 @@ def _bounded(value: Number, label: str, loc: Loc | None) -> Number:
     return value
 
 
+# Names an unknown-name message lists, at most.
+KNOWN_SHOWN = 12
+
+
+def known_names(ctx: Mapping[str, Number]) -> str:
+    """The names an expression may use here, for a message: every one (or the first
+    KNOWN_SHOWN and how many more), or that there are none."""
+    names = sorted(ctx)
+    if not names:
+        return "no names are defined here"
+    shown = ", ".join(names[:KNOWN_SHOWN])
+    more = len(names) - KNOWN_SHOWN
+    return f"known: {shown}" + (f", and {more} more" if more > 0 else "")
+
+
 def _eval(node: ast.AST, ctx: Mapping[str, Number], source: str, loc: Loc | None) -> Number:
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, int | float):
@@ -142,8 +157,7 @@ def _eval(node: ast.AST, ctx: Mapping[str, Number], source: str, loc: Loc | None
         if name in ("inf", "infinity"):
             return math.inf
         if name not in ctx:
-            known = ", ".join(sorted(ctx)[:12])
-            raise SpecError(f"'{source}': unknown name '{name}' (known: {known}...)", loc)
+            raise SpecError(f"'{source}': unknown name '{name}' ({known_names(ctx)})", loc)
         value = ctx[name]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise SpecError(f"'{source}': '{name}' is not a number", loc)

@@ -96,5 +96,6 @@ def _check(rate: str, value: float, peak: float, name: str) -> None:
     if value > peak * (1 + 1e-9):
         raise SpecError(
             f"sustained {rate} {value:.4g} exceeds architecture '{name}''s peak {peak:.4g}: "
-            "the file's peak is wrong"
+            "the rates were measured on a faster device than the architecture describes, or "
+            "its peak is wrong"
         )

@@ -37,6 +37,7 @@ class EnergyTable:
         for name, actions in self.entries:
             bound = []
             for action, value in actions:
+                _known(name, value, attributes, self.path)
                 number = _value(value, attributes.get(name, {}), self.path, name, action)
                 bound.append((action, number))
             entries.append((name, tuple(bound)))
@@ -61,6 +62,8 @@ class AreaTable:
     entries: tuple[tuple[str, float | str], ...]
 
     def bind(self, attributes: dict[str, dict[str, float]]) -> AreaTable:
+        for name, value in self.entries:
+            _known(name, value, attributes, self.path)
         return AreaTable(
             self.path,
             tuple(
@@ -74,6 +77,23 @@ class AreaTable:
 
     def components(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.entries)
+
+
+def _known(
+    component: str, value: float | str, attributes: dict[str, dict[str, float]], path: str
+) -> None:
+    """A price written over a component's attributes needs the component: a table made for
+    another architecture (or one whose arrays were renamed) says which it lacks."""
+    if component in attributes or not isinstance(value, str):
+        return
+    if not expr.names_in(value) - {"inf", "infinity"}:  # a number: no attribute read
+        return
+    raise SpecError(
+        f"component '{component}': its price '{value}' reads the attributes of a component "
+        f"the architecture does not have (it has {', '.join(attributes)}): name the table's "
+        "components as the architecture does, or give the architecture its own table",
+        Loc(path),
+    )
 
 
 def _value(

@@ -4,7 +4,10 @@ Specs are untrusted input: only YAML's safe types are built, plus the Timeloop v
 the project understands (`!Container`, `!Component`, `!Parallel`, `!Hierarchical`). Any
 other tag is an error naming it. Mappings and strings carry their source position so the
 readers can report `file:line:col` for a problem found long after parsing. Duplicate keys,
-which PyYAML silently accepts, are rejected.
+which PyYAML silently accepts, are rejected. So is nesting deeper than MAX_DEPTH levels:
+PyYAML builds a document recursively (a RecursionError past a few hundred levels, and
+libyaml's composer overflows the C stack -- a segfault -- past some tens of thousands), so
+the depth is counted first on the parser's flat stream of events, which never recurses.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import yaml
 from simulator.errors import Loc, SpecError
 
 TIMELOOP_TAGS = ("Container", "Component", "Parallel", "Hierarchical")
+# Collections nested in one another, at most (the shipped specs nest 12 deep).
+MAX_DEPTH = 64
 
 
 class LocStr(str):
@@ -158,6 +163,7 @@ def loads(text: str, source: str = "<string>") -> Any:
     loader = _Loader(text)
     loader.source = source
     try:
+        _check_depth(text, source)
         return loader.get_single_data()
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
@@ -168,6 +174,23 @@ def loads(text: str, source: str = "<string>") -> Any:
         raise SpecError(f"YAML error: {err}", Loc(source)) from None
     finally:
         loader.dispose()
+
+
+def _check_depth(text: str, source: str) -> None:
+    """A SpecError at the first collection nested deeper than MAX_DEPTH levels, found on the
+    parser's events (flat: no recursion, however deep the text)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Base):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                raise SpecError(
+                    f"nested deeper than {MAX_DEPTH} levels",
+                    Loc(source, mark.line + 1, mark.column + 1),
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
 
 
 def located(value: Any, source: str) -> Any:

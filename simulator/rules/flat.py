@@ -228,7 +228,12 @@ def flat_mapping(
         e = cascade.einsum(n)
         other = [r for r in einsum_ranks(e) if r not in (row, fibre, f1, f0, *outer)]
         if not output_stationary:  # weight-stationary: the operand without rows stays put
-            einsums[n] = {"spatial": [f0, *other], "inner": [r0]}
+            down, room = [], two.mesh_y  # the other ranks down the array's side, as they fit
+            for r in other:
+                if extents.get(r, 1) <= room:
+                    down.append(r)
+                    room //= extents.get(r, 1)
+            einsums[n] = {"spatial": [f0, *down], "inner": [r0]}
         elif reduces_fibre(n) and spread == "fibre":  # the fibre's chunks reduced in the PEs
             einsums[n] = {"loops": [*outer, r2, r1, f1], "spatial": [r0, f0]}
         elif reduces_fibre(n):  # accumulates over the whole fibre in the PEs: rows stay put

@@ -99,7 +99,7 @@ CASES = ("attention-1pass", "attention-3pass", "sigmoid-attention", "linear-atte
 
 
 @settings(
-    max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
 @given(
     cascade=st.sampled_from(CASES),

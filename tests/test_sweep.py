@@ -140,10 +140,11 @@ def test_layer_scope_adds_the_linear_layers(tmp_path):
 
 
 def test_a_point_that_cannot_map_keeps_its_row_with_the_reason(tmp_path, capsys):
-    got = _sweep(tmp_path, "--grid", "accel=flat,binding", "pe_dim=16", "seq=1K", *SMALL)
-    flat, binding = got
-    assert "exceeds" in flat["error"] and flat["latency_s"] == ""
-    assert binding["error"] == "" and float(binding["latency_s"]) > 0
+    # 16 x 16 PEs and a 4 KiB buffer: FLAT's rule fits its tiles, +Binding's file does not
+    grid = ("accel=flat,binding", "pe_dim=16", "buffer_bytes=4K", "seq=1K")
+    flat, binding = _sweep(tmp_path, "--grid", *grid, *SMALL)
+    assert "does not fit" in binding["error"] and binding["latency_s"] == ""
+    assert flat["error"] == "" and float(flat["latency_s"]) > 0
     assert "1 without results" in capsys.readouterr().err
 
 

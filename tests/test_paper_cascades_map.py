@@ -1,0 +1,65 @@
+"""Cascades as papers write them map near the chip's floor (issue 42).
+
+A cascade written the way a paper writes it (`tests/data/paper_cascades/`: a 3-pass softmax
+with its 1/sqrt(d) scale, a 2-pass safe softmax, a SwiGLU FFN) must map, with no
+hand-written mapping, within 1.5x of max(MACs / the chip's MAC rate, compulsory bytes /
+bandwidth) on FuseMax's chip where a block of rows fits on chip. The floor is worked out
+here from the cascade's operation counts and tensor sizes alone, not from the simulator's
+own bounds. The rest of the set and longer sequences: `docs/mapper.md`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simulator.cascade.ops import count_points, ops_per_point
+from simulator.cascade.parse import load_cascade
+from simulator.configs import Specs, evaluate
+from simulator.paths import resolve_spec
+from simulator.rules.auto import instances_of, workload_extents
+from simulator.rules.facts import load_facts
+from simulator.spec.arch_file import load_architecture
+from simulator.spec.workload import make_workload
+
+from .conftest import DATA
+
+PAPER = DATA / "paper_cascades"
+CASES = {
+    "vaswani-attention-3pass": {},
+    "safe-softmax-attention-2pass": {},
+    "swiglu-ffn": {"D": 4096, "N": 14336, "O": 4096},
+}
+
+
+def _floor_s(path, workload, arch) -> float:
+    cascade = load_cascade(path)
+    facts = load_facts()
+    shapes, extents = workload_extents(cascade, workload, facts)
+    fields = workload.fields()
+    instances = math.prod(
+        int(fields[q]) if q in fields else int(q) for q in instances_of(shapes, facts).values()
+    )
+    macs = sum(
+        ops_per_point(cascade, e).get("mac", 0) * count_points(cascade, e, extents)
+        for e in cascade.einsums
+        if e.kind == "compute"
+    )
+    rate = sum(a.pes for a in arch.arrays if a.op("mac")) * arch.frequency_hz
+    values = sum(
+        math.prod(extents[r] for r in cascade.tensor(t).ranks)
+        for t in (*cascade.inputs, *cascade.outputs)
+    )
+    moved = values * arch.value_bytes / arch.dram.bandwidth_bytes_per_s
+    return instances * max(macs / rate, moved)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_paper_form_maps_within_1_5x_of_the_floor(name):
+    path = PAPER / f"{name}.yaml"
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape=CASES[name] or None)
+    arch = load_architecture(resolve_spec("arch", "fusemax"))
+    r = evaluate(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
+    floor = _floor_s(path, w, arch)
+    assert floor <= r.latency_s <= 1.5 * floor, (name, r.latency_s / floor, r.search.found)

@@ -53,12 +53,15 @@ def _workload(shape: dict[str, int], decode: bool, seq: str, batch: int):
     )
 
 
-@settings(
+DRAWN = settings(
     max_examples=EXAMPLES,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+@DRAWN
 @given(
     case=st.sampled_from(CASES),
     arch=st.sampled_from(("fusemax", "flat")),
@@ -93,12 +96,7 @@ def test_no_candidate_is_under_its_bound(
     assert r.traffic_bytes >= r.traffic_bound_bytes * (1 - 1e-9)
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+@DRAWN
 @given(
     case=st.sampled_from(CASES),
     arch=st.sampled_from(("fusemax", "flat")),

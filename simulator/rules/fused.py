@@ -58,52 +58,19 @@ def fused_mapping(
     """`rule`: `first` -- the first rule that applies (module docstring) -- or `blocks`
     (blocks of rows whatever the cascade); `reduction`, `scale`: see
     :func:`_blocks_of_rows`."""
+    point = (cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref)
     if rule == "blocks":
-        return _blocks_of_rows(
-            cascade,
-            arch,
-            roles,
-            extents,
-            shapes,
-            instances,
-            cascade_ref,
-            arch_ref,
-            (reduction, scale),
-        )
+        return _blocks_of_rows(*point, (reduction, scale))
     if fusemax_applies(roles) is None:
-        data = fusemax_mapping(
-            cascade,
-            arch,
-            roles,
-            extents,
-            shapes,
-            instances,
-            cascade_ref,
-            arch_ref,
-            pipelined=pipelined,
-            reuse=reuse,
-        )
+        data = fusemax_mapping(*point, pipelined=pipelined, reuse=reuse)
         return _relabel(data, cascade, "a one-pass recurrence interleaved over both arrays")
     if roles.iterative is None:
         try:
-            data = flat_mapping(
-                cascade,
-                arch,
-                roles,
-                extents,
-                shapes,
-                instances,
-                cascade_ref,
-                arch_ref,
-                reuse=reuse,
-                soonest=True,
-            )
+            data = flat_mapping(*point, reuse=reuse, soonest=True)
             return _relabel(data, cascade, "fibres of a block of rows kept on chip (FLAT)")
         except SpecError:
             pass  # not FLAT's shape: the general rule
-    return _blocks_of_rows(
-        cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref, (reduction, 1)
-    )
+    return _blocks_of_rows(*point, (reduction, 1))
 
 
 def _relabel(data: dict[str, Any], cascade: Cascade, how: str) -> dict[str, Any]:

@@ -81,6 +81,62 @@ def test_layernorm_matmul_reaches_1_pass_with_stable_rules(tmp_path, capsys):
     assert code == 0 and "warning" not in text and "chunked-variance" in text
 
 
+AFFINE_LAYERNORM_MATMUL = """\
+name: affine-layernorm-matmul
+shapes: {{E: 64, P: 8, F: 16}}
+einsum:
+  declaration:
+    X: [E, P]
+    G: [E]
+    B: [E]
+    W: [E, F]
+    MU: [P]
+    D: [E, P]
+    VAR: [P]
+    SD: [P]
+{declarations}
+  expressions:
+    - MU[p] = X[e, p] / E
+    - D[e, p] = X[e, p] - MU[p]
+    - VAR[p] = D[e, p] * D[e, p] / E
+    - SD[p] = sqrt(VAR[p] + 0.00001)
+{expressions}
+"""
+# LayerNorm with its scale G and shift B, then a matmul: the centring X - MU and the
+# normalisation sit inside the contraction, under a sum with the shift.
+AFFINE = AFFINE_LAYERNORM_MATMUL.format(
+    declarations="    Y: [E, P]\n    Z: [F, P]",
+    expressions="    - Y[e, p] = D[e, p] / SD[p] * G[e] + B[e]\n    - Z[f, p] = Y[e, p] * W[e, f]",
+)
+# The same, distributed by hand: the mean folded into the matmul,
+# Z = (sum_e X G W - MU sum_e G W) / SD + sum_e B W.
+DISTRIBUTED = AFFINE_LAYERNORM_MATMUL.format(
+    declarations="    XGW: [F, P]\n    GW: [F]\n    BW: [F]\n    Z: [F, P]",
+    expressions=(
+        "    - XGW[f, p] = X[e, p] * G[e] * W[e, f]\n    - GW[f] = G[e] * W[e, f]\n"
+        "    - BW[f] = B[e] * W[e, f]\n"
+        "    - Z[f, p] = (XGW[f, p] - MU[p] * GW[f]) / SD[p] + BW[f]"
+    ),
+)
+
+
+def test_a_layernorm_with_scale_and_shift_before_a_matmul_reaches_the_distributed_passes():
+    """The distributed form's matmul reads X beside the statistics: as written 2 passes
+    (the variance's deviations), and 1 once the variance is merged chunk by chunk. From the
+    affine LayerNorm (3 passes) the rewrite reaches that 1 with stable rules (it stayed at
+    2 while the sum with the shift B kept MU and SD inside the contraction)."""
+    affine = loads_cascade(AFFINE, "<affine>")
+    distributed = loads_cascade(DISTRIBUTED, "<distributed>")
+    assert compare(affine, distributed, scale=30.0).equivalent
+    assert analyze_passes(affine).max_passes == 3
+    assert analyze_passes(distributed).max_passes == 2
+    want = rewrite(distributed).passes_after.max_passes
+    got = rewrite(affine)
+    assert got.passes_after.max_passes == want == 1 and got.unstable == ()
+    assert "distribute-contraction" in {s.rule for s in got.steps}
+    assert compare(affine, got.cascade, scale=30.0).equivalent
+
+
 def test_layernorm_alone_reaches_its_floor_with_welford_not_the_unstable_rule():
     """Y is indexed by E and reads its statistics: 2 passes is the floor, reached by the
     stable Welford update; with --allow-unstable the one-pass variance reaches 2 too, and

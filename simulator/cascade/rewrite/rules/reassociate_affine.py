@@ -45,7 +45,7 @@ NAME = "reassociate-affine"
 STABLE = True
 
 
-def _shift(expr: Expr, contracted: set[str]) -> tuple[Expr, Expr, str] | None:
+def shift(expr: Expr, contracted: set[str]) -> tuple[Expr, Expr, str] | None:
     """(A, b, 'sub' | 'add') for `A - b` / `A + b` with b free of the contracted variables."""
     if not isinstance(expr, Op) or expr.name not in ("sub", "add"):
         return None
@@ -77,7 +77,7 @@ def candidates(context: Context) -> Iterator[Rewrite]:
                 body = inline(producers[0], part.access)
             if body is None:
                 continue
-            found = _shift(body, contracted)
+            found = shift(body, contracted)
             if found is None:
                 continue
             others = parts[:i] + parts[i + 1 :]

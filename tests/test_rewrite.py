@@ -137,6 +137,48 @@ def test_a_layernorm_with_scale_and_shift_before_a_matmul_reaches_the_distribute
     assert compare(affine, got.cascade, scale=30.0).equivalent
 
 
+CENTRED_GRAM = """\
+name: centred-gram
+shapes: {E: 32, P: 4, Q: 6}
+einsum:
+  declaration:
+    X: [E, P]
+    Y: [E, Q]
+    MX: [P]
+    MY: [Q]
+%s
+  expressions:
+    - MX[p] = X[e, p] / E
+    - MY[q] = Y[e, q] / E
+%s
+"""
+
+
+def test_a_centred_gram_matrix_reaches_the_passes_of_its_expansion():
+    """C = sum_e (X - MX) (Y - MY) waits for both means (2 passes over E); expanded by
+    hand, XY - MX sum Y - MY sum X + E MX MY reads X and Y once with them (1 pass). The
+    rewrite reaches that: the second reassociation leaves sum_e (Y - MY), one factor,
+    which only distributing (E MY for the constant term) takes apart."""
+    gram = loads_cascade(
+        CENTRED_GRAM % ("    C: [P, Q]", "    - C[p, q] = (X[e, p] - MX[p]) * (Y[e, q] - MY[q])"),
+        "<gram>",
+    )
+    expanded = loads_cascade(
+        CENTRED_GRAM
+        % (
+            "    XY: [P, Q]\n    SX: [P]\n    SY: [Q]\n    C: [P, Q]",
+            "    - XY[p, q] = X[e, p] * Y[e, q]\n    - SX[p] = X[e, p]\n    - SY[q] = Y[e, q]\n"
+            "    - C[p, q] = XY[p, q] - MX[p] * SY[q] - MY[q] * SX[p] + E * MX[p] * MY[q]",
+        ),
+        "<expanded>",
+    )
+    assert compare(gram, expanded, scale=30.0).equivalent
+    assert analyze_passes(gram).max_passes == 2
+    got = rewrite(gram)
+    assert got.passes_after.max_passes == analyze_passes(expanded).max_passes == 1
+    assert "distribute-contraction" in {s.rule for s in got.steps}
+
+
 def test_layernorm_alone_reaches_its_floor_with_welford_not_the_unstable_rule():
     """Y is indexed by E and reads its statistics: 2 passes is the floor, reached by the
     stable Welford update; with --allow-unstable the one-pass variance reaches 2 too, and

@@ -277,20 +277,31 @@ def test_distribution_needs_a_statistic_to_move_out():
     assert rewrites(distribute_contraction, c) == []
 
 
-def test_distribution_needs_every_term_to_run_over_the_rank():
-    """sum_e (MU - X) SD: the term MU SD does not vary along e; as a contraction of its own
-    it would be one product, not E of them."""
+def test_distribution_counts_a_term_constant_along_the_rank():
+    """sum_e (MU - X) SD: the term MU SD does not vary along e, so its sum is E MU SD --
+    written as one product without E it would be wrong."""
     decls = "X: [E, P];MU: [P];SD: [P];Z: [P]"
-    body = "MU[p] = X[e, p] / E;SD[p] = X[e, p] * X[e, p];Z[p] = (MU[p] - X[e, p]) * SD[p]"
-    c = cascade(body, "E: 16, P: 4", decls)
-    assert rewrites(distribute_contraction, c) == []
+    c = cascade("Z[p] = (MU[p] - X[e, p]) * SD[p]", "E: 16, P: 4", decls)
+    (rw,) = rewrites(distribute_contraction, c)
+    new = apply(rw, c)
+    assert equal(c, new) and "ZA[p] = MU[p] * SD[p] * E" in rw.draft.statements
     wrong = cascade(
-        "MU[p] = X[e, p] / E;SD[p] = X[e, p] * X[e, p];ZA[p] = MU[p] * SD[p];"
-        "ZB[p] = X[e, p] * SD[p];Z[p] = ZA[p] - ZB[p]",
+        "ZA[p] = MU[p] * SD[p];ZB[p] = X[e, p] * SD[p];Z[p] = ZA[p] - ZB[p]",
         "E: 16, P: 4",
         decls + ";ZA: [P];ZB: [P]",
     )
     assert not equal(c, wrong)
+
+
+def test_distribution_leaves_a_term_that_only_counts_along_the_rank():
+    """A term using e as a value (`e * MU`) but reading nothing along e: an Einsum of its
+    own could not iterate e (the language refuses it), so the rule does not split."""
+    decls = "X: [E, P];MU: [P];Z: [P]"
+    body = "MU[p] = X[e, p] / E;Z[p] = (X[e, p] - MU[p] * e) * MU[p]"
+    c = cascade(body, "E: 16, P: 4", decls)
+    assert rewrites(distribute_contraction, c) == []
+    with pytest.raises(SpecError):
+        cascade("MU[p] = X[e, p] / E;ZB[p] = MU[p] * e * MU[p]", "E: 16, P: 4", decls)
 
 
 def test_distribution_leaves_a_shift_factor_to_reassociation():

@@ -20,10 +20,14 @@ rule moved them out of a sum of terms). Like :mod:`.reassociate_affine` it subtr
 that can be close (X G W and MU G W) when the mean is large against the spread; every
 candidate is checked numerically, at large magnitudes too.
 
+A term that does not vary along a contracted variable is summed as its count times it
+(`sum_e (Y[e, q] - MY[q])` = `sum_e Y[e, q] - E * MY[q]`): the centred Gram matrix
+`sum_e (X - MX) (Y - MY)`, reassociated twice, reads X and Y once with its means.
+
 Conditions checked: C is a plain sum (no filters, not iterative); the sum or difference is
 reached from C's expression through products, numerators of quotients and reads of plain
-maps with one producer (inlined at C's variables); each term reads every contracted
-variable (else its sum would need the extent as a factor); a term has a factor or a divisor
+maps with one producer (inlined at C's variables); no term uses a contracted variable as a
+value (`m - p`) without reading along it; a term has a factor or a divisor
 free of the contracted variables that reads a tensor; the factors beside the sum or
 difference that vary along the sum read none of its tensors (nor the maps inlined to reach
 it): distributing a square `(A - b) * (A - b)` is the one-pass variance, which cancels
@@ -37,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from simulator.cascade.ir import Cascade, Einsum, Expr, Op, Read
+from simulator.cascade.ir import Cascade, Einsum, Expr, Op, Read, Size, expr_values, rank_of
 from simulator.cascade.rewrite.draft import (
     edited,
     expr_tensors,
@@ -47,11 +51,12 @@ from simulator.cascade.rewrite.draft import (
     is_plain_map,
     is_plain_sum,
     names_in_use,
+    product,
     read,
     statement,
 )
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
-from simulator.cascade.rewrite.rules.reassociate_affine import shift
+from simulator.cascade.rewrite.rules.reassociate_affine import shifts
 from simulator.cascade.write import expr_text
 
 NAME = "distribute-contraction"
@@ -127,22 +132,45 @@ def _free_read(x: Expr, contracted: set[str]) -> bool:
     return bool(expr_tensors(x)) and not expr_vars(x) & contracted
 
 
+def _reassociated(c: Cascade, consumer: Einsum) -> set[Expr]:
+    """The shifted factors `A - b` of C that reassociate-affine takes out in one step."""
+    found: set[Expr] = set()
+    for _, a, b, how in shifts(c, consumer):
+        found |= {Op(how, (a, b)), Op(how, (b, a))} if how == "add" else {Op(how, (a, b))}
+    return found
+
+
+def _counted_only(term: Expr, contracted: set[str]) -> bool:
+    """Does the term use a contracted variable as a value without reading along it (an
+    Einsum of its own could not iterate it)?"""
+    values = {v.name for v in expr_values(term)}
+    return bool(values & contracted - expr_vars(term))
+
+
 def candidates(context: Context) -> Iterator[Rewrite]:
     c = context.cascade
     for consumer in c.einsums:
         if not is_plain_sum(consumer):
             continue
         contracted = set(consumer.reduced)
+        reassociated = _reassociated(c, consumer)
         for s in splits(c, consumer.expr, contracted):
-            if s.factor and shift(s.distributed, contracted) is not None:
+            if s.factor and s.distributed in reassociated:
                 continue  # (A - b) * W: reassociate-affine's one step
             if s.beside & s.tensors():
                 continue  # (A - b) * (A - b): the one-pass variance's cancellation
             terms = (s.first, s.second)
-            if not all(contracted <= expr_vars(t) for t in terms):
+            if any(_counted_only(t, contracted) for t in terms):
                 continue
             if any(has_statistic(t, contracted) for t in terms):
                 yield _rewrite(c, consumer, s)
+
+
+def _summed(term: Expr, reduced: tuple[str, ...]) -> Expr:
+    """The term times the extent of each contracted variable it does not vary along (the
+    sum of a constant is its count times it)."""
+    missing = [Size(rank_of(v)) for v in reduced if v not in expr_vars(term)]
+    return product([term, *missing])
 
 
 def _rewrite(c: Cascade, consumer: Einsum, s: Split) -> Rewrite:
@@ -152,8 +180,8 @@ def _rewrite(c: Cascade, consumer: Einsum, s: Split) -> Rewrite:
     second = fresh(out.tensor + "B", taken)
     first_read, second_read = read(first, out.indices), read(second, out.indices)
     texts = [
-        statement(first_read, s.first),
-        statement(second_read, s.second),
+        statement(first_read, _summed(s.first, consumer.reduced)),
+        statement(second_read, _summed(s.second, consumer.reduced)),
         statement(out, Op(s.how, (first_read, second_read)), label=consumer.name),
     ]
     symbol = "+" if s.how == "add" else "-"

@@ -45,6 +45,7 @@ from simulator.cascade.write import expr_text
 
 NAME = "defer-normalization"
 STABLE = True
+AT_EVERY_SITE = True  # parallel consumers of one value: all at once too
 
 
 def _splits(expr: Expr, contracted: set[str]) -> Iterator[tuple[Expr, Expr, str]]:

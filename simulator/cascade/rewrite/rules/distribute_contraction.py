@@ -61,6 +61,7 @@ from simulator.cascade.write import expr_text
 
 NAME = "distribute-contraction"
 STABLE = True
+AT_EVERY_SITE = True  # parallel consumers of one value: all at once too
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from simulator.cascade.write import expr_text
 
 NAME = "reassociate-affine"
 STABLE = True
+AT_EVERY_SITE = True  # parallel consumers of one value: all at once too
 
 
 def shift(expr: Expr, contracted: set[str]) -> tuple[Expr, Expr, str] | None:

@@ -26,7 +26,7 @@ fuzz:
 	FUZZ_CASES=$(FUZZ_CASES) CASCADE_FUZZ_CASES=$(CASCADE_FUZZ_CASES) $(PYTHON) -m pytest \
 		tests/test_spec_fuzz.py tests/test_random_cascades.py -p no:cacheprovider -p no:logging
 
-# Every shipped cascade written in six notations, each rewritten to the shipped form's pass
+# Every shipped cascade written in seven notations, each rewritten to the shipped form's pass
 # count (the unit suite runs eight cascades); about 3 minutes.
 notations:
 	CASCADE_NOTATIONS_ALL=1 $(PYTHON) -m pytest tests/test_canonical.py -p no:cacheprovider

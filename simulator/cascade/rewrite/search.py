@@ -13,7 +13,9 @@ it applies is one more candidate (:mod:`.everywhere`): a pattern repeated at k s
 FFN's two projections) is one step, not a chain of k steps at unchanged passes. At equal
 passes the frontier prefers fewer walks of a rank that wait for a full reduction over it
 (`PassReport.late_walks`): a rewrite that moves a contraction to an earlier pass is
-expanded first, though the pass count falls only once every such walk has moved.
+expanded first, though the pass count falls only once every such walk has moved. (With
+`every`, for a ranking by cost, the frontier stays breadth-first by chain length: the
+variety of candidates is the point there.)
 
 Bounds, so any cascade answers: the search expands MIN_EXPANSIONS candidates, and goes on
 past them while it still finds better ones -- a candidate with fewer passes (at most,
@@ -103,16 +105,16 @@ class Candidate:
         """How many rules the chain applies (the canonical form is none)."""
         return sum(1 for s in self.steps if s.rule != CANONICAL)
 
-    def score(self) -> tuple[int, int, int, int, int, int]:
-        """Fewer passes first; at equal passes a chain without unstable rules, then fewer
-        walks waiting for a reduction, then a shorter chain, then fewer Einsums."""
-        return (
-            *self.passes(),
-            len(self.unstable),
-            self.report.late_walks,
-            len(self.steps),
-            len(self.cascade.einsums),
-        )
+    def score(self) -> tuple[int, int, int, int, int]:
+        """Fewer passes first; at equal passes a chain without unstable rules, then a
+        shorter chain, then fewer Einsums."""
+        return (*self.passes(), len(self.unstable), len(self.steps), len(self.cascade.einsums))
+
+    def guided(self) -> tuple[int, int, int, int, int, int]:
+        """The score with fewer walks waiting for a full reduction before a shorter chain:
+        the order in which a search for fewer passes expands its frontier."""
+        passes, total, unstable, steps, einsums = self.score()
+        return (passes, total, unstable, self.report.late_walks, steps, einsums)
 
 
 @dataclass
@@ -371,7 +373,10 @@ def rewrite(
     start = _canonical_state(cascade, given, checker, rejected)
     reached_all: list[Candidate] = [given] + ([start] if start is not given else [])
     counter = itertools.count()
-    frontier = [(start.score(), next(counter), start)]
+    # by passes, the frontier goes to the candidates that moved work earlier; for every
+    # candidate (a ranking by cost), breadth first by chain length, for the variety
+    order = Candidate.score if every else Candidate.guided
+    frontier = [(order(start), next(counter), start)]
     seen = {given.draft.key(), start.draft.key()}
     best, generated = given, 0
     if start.report.max_passes < report.max_passes:
@@ -392,7 +397,7 @@ def rewrite(
                 new = _candidate(rw, rule, state, checker, seen, rejected)
                 if new is None:
                     continue
-                heapq.heappush(frontier, (new.score(), next(counter), new))
+                heapq.heappush(frontier, (order(new), next(counter), new))
                 reached_all.append(new)
                 budget.saw(new)
                 if new.report.max_passes < report.max_passes and (

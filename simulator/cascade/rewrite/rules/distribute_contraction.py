@@ -15,8 +15,9 @@ scale G and shift B followed by a matmul,
       = (sum_e X G W) / SD  -  (MU / SD) sum_e G W  +  sum_e B W,
 
 reads X once for the matmul and the statistics (1 pass over E with the variance merged
-chunk by chunk) where the distributed form's matmul waited for MU and SD (2 passes: no
-rule moved them out of a sum of terms). Like :mod:`.reassociate_affine` it subtracts sums
+chunk by chunk; distributed over `+ B` here, the first term then deferred and
+reassociated), where the written form's matmul waited for MU and SD (2 passes: no rule
+moved them out of a sum of terms). Like :mod:`.reassociate_affine` it subtracts sums
 that can be close (X G W and MU G W) when the mean is large against the spread; every
 candidate is checked numerically, at large magnitudes too.
 
@@ -27,13 +28,13 @@ A term that does not vary along a contracted variable is summed as its count tim
 Conditions checked: C is a plain sum (no filters, not iterative); the sum or difference is
 reached from C's expression through products, numerators of quotients and reads of plain
 maps with one producer (inlined at C's variables); no term uses a contracted variable as a
-value (`m - p`) without reading along it; a term has a factor or a divisor
-free of the contracted variables that reads a tensor; the factors beside the sum or
-difference that vary along the sum read none of its tensors (nor the maps inlined to reach
-it): distributing a square `(A - b) * (A - b)` is the one-pass variance, which cancels
-catastrophically (:mod:`.one_pass_variance`, unstable). Where the sum or difference is a
-factor of C with one side free of the contracted variables (`(A - b) * W`),
-reassociate-affine does the same in one step: this rule leaves it to that one.
+value (`m - p`) without reading along it; a term has a factor or a divisor free of the
+contracted variables that reads a tensor; the factors beside the sum or difference that
+vary along the sum read none of its tensors (nor the maps inlined to reach it):
+distributing a square `(A - b) * (A - b)`, and its terms again, is the one-pass variance,
+which cancels catastrophically (:mod:`.one_pass_variance`, unstable). Where the sum or
+difference is a factor of C with one side free of the contracted variables (`(A - b) *
+W`), reassociate-affine does the same in one step: this rule leaves it to that one.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ fuzz:
 		$(PYTHON) -m pytest tests/test_spec_fuzz.py tests/test_random_cascades.py \
 		tests/test_floors.py -p no:cacheprovider -p no:logging
 
-# Every shipped cascade written in six notations, each rewritten to the shipped form's pass
+# Every shipped cascade written in seven notations, each rewritten to the shipped form's pass
 # count and mapped alike at 4K and 64K on both chips (the unit suite runs a few cascades).
 notations:
 	CASCADE_NOTATIONS_ALL=1 $(PYTHON) -m pytest tests/test_canonical.py \

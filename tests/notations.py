@@ -2,8 +2,9 @@
 
 Each notation computes the same outputs as the cascade at its shapes, written the way
 another person would: tensors and ranks renamed, sums and their scaling split apart, rank
-extents written as literals, the Einsums in another valid order, the operands of sums
-and products swapped -- and all of them at once. `rewrite` must reach the same pass count
+extents written as literals, scalings written as products with the reciprocal, the
+Einsums in another valid order, the operands of sums and products swapped -- and all of
+them at once. `rewrite` must reach the same pass count
 from each as from the shipped form.
 """
 
@@ -45,6 +46,23 @@ def literals(c: Cascade) -> str:
         if isinstance(x, Op):
             return Op(x.name, tuple(walk(a) for a in x.args))
         return x
+
+    return _map_exprs(c, walk)
+
+
+def reciprocal(c: Cascade) -> str:
+    """Every division by a constant written as a product with its reciprocal: `X / E` ->
+    `X * (1 / E)`, a literal count as its reciprocal's value (`X / 64` -> `X * 0.015625`)."""
+
+    def walk(x: Expr) -> Expr:
+        if not isinstance(x, Op):
+            return x
+        args = tuple(walk(a) for a in x.args)
+        if x.name != "div" or not _constant(args[1]):
+            return Op(x.name, args)
+        den = args[1]
+        inverse = Num(1.0 / den.value) if isinstance(den, Num) else Op("div", (Num(1.0), den))
+        return Op("mul", (args[0], inverse))
 
     return _map_exprs(c, walk)
 
@@ -195,6 +213,7 @@ NOTATIONS: dict[str, Callable[[Cascade], str]] = {
     "renamed": renamed,
     "split": split,
     "literals": literals,
+    "reciprocal": reciprocal,
     "reordered": reordered,
     "swapped": swapped,
 }
@@ -203,7 +222,7 @@ NOTATIONS: dict[str, Callable[[Cascade], str]] = {
 def everything(c: Cascade) -> str:
     """All notations at once."""
     x = c
-    for step in (split, literals, swapped, reordered, renamed):
+    for step in (split, literals, reciprocal, swapped, reordered, renamed):
         x = loads_cascade(step(x), f"<{c.name} notation>")
     return to_yaml(x)
 

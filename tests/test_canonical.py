@@ -1,7 +1,8 @@
 """The canonical form and rewriting through notation (issue 35).
 
 `tests/notations.py` writes a cascade in other notations (renamed, sums and scalings split,
-literal extents, reordered Einsums, swapped operands, all at once); from each, `rewrite`
+literal extents, scalings as products with the reciprocal, reordered Einsums, swapped
+operands, all at once); from each, `rewrite`
 must reach the pass count it reaches from the shipped form, and what it returns must equal
 its input numerically. CI runs the cascades below; CASCADE_NOTATIONS_ALL=1 (`make
 notations`) runs every shipped cascade (about 3 minutes).
@@ -66,6 +67,28 @@ einsum:
 """
 
 
+def _layernorm_scaled(mean: str, variance: str) -> str:
+    """LayerNorm over E = 128 with the mean's and the variance's scalings as given."""
+    return f"""\
+name: layernorm-scaled
+shapes: {{E: 128, P: 32}}
+einsum:
+  declaration:
+    X: [E, P]
+    TOT: [P]
+    MU: [P]
+    D: [E, P]
+    VAR: [P]
+    Y: [E, P]
+  expressions:
+    - TOT[p] = X[e, p]
+    - MU[p] = TOT[p] * {mean}
+    - D[e, p] = X[e, p] - MU[p]
+    - VAR[p] = D[e, p] * D[e, p] * {variance}
+    - Y[e, p] = D[e, p] / sqrt(VAR[p] + 0.00001)
+"""
+
+
 def _equal(a, b) -> bool:
     """Same outputs on the same random inputs (outputs matched in order)."""
     shapes = resolve_shapes(a, None)
@@ -102,6 +125,45 @@ def test_canonical_form_of_the_apart_layernorm():
     assert _equal(loads_cascade(LAYERNORM_APART, "<a>"), c.cascade)
 
 
+@pytest.mark.parametrize(
+    ("mean", "variance"),
+    [("(1 / 128)", "0.0078125"), ("(1 / E)", "(1 / 128)"), ("0.0078125", "(1 / E)")],
+)
+def test_a_product_with_the_reciprocal_of_the_count_is_a_mean(mean, variance):
+    """`* (1 / 128)`, `* 0.0078125`, `* (1 / E)` with E = 128 the summed rank: a mean, so
+    the LayerNorm reaches the shipped form's 2 passes (its floor: Y reads its row's
+    statistics, then walks the row) instead of staying at the 3 it is written in."""
+    text = _layernorm_scaled(mean, variance)
+    c = canonical(loads_cascade(text, "<scaled>"))
+    scales = {e.output.tensor: e.expr for e in c.cascade.einsums}
+    assert str(scales["MU"]) == "(X[e, p] / E)"
+    assert str(scales["VAR"]) == "((D[e, p] * D[e, p]) / E)"
+    assert _equal(loads_cascade(text, "<a>"), c.cascade)
+    got = rewrite(loads_cascade(text, "<scaled>"))
+    assert (got.passes_before.max_passes, got.passes_after.max_passes) == (3, 2)
+
+
+@pytest.mark.parametrize(
+    "scale",
+    [
+        "(1 / 64)",  # 64 is no rank's extent
+        "0.5",  # nor 2
+        "0.0078126",  # not the double nearest 1 / 128
+        "(1 / P)",  # P is not summed over
+    ],
+)
+def test_a_reciprocal_of_no_summed_extent_stays_a_product(scale):
+    c = canonical(loads_cascade(_layernorm_scaled(scale, scale), "<scaled>"))
+    assert not any(e.expr.name == "div" for e in c.cascade.einsums if e.output.tensor == "MU")
+
+
+def test_a_reciprocal_outside_a_mean_stays_a_product():
+    """A soft-cap's `QK * (1 / CAP)` multiplies (no divider per point): not a mean."""
+    c = load_cascade(CASCADES / "attention-softcap-3pass.yaml")
+    canon = canonical(c).cascade
+    assert any("* (1 / CAP)" in e.text for e in canon.einsums)
+
+
 def _shipped(name: str):
     c = load_cascade(CASCADES / f"{name}.yaml")
     if name not in SMALLER:
@@ -130,7 +192,7 @@ def test_every_notation_reaches_the_shipped_passes(name):
         assert all(c.max_rel_error is None or c.max_rel_error <= 1e-5 for c in got.checks)
         assert _equal(variant, got.cascade), (name, notation)
         seen += 1
-    assert seen >= 6
+    assert seen >= 7
 
 
 def test_show_canonical(capsys, tmp_path):

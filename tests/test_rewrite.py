@@ -81,6 +81,104 @@ def test_layernorm_matmul_reaches_1_pass_with_stable_rules(tmp_path, capsys):
     assert code == 0 and "warning" not in text and "chunked-variance" in text
 
 
+AFFINE_LAYERNORM_MATMUL = """\
+name: affine-layernorm-matmul
+shapes: {{E: 64, P: 8, F: 16}}
+einsum:
+  declaration:
+    X: [E, P]
+    G: [E]
+    B: [E]
+    W: [E, F]
+    MU: [P]
+    D: [E, P]
+    VAR: [P]
+    SD: [P]
+{declarations}
+  expressions:
+    - MU[p] = X[e, p] / E
+    - D[e, p] = X[e, p] - MU[p]
+    - VAR[p] = D[e, p] * D[e, p] / E
+    - SD[p] = sqrt(VAR[p] + 0.00001)
+{expressions}
+"""
+# LayerNorm with its scale G and shift B, then a matmul: the centring X - MU and the
+# normalisation sit inside the contraction, under a sum with the shift.
+AFFINE = AFFINE_LAYERNORM_MATMUL.format(
+    declarations="    Y: [E, P]\n    Z: [F, P]",
+    expressions="    - Y[e, p] = D[e, p] / SD[p] * G[e] + B[e]\n    - Z[f, p] = Y[e, p] * W[e, f]",
+)
+# The same, distributed by hand: the mean folded into the matmul,
+# Z = (sum_e X G W - MU sum_e G W) / SD + sum_e B W.
+DISTRIBUTED = AFFINE_LAYERNORM_MATMUL.format(
+    declarations="    XGW: [F, P]\n    GW: [F]\n    BW: [F]\n    Z: [F, P]",
+    expressions=(
+        "    - XGW[f, p] = X[e, p] * G[e] * W[e, f]\n    - GW[f] = G[e] * W[e, f]\n"
+        "    - BW[f] = B[e] * W[e, f]\n"
+        "    - Z[f, p] = (XGW[f, p] - MU[p] * GW[f]) / SD[p] + BW[f]"
+    ),
+)
+
+
+def test_a_layernorm_with_scale_and_shift_before_a_matmul_reaches_the_distributed_passes():
+    """The distributed form's matmul reads X beside the statistics: as written 2 passes
+    (the variance's deviations), and 1 once the variance is merged chunk by chunk. From the
+    affine LayerNorm (3 passes) the rewrite reaches that 1 with stable rules (it stayed at
+    2 while the sum with the shift B kept MU and SD inside the contraction)."""
+    affine = loads_cascade(AFFINE, "<affine>")
+    distributed = loads_cascade(DISTRIBUTED, "<distributed>")
+    assert compare(affine, distributed, scale=30.0).equivalent
+    assert analyze_passes(affine).max_passes == 3
+    assert analyze_passes(distributed).max_passes == 2
+    want = rewrite(distributed).passes_after.max_passes
+    got = rewrite(affine)
+    assert got.passes_after.max_passes == want == 1 and got.unstable == ()
+    assert "distribute-contraction" in {s.rule for s in got.steps}
+    assert compare(affine, got.cascade, scale=30.0).equivalent
+
+
+CENTRED_GRAM = """\
+name: centred-gram
+shapes: {E: 32, P: 4, Q: 6}
+einsum:
+  declaration:
+    X: [E, P]
+    Y: [E, Q]
+    MX: [P]
+    MY: [Q]
+%s
+  expressions:
+    - MX[p] = X[e, p] / E
+    - MY[q] = Y[e, q] / E
+%s
+"""
+
+
+def test_a_centred_gram_matrix_reaches_the_passes_of_its_expansion():
+    """C = sum_e (X - MX) (Y - MY) waits for both means (2 passes over E); expanded by
+    hand, XY - MX sum Y - MY sum X + E MX MY reads X and Y once with them (1 pass). The
+    rewrite reaches that: the second reassociation leaves sum_e (Y - MY), one factor,
+    which only distributing (E MY for the constant term) takes apart."""
+    gram = loads_cascade(
+        CENTRED_GRAM % ("    C: [P, Q]", "    - C[p, q] = (X[e, p] - MX[p]) * (Y[e, q] - MY[q])"),
+        "<gram>",
+    )
+    expanded = loads_cascade(
+        CENTRED_GRAM
+        % (
+            "    XY: [P, Q]\n    SX: [P]\n    SY: [Q]\n    C: [P, Q]",
+            "    - XY[p, q] = X[e, p] * Y[e, q]\n    - SX[p] = X[e, p]\n    - SY[q] = Y[e, q]\n"
+            "    - C[p, q] = XY[p, q] - MX[p] * SY[q] - MY[q] * SX[p] + E * MX[p] * MY[q]",
+        ),
+        "<expanded>",
+    )
+    assert compare(gram, expanded, scale=30.0).equivalent
+    assert analyze_passes(gram).max_passes == 2
+    got = rewrite(gram)
+    assert got.passes_after.max_passes == analyze_passes(expanded).max_passes == 1
+    assert "distribute-contraction" in {s.rule for s in got.steps}
+
+
 def test_layernorm_alone_reaches_its_floor_with_welford_not_the_unstable_rule():
     """Y is indexed by E and reads its statistics: 2 passes is the floor, reached by the
     stable Welford update; with --allow-unstable the one-pass variance reaches 2 too, and

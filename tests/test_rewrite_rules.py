@@ -18,6 +18,7 @@ from simulator.cascade.rewrite.rules import (
     RULES,
     chunked_variance,
     defer_normalization,
+    distribute_contraction,
     iterative_reduction,
     one_pass_variance,
     partition_rank,
@@ -218,6 +219,148 @@ def test_reassociation_refuses_a_shift_along_the_contracted_rank():
         "X: [E, P];W: [E, F];B: [E];XW: [F, P];SW: [F];SB: [];Z: [F, P]",
     )
     assert not equal(c, wrong)
+
+
+# ---- distributing a contraction over a sum or difference --------------------------------
+
+SHIFT_DECLS = "X: [E, P];G: [E];W: [E, F];MU: [P];Z: [F, P]"
+SHIFT_SHAPES = "E: 16, P: 4, F: 8"
+
+
+def test_distribution_splits_a_contraction_whose_shift_varies_along_the_rank():
+    """Z = sum_e (X - MU G) W: the shift MU G varies along e, so reassociate-affine cannot
+    take it out and Z waits for MU (2 passes). Distributed, Z = sum_e X W - sum_e MU G W,
+    and deferring moves MU out of the second sum: the hand-written XW - MU * sum_e G W is
+    1 pass, and so is the result."""
+    body = "MU[p] = X[e, p] / E;Z[f, p] = (X[e, p] - MU[p] * G[e]) * W[e, f]"
+    c = cascade(body, SHIFT_SHAPES, SHIFT_DECLS)
+    assert rewrites(reassociate_affine, c) == []
+    (rw,) = rewrites(distribute_contraction, c)
+    new = apply(rw, c)
+    assert equal(c, new) and equal(c, new, scale=30)
+    (moved,) = rewrites(defer_normalization, new)
+    final = apply(moved, new)
+    hand = cascade(
+        "MU[p] = X[e, p] / E;XW[f, p] = X[e, p] * W[e, f];GW[f] = G[e] * W[e, f];"
+        "Z[f, p] = XW[f, p] - MU[p] * GW[f]",
+        SHIFT_SHAPES,
+        SHIFT_DECLS + ";XW: [F, P];GW: [F]",
+    )
+    assert equal(c, final) and equal(c, hand)
+    assert analyze_passes(c).max_passes == 2
+    assert analyze_passes(final).max_passes == analyze_passes(hand).max_passes == 1
+
+
+def test_distribution_reaches_a_sum_through_a_quotient_and_a_map():
+    """LayerNorm's scale and shift in a map the matmul reads: Z = sum_e (D / SD * G + B) W
+    is distributed over `+ B`, then the first term over D = X - MU, inside the quotient."""
+    decls = "X: [E, P];G: [E];B: [E];W: [E, F];MU: [P];SD: [P];D: [E, P];Y: [E, P];Z: [F, P]"
+    body = (
+        "MU[p] = X[e, p] / E;SD[p] = sqrt(X[e, p] * X[e, p] / E + 1);"
+        "D[e, p] = X[e, p] - MU[p];Y[e, p] = D[e, p] / SD[p] * G[e] + B[e];"
+        "Z[f, p] = Y[e, p] * W[e, f]"
+    )
+    c = cascade(body, SHIFT_SHAPES, decls)
+    (rw,) = rewrites(distribute_contraction, c)
+    new = apply(rw, c)
+    assert equal(c, new) and "ZA + ZB" in rw.detail
+    (again,) = rewrites(distribute_contraction, new)
+    assert again.site == "ZA" and "X[e, p] - MU[p]" in again.detail
+    assert equal(c, apply(again, new), scale=30)
+
+
+def test_distribution_needs_a_statistic_to_move_out():
+    """(X - V) W with V[e, p] an input: nothing of either term is free of e, so the
+    distributed form only doubles the work (its passes: those of the original)."""
+    decls = "X: [E, P];V: [E, P];W: [E, F];Z: [F, P]"
+    c = cascade("Z[f, p] = (X[e, p] - V[e, p]) * W[e, f]", SHIFT_SHAPES, decls)
+    assert rewrites(distribute_contraction, c) == []
+
+
+def test_distribution_counts_a_term_constant_along_the_rank():
+    """sum_e (MU - X) SD: the term MU SD does not vary along e, so its sum is E MU SD --
+    written as one product without E it would be wrong."""
+    decls = "X: [E, P];MU: [P];SD: [P];Z: [P]"
+    c = cascade("Z[p] = (MU[p] - X[e, p]) * SD[p]", "E: 16, P: 4", decls)
+    (rw,) = rewrites(distribute_contraction, c)
+    new = apply(rw, c)
+    assert equal(c, new) and "ZA[p] = MU[p] * SD[p] * E" in rw.draft.statements
+    wrong = cascade(
+        "ZA[p] = MU[p] * SD[p];ZB[p] = X[e, p] * SD[p];Z[p] = ZA[p] - ZB[p]",
+        "E: 16, P: 4",
+        decls + ";ZA: [P];ZB: [P]",
+    )
+    assert not equal(c, wrong)
+
+
+def test_distribution_leaves_a_term_that_only_counts_along_the_rank():
+    """A term using e as a value (`e * MU`) but reading nothing along e: an Einsum of its
+    own could not iterate e (the language refuses it), so the rule does not split."""
+    decls = "X: [E, P];MU: [P];Z: [P]"
+    body = "MU[p] = X[e, p] / E;Z[p] = (X[e, p] - MU[p] * e) * MU[p]"
+    c = cascade(body, "E: 16, P: 4", decls)
+    assert rewrites(distribute_contraction, c) == []
+    with pytest.raises(SpecError):
+        cascade("MU[p] = X[e, p] / E;ZB[p] = MU[p] * e * MU[p]", "E: 16, P: 4", decls)
+
+
+def test_distribution_leaves_a_shift_factor_to_reassociation():
+    decls = "X: [E, P];W: [E, F];MU: [P];Z: [F, P]"
+    body = "MU[p] = X[e, p] / E;Z[f, p] = (X[e, p] - MU[p]) * W[e, f]"
+    c = cascade(body, SHIFT_SHAPES, decls)
+    assert rewrites(distribute_contraction, c) == []
+    assert len(rewrites(reassociate_affine, c)) == 1
+
+
+def test_distribution_leaves_a_square_alone():
+    """LayerNorm's variance sums D * D with D = X - MU: distributing the square, and its
+    terms again, is the one-pass variance sum X X / E - MU^2, which at a mean of 1e6 with
+    unit spread is off by far more than the checks' 1e-5."""
+    c = load_cascade(ROOT / "cascades/layernorm.yaml")
+    assert rewrites(distribute_contraction, c) == []
+    decls = "X: [E, P];MU: [P];SXX: [P];SX: [P];VAR: [P]"
+    exact = cascade(
+        "MU[p] = X[e, p] / E;VAR[p] = (X[e, p] - MU[p]) * (X[e, p] - MU[p]) / E",
+        "E: 256, P: 8",
+        "X: [E, P];MU: [P];VAR: [P]",
+    )
+    squares = cascade(
+        "MU[p] = X[e, p] / E;SXX[p] = X[e, p] * X[e, p];SX[p] = X[e, p];"
+        "VAR[p] = SXX[p] / E - MU[p] * SX[p] / E - MU[p] * SX[p] / E + MU[p] * MU[p]",
+        "E: 256, P: 8",
+        decls,
+    )
+    shapes = resolve_shapes(exact)
+    x = 1e6 + random_inputs(exact, shapes, seed=3)["X"]  # mean 1e6, unit spread
+    want = evaluate(exact, {"X": x}, shapes)["VAR"]
+    got = evaluate(squares, {"X": x}, shapes)["VAR"]
+    assert equal(exact, squares)  # equal at a unit scale: the identity holds
+    assert np.max(np.abs(got - want) / np.abs(want)) > 1e-5
+
+
+def test_defer_moves_a_division_written_in_the_contraction():
+    """sum_e X / SD * W = (sum_e X W) / SD: SD free of e, written in Z itself."""
+    decls = "X: [E, P];W: [E, F];SD: [P];Z: [F, P]"
+    body = "SD[p] = X[e, p] * X[e, p];Z[f, p] = X[e, p] / SD[p] * W[e, f]"
+    c = cascade(body, SHIFT_SHAPES, decls)
+    (rw,) = rewrites(defer_normalization, c)
+    new = apply(rw, c)
+    assert equal(c, new)
+    assert analyze_passes(c).max_passes == 2 and analyze_passes(new).max_passes == 1
+
+
+def test_defer_leaves_a_division_along_the_rank_or_by_a_count_in_the_contraction():
+    decls = "X: [E, P];W: [E, F];S: [E];Z: [F, P]"
+    along = cascade("Z[f, p] = X[e, p] / S[e] * W[e, f]", SHIFT_SHAPES, decls)
+    assert rewrites(defer_normalization, along) == []
+    wrong = cascade(
+        "XW[f, p] = X[e, p] * W[e, f];SS = S[e];Z[f, p] = XW[f, p] / SS",
+        SHIFT_SHAPES,
+        decls + ";XW: [F, P];SS: []",
+    )
+    assert not equal(along, wrong)
+    mean = cascade("MU[p] = X[e, p] / E", "E: 16, P: 4", "X: [E, P];MU: [P]")
+    assert rewrites(defer_normalization, mean) == []  # a mean stays one reduction
 
 
 # ---- the one-pass variance ------------------------------------------------------------

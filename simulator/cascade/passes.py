@@ -73,6 +73,10 @@ class PassReport:
     max_passes: int
     per_rank: tuple[tuple[str, int, tuple[str, ...]], ...]  # (group, passes, reductions)
     fibers: tuple[FiberPasses, ...]
+    # Over every rank and every Einsum walking it, the pass the walk starts in (0-based),
+    # summed: it falls when a walk moves to an earlier pass even where the pass count does
+    # not (yet) -- the rewrite search's measure of progress between pass counts.
+    late_walks: int = 0
 
     def to_json(self) -> dict:
         return {
@@ -233,6 +237,7 @@ def analyze_passes(cascade: Cascade) -> PassReport:
     groups = cascade.rank_groups()
     per_rank = []
     fibers: list[FiberPasses] = []
+    late = 0
     total = len(groups) * len(cascade.tensors)
     with Steps("passes: tensor fibres", total, "fibre") as progress:
         for g, group in enumerate(groups):
@@ -240,6 +245,7 @@ def analyze_passes(cascade: Cascade) -> PassReport:
             traversing = [e for e in cascade.einsums if _components_iterated(cascade, e, group)]
             deepest = max(traversing, key=lambda e: states.start[e.name].level, default=None)
             n = 1 + (states.start[deepest.name].level if deepest else 0)
+            late += sum(states.start[e.name].level for e in traversing)
             per_rank.append((group, n, states.start[deepest.name].why if deepest else ()))
             reach = _reach(cascade, group, states)
             for i, t in enumerate(cascade.tensors):
@@ -249,7 +255,7 @@ def analyze_passes(cascade: Cascade) -> PassReport:
                     continue
                 fibers.append(_fiber(cascade, t.name, group, t_comps, states, reach))
     max_passes = max((n for _, n, _ in per_rank), default=1)
-    return PassReport(cascade.name, max_passes, tuple(per_rank), tuple(fibers))
+    return PassReport(cascade.name, max_passes, tuple(per_rank), tuple(fibers), late)
 
 
 def _leaves(cascade: Cascade, ranks: tuple[str, ...]) -> frozenset[str]:

@@ -7,6 +7,12 @@ written many ways. The canonical form settles the ways that hide a rule's patter
   `S` a sum over E and E = 64 reads `/ E` (a mean written with its count). Only where
   exactly one rank of the reduction has that extent; the written file then divides by the
   rank's extent at any `--shape`, which is what a mean means;
+* **a product with the reciprocal of a reduced rank's extent is a division by it**:
+  `TOT[p] * (1 / 128)`, `TOT[p] * 0.0078125` and `TOT[p] * (1 / E)` are `TOT[p] / E` when
+  E = 128 is the extent of exactly one rank the sum reduces (in the Einsum, or in the
+  plain sum a factor reads) -- a mean written with its reciprocal. Elsewhere a multiply by
+  a constant's reciprocal stays one (`QK * (1 / CAP)`: computed once, no divider per
+  point); a literal is a reciprocal when it is the double nearest 1 / n;
 * **a sum followed by a scaling by a constant is one normalised reduction**: `S[p] =
   X[e, p]; MU[p] = S[p] / E` is `MU[p] = X[e, p] / E` (S read only there, not a result);
 * **an element-wise Einsum read once, at its own iteration space, is inlined** into its
@@ -24,15 +30,17 @@ numerically against the input like any candidate. `python -m simulator.cascade s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simulator.cascade.ir import Cascade, Einsum, Expr, Num, Op, Read, Size, is_constant
+from simulator.cascade.ir import Cascade, Einsum, Expr, Num, Op, Read, Size, VarValue, is_constant
 from simulator.cascade.rewrite.draft import (
     Draft,
     draft_of,
     edited,
     expr_vars,
+    factors,
     fresh,
     inline,
     is_plain_map,
@@ -40,6 +48,7 @@ from simulator.cascade.rewrite.draft import (
     map_reads,
     names_in_use,
     plain_vars,
+    product,
     read,
     readers,
     restate,
@@ -83,7 +92,14 @@ def canonical(cascade: Cascade) -> Canonical:
 
 
 def _one_step(c: Cascade) -> tuple[Draft, str] | None:
-    for step in (_literal_sizes, _fold_scaled_sum, _inline_same_space, _hoist_invariant):
+    steps = (
+        _literal_sizes,
+        _reciprocal_scales,
+        _fold_scaled_sum,
+        _inline_same_space,
+        _hoist_invariant,
+    )
+    for step in steps:
         found = step(c)
         if found is not None:
             return found
@@ -108,25 +124,72 @@ def _literal_sizes(c: Cascade) -> tuple[Draft, str] | None:
     for e in c.einsums:
         if e.kind != "compute" or not isinstance(e.expr, Op) or e.expr.name not in ("div", "mul"):
             continue
-        ranks = _reduced_ranks(c, e) if is_plain_sum(e) else set()
         args = e.expr.args
         for i, arg in enumerate(args):
             if not isinstance(arg, Num) or arg.value in (0.0, 1.0) or arg.value != int(arg.value):
                 continue
             if e.expr.name == "div" and i == 0:
                 continue
-            other = args[1 - i]
-            scope = set(ranks)
-            if isinstance(other, Read):
-                for p in c.producers(other.access.tensor):
-                    if is_plain_sum(p):
-                        scope |= _reduced_ranks(c, p)
-            rank = _extent_for(c, arg.value, scope)
+            rank = _extent_for(c, arg.value, _sum_scope(c, e, [args[1 - i]]))
             if rank is None:
                 continue
             new_args = tuple(Size(rank) if j == i else a for j, a in enumerate(args))
             text = restate(e, Op(e.expr.name, new_args))
             return edited(c, {e.name: [text]}), f"{e.name}: {arg} is the extent {rank}"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# A product with the reciprocal of a reduced rank's extent, as a division by it
+
+
+def _sum_scope(c: Cascade, e: Einsum, operands: Sequence[Expr]) -> set[str]:
+    """The ranks a scaling of `e` may name: those `e` sums over (a plain sum), and those
+    of the plain sums its operands read."""
+    scope = _reduced_ranks(c, e) if is_plain_sum(e) else set()
+    for x in operands:
+        if isinstance(x, Read):
+            for p in c.producers(x.access.tensor):
+                if is_plain_sum(p):
+                    scope |= _reduced_ranks(c, p)
+    return scope
+
+
+def _reciprocal_count(x: Expr) -> Expr | None:
+    """c for a constant reciprocal `1 / c` (c a number or an extent, not an index value),
+    or n for a literal that is the double nearest 1 / n (`0.0078125`: 128), else None."""
+    if isinstance(x, Op) and x.name == "div" and x.args[0] == Num(1.0):
+        den = x.args[1]
+        plain = isinstance(den, Num) or (isinstance(den, Size) and not isinstance(den, VarValue))
+        return den if plain else None
+    if isinstance(x, Num) and 0.0 < abs(x.value) < 1.0 and math.isfinite(1.0 / x.value):
+        n = round(1.0 / x.value)
+        return Num(float(n)) if 1.0 / n == x.value else None
+    return None
+
+
+def _named_extent(c: Cascade, count: Expr, scope: set[str]) -> str | None:
+    if isinstance(count, Size):
+        return count.name if count.name in scope else None
+    assert isinstance(count, Num)
+    return _extent_for(c, count.value, scope)
+
+
+def _reciprocal_scales(c: Cascade) -> tuple[Draft, str] | None:
+    for e in c.einsums:
+        if e.kind != "compute" or not isinstance(e.expr, Op) or e.expr.name != "mul":
+            continue
+        parts = factors(e.expr)
+        scope = _sum_scope(c, e, parts)
+        for i, part in enumerate(parts):
+            count = _reciprocal_count(part)
+            rank = None if count is None else _named_extent(c, count, scope)
+            if rank is None:
+                continue
+            rest = product(parts[:i] + parts[i + 1 :])
+            text = restate(e, Op("div", (rest, Size(rank))))
+            what = f"{e.name}: * {expr_text(part, 2, True)} is / {rank}"
+            return edited(c, {e.name: [text]}), what
     return None
 
 

@@ -8,11 +8,24 @@ on the same random inputs as the original at several input magnitudes before it 
 the frontier: a candidate that parses badly or computes something else is a bug of the
 rule that made it, reported (never silently dropped, never returned).
 
-Bounds, so any cascade answers: at most MAX_EXPANSIONS candidates are expanded, chains
-are at most MAX_STEPS rules long, and each numerical check runs at the extents the
-cascade's file gives (or `--shape`), which `check_evaluation_size` bounds. The search
-stops at the target, or at the floor `pass_floor` finds when the target is below it (a
-result that reads its own rank's statistics: a softmax, a LayerNorm -- 2 passes).
+Besides each rule's candidates, a rule marked `AT_EVERY_SITE` applied at every site where
+it applies is one more candidate (:mod:`.everywhere`): a pattern repeated at k sites (an
+FFN's two projections) is one step, not a chain of k steps at unchanged passes. At equal
+passes the frontier prefers fewer walks of a rank that wait for a full reduction over it
+(`PassReport.late_walks`): a rewrite that moves a contraction to an earlier pass is
+expanded first, though the pass count falls only once every such walk has moved. (With
+`every`, for a ranking by cost, the frontier stays breadth-first by chain length: the
+variety of candidates is the point there.)
+
+Bounds, so any cascade answers: the search expands MIN_EXPANSIONS candidates, and goes on
+past them while it still finds better ones -- a candidate with fewer passes (at most,
+then summed over ranks) than any before it within the last PATIENCE expansions -- up to
+MAX_EXPANSIONS; chains are at most MAX_STEPS rules long (the canonical form is not a rule),
+and each numerical check runs at the extents the cascade's file gives (or `--shape`),
+which `check_evaluation_size` bounds. The search stops at the target, or at the floor
+`pass_floor` finds when the target is below it (a result that reads its own rank's
+statistics: a softmax, a LayerNorm -- 2 passes). Everything is in a fixed order (rules,
+sites, the frontier's ties by arrival), so the same input gives the same search.
 """
 
 from __future__ import annotations
@@ -30,13 +43,17 @@ from simulator.cascade.ir import Cascade, Einsum, rank_of
 from simulator.cascade.passes import PassReport, analyze_passes
 from simulator.cascade.rewrite.canonical import canonical
 from simulator.cascade.rewrite.draft import Draft, draft_of, without_dead, without_duplicates
+from simulator.cascade.rewrite.everywhere import everywhere, sites
 from simulator.cascade.rewrite.rules import RULES
-from simulator.cascade.rewrite.rules.base import Context
+from simulator.cascade.rewrite.rules.base import Context, Rewrite
 from simulator.cascade.shapes import MissingShapes, resolve_shapes
 from simulator.errors import Loc, SpecError
 
-MAX_EXPANSIONS = 32  # candidates whose rewrites are generated
+MIN_EXPANSIONS = 32  # candidates whose rewrites are generated, unless the target is reached
+MAX_EXPANSIONS = 128  # ... at most, while the search still finds better candidates
+PATIENCE = 16  # expansions past MIN_EXPANSIONS without a better candidate: the search stops
 MAX_STEPS = 8  # rules in one chain
+CANONICAL = "canonical-form"  # the first step of a chain from a cascade not yet canonical
 # Standard deviations of the random inputs of the checks: 1, and one large enough that
 # attention's logits reach about 1e4 (E = 64: a product of two N(0, 30^2) vectors has a
 # standard deviation of 30 * 30 * 8 = 7200), where a cascade without a max overflows.
@@ -80,17 +97,45 @@ class Candidate:
     checks: tuple[ScaleCheck, ...]
     unstable: tuple[str, ...]
 
+    def passes(self) -> tuple[int, int]:
+        """(the most passes over a rank, the passes summed over the ranks)."""
+        return self.report.max_passes, sum(n for _, n, _ in self.report.per_rank)
+
+    def rules(self) -> int:
+        """How many rules the chain applies (the canonical form is none)."""
+        return sum(1 for s in self.steps if s.rule != CANONICAL)
+
     def score(self) -> tuple[int, int, int, int, int]:
         """Fewer passes first; at equal passes a chain without unstable rules, then a
         shorter chain, then fewer Einsums."""
-        total = sum(n for _, n, _ in self.report.per_rank)
-        return (
-            self.report.max_passes,
-            total,
-            len(self.unstable),
-            len(self.steps),
-            len(self.cascade.einsums),
-        )
+        return (*self.passes(), len(self.unstable), len(self.steps), len(self.cascade.einsums))
+
+    def guided(self) -> tuple[int, int, int, int, int, int]:
+        """The score with fewer walks waiting for a full reduction before a shorter chain:
+        the order in which a search for fewer passes expands its frontier."""
+        passes, total, unstable, steps, einsums = self.score()
+        return (passes, total, unstable, self.report.late_walks, steps, einsums)
+
+
+@dataclass
+class Budget:
+    """The expansions a search spends: MIN_EXPANSIONS, then on while one of the last
+    PATIENCE of them made a candidate with fewer passes than any before it (at most, then
+    summed over ranks), up to MAX_EXPANSIONS."""
+
+    record: tuple[int, int]  # the fewest passes so far (see Candidate.passes)
+    spent: int = 0
+    last_gain: int = 0  # `spent` when the record last fell
+
+    def more(self) -> bool:
+        if self.spent < MIN_EXPANSIONS:
+            return True
+        return self.spent < MAX_EXPANSIONS and self.spent - self.last_gain < PATIENCE
+
+    def saw(self, candidate: Candidate) -> None:
+        if candidate.passes() < self.record:
+            self.record = candidate.passes()
+            self.last_gain = self.spent
 
 
 @dataclass(frozen=True)
@@ -244,10 +289,65 @@ def _canonical_state(
         report = analyze_passes(built)
     except Exception as err:  # noqa: BLE001 - any failure is the canonical form's bug
         reason = err.message if isinstance(err, SpecError) else str(err)
-        rejected.append(Rejected("canonical-form", cascade.name, reason))
+        rejected.append(Rejected(CANONICAL, cascade.name, reason))
         return given
-    step = Step("canonical-form", cascade.name, "; ".join(canon.changes), report.max_passes)
+    step = Step(CANONICAL, cascade.name, "; ".join(canon.changes), report.max_passes)
     return Candidate(built, draft, report, (step,), checks, ())
+
+
+def _rewrites(
+    rule: ModuleType, context: Context, checker: NumericalCheck, rejected: list[Rejected]
+) -> list[Rewrite]:
+    """The rule's candidates on the context's cascade, and the rule at all their sites at
+    once (:mod:`.everywhere`); a failure to build that one is the rule's bug, reported."""
+    found = list(rule.candidates(context))
+    if not rule.AT_EVERY_SITE:
+        return found
+    try:
+        combined = everywhere(rule, found, checker.shapes_for)
+    except Exception as err:  # noqa: BLE001 - any failure is the rule's bug
+        rejected.append(Rejected(rule.NAME, ", ".join(sites(found)), _reason(err)))
+        return found
+    return found if combined is None else [*found, combined]
+
+
+def _reason(err: Exception) -> str:
+    if isinstance(err, SpecError):
+        return err.message
+    if isinstance(err, Mismatch):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
+
+
+def _candidate(
+    rw: Rewrite,
+    rule: ModuleType,
+    state: Candidate,
+    checker: NumericalCheck,
+    seen: set[tuple],
+    rejected: list[Rejected],
+) -> Candidate | None:
+    """The rewrite of `state` as a checked candidate; None when it was seen before or
+    fails a check (then reported: a bug of the rule that made it)."""
+    outputs = checker.outputs
+    try:
+        built = rw.draft.build()
+        deduped = without_duplicates(rw.draft, outputs)
+        if deduped is not rw.draft:
+            built = deduped.build()
+        draft = without_dead(built, outputs)
+        if draft.key() in seen:
+            return None
+        seen.add(draft.key())
+        candidate = draft.build() if draft != rw.draft else built
+        new_report = analyze_passes(candidate)
+        checks = checker.check(candidate)
+    except Exception as err:  # noqa: BLE001 - any failure is the rule's bug
+        rejected.append(Rejected(rule.NAME, rw.site, _reason(err)))
+        return None
+    step = Step(rule.NAME, rw.site, rw.detail, new_report.max_passes)
+    unstable = state.unstable + (() if rule.STABLE else (rule.NAME,))
+    return Candidate(candidate, draft, new_report, state.steps + (step,), checks, unstable)
 
 
 def rewrite(
@@ -273,49 +373,34 @@ def rewrite(
     start = _canonical_state(cascade, given, checker, rejected)
     reached_all: list[Candidate] = [given] + ([start] if start is not given else [])
     counter = itertools.count()
-    frontier = [(start.score(), next(counter), start)]
+    # by passes, the frontier goes to the candidates that moved work earlier; for every
+    # candidate (a ranking by cost), breadth first by chain length, for the variety
+    order = Candidate.score if every else Candidate.guided
+    frontier = [(order(start), next(counter), start)]
     seen = {given.draft.key(), start.draft.key()}
-    best, expanded, generated = given, 0, 0
+    best, generated = given, 0
     if start.report.max_passes < report.max_passes:
         best = start
     rules = _rules(allow_unstable)
     target_passes = max(target_passes, pass_floor(cascade))
     reached = report.max_passes <= target_passes and not every
-    while frontier and expanded < MAX_EXPANSIONS and not reached:
+    budget = Budget(start.passes())
+    while frontier and not reached and budget.more():
         _, _, state = heapq.heappop(frontier)
-        if len(state.steps) >= MAX_STEPS:
+        if state.rules() >= MAX_STEPS:
             continue
-        expanded += 1
+        budget.spent += 1
         context = Context(state.cascade, state.report, checker.shapes_for(state.cascade))
         for rule in rules:
-            for rw in rule.candidates(context):
+            for rw in _rewrites(rule, context, checker, rejected):
                 generated += 1
-                try:
-                    built = rw.draft.build()
-                    deduped = without_duplicates(rw.draft, cascade.outputs)
-                    if deduped is not rw.draft:
-                        built = deduped.build()
-                    draft = without_dead(built, cascade.outputs)
-                    if draft.key() in seen:
-                        continue
-                    seen.add(draft.key())
-                    candidate = draft.build() if draft != rw.draft else built
-                    new_report = analyze_passes(candidate)
-                    checks = checker.check(candidate)
-                except Exception as err:  # noqa: BLE001 - any failure is the rule's bug
-                    reason = err.message if isinstance(err, SpecError) else str(err)
-                    if not isinstance(err, SpecError | Mismatch):
-                        reason = f"{type(err).__name__}: {reason}"
-                    rejected.append(Rejected(rule.NAME, rw.site, reason))
+                new = _candidate(rw, rule, state, checker, seen, rejected)
+                if new is None:
                     continue
-                step = Step(rule.NAME, rw.site, rw.detail, new_report.max_passes)
-                unstable = state.unstable + (() if rule.STABLE else (rule.NAME,))
-                new = Candidate(
-                    candidate, draft, new_report, state.steps + (step,), checks, unstable
-                )
-                heapq.heappush(frontier, (new.score(), next(counter), new))
+                heapq.heappush(frontier, (order(new), next(counter), new))
                 reached_all.append(new)
-                if new_report.max_passes < report.max_passes and (
+                budget.saw(new)
+                if new.report.max_passes < report.max_passes and (
                     best is given or new.score() < best.score()
                 ):
                     best = new
@@ -337,7 +422,7 @@ def rewrite(
         passes_after=best.report,
         checks=checks,
         rejected=tuple(rejected),
-        expanded=expanded,
+        expanded=budget.spent,
         candidates=generated,
         unstable=best.unstable,
         reached=kept,

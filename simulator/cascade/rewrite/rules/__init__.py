@@ -7,6 +7,7 @@ candidate.
 from simulator.cascade.rewrite.rules import (
     chunked_variance,
     defer_normalization,
+    distribute_contraction,
     iterative_reduction,
     one_pass_variance,
     partition_rank,
@@ -21,6 +22,7 @@ RULES = (
     iterative_reduction,
     running_max,
     reassociate_affine,
+    distribute_contraction,
     chunked_variance,
     welford_variance,
     one_pass_variance,

@@ -1,9 +1,12 @@
 """What every rule module provides and returns.
 
 A rule is a module with `NAME`, `STABLE` (False: it may lose precision and runs only when
-asked, `--allow-unstable`) and `candidates(context)`, yielding one :class:`Rewrite` per
-place it applies. Its docstring states the algebraic identity and the conditions under
-which it holds; `candidates` yields nothing where a condition fails.
+asked, `--allow-unstable`), `AT_EVERY_SITE` (True: the search also tries it at all the
+places it applies at once, `simulator.cascade.rewrite.everywhere` -- for rules whose
+places are parallel consumers of one value, as an FFN's projections are) and
+`candidates(context)`, yielding one :class:`Rewrite` per place it applies. Its docstring
+states the algebraic identity and the conditions under which it holds; `candidates`
+yields nothing where a condition fails.
 """
 
 from __future__ import annotations

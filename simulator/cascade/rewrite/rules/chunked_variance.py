@@ -52,6 +52,7 @@ from simulator.cascade.write import expr_text
 
 NAME = "chunked-variance"
 STABLE = True
+AT_EVERY_SITE = False
 
 
 def candidates(context: Context) -> Iterator[Rewrite]:

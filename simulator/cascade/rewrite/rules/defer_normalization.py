@@ -10,12 +10,14 @@ its deferred-division form, 3 -> 2 passes); RMSNorm's `H = sum_e (X / RMS) W` be
 `(sum_e X W) / RMS` (the normalisation and the matmul share one pass).
 
 The scale may also be a factor of C itself (`Z = sum_k Y * A[k]` with Y free of k:
-`Z = (sum_k A[k]) * Y`, the paper's Cascade 1 -> 2).
+`Z = (sum_k A[k]) * Y`, the paper's Cascade 1 -> 2), and the division may be written in C
+(`Z = sum_e X / SD * W`, as :mod:`.distribute_contraction` writes its terms).
 
 Conditions checked: C is a plain sum (no filters, not iterative) whose expression is a
-product with the factor A; A has one producer, a plain map (no reduction, filters or
-iteration) `A = N / D` or a product with factors D independent of r; the read of A is by
-plain variables. Dividing by a scale that depends on r is not this identity: the rule
+product with the factor A; A is `N / D` written in C with D independent of r and N
+depending on it, or a read by plain variables of a tensor with one producer, a plain map
+(no reduction, filters or iteration) `A = N / D` or a product with factors D independent
+of r. Dividing by a scale that depends on r is not this identity: the rule
 does not apply.
 """
 
@@ -43,6 +45,7 @@ from simulator.cascade.write import expr_text
 
 NAME = "defer-normalization"
 STABLE = True
+AT_EVERY_SITE = True  # parallel consumers of one value: all at once too
 
 
 def _splits(expr: Expr, contracted: set[str]) -> Iterator[tuple[Expr, Expr, str]]:
@@ -61,6 +64,18 @@ def _splits(expr: Expr, contracted: set[str]) -> Iterator[tuple[Expr, Expr, str]
         yield product(rest), product(scale), "mul"
 
 
+def _free_quotient(part: Expr, contracted: set[str]) -> tuple[Expr, Expr] | None:
+    """(N, D) for a factor `N / D` of C written in C, N depending on the contracted
+    variables and D a tensor's values free of them (`Z = sum_e X / SD * W`); a constant
+    D is a mean's count, which stays with its sum."""
+    if not isinstance(part, Op) or part.name != "div":
+        return None
+    num, den = part.args
+    if expr_vars(den) & contracted or not expr_tensors(den) or not expr_vars(num) & contracted:
+        return None
+    return num, den
+
+
 def candidates(context: Context) -> Iterator[Rewrite]:
     c = context.cascade
     for consumer in c.einsums:
@@ -74,6 +89,10 @@ def candidates(context: Context) -> Iterator[Rewrite]:
             yield _rewrite(context, consumer, bound, 0, bound[0], product(free), "mul")
             continue
         for i, part in enumerate(parts):
+            quotient = _free_quotient(part, contracted)
+            if quotient is not None:
+                yield _rewrite(context, consumer, parts, i, *quotient, "div")
+                continue
             if not isinstance(part, Read):
                 continue
             producers = c.producers(part.access.tensor)
@@ -121,7 +140,7 @@ def _rewrite(context, consumer, parts, i, num, scale, how) -> Rewrite:
     symbol = "/" if how == "div" else "*"
     detail = (
         f"{consumer.name} = sum_{','.join(consumer.reduced)} "
-        f"({expr_text(num)} {symbol} {expr_text(scale, 2, True)}) ... -> "
+        f"({expr_text(num, 2)} {symbol} {expr_text(scale, 2, True)}) ... -> "
         f"{inner} {symbol} {expr_text(scale, 2, True)}"
     )
     return Rewrite(

@@ -53,6 +53,7 @@ from simulator.cascade.rewrite.rules.partition_rank import unchunkable
 
 NAME = "iterative-reduction"
 STABLE = True
+AT_EVERY_SITE = False
 
 IDENTITY = {"sum": 0.0, "prod": 1.0, "max": float("-inf"), "min": float("inf")}
 COMBINE = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}

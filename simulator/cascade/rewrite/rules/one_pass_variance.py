@@ -38,6 +38,7 @@ from simulator.cascade.write import expr_text
 
 NAME = "one-pass-variance"
 STABLE = False
+AT_EVERY_SITE = False
 
 
 def square_of(expr: Expr, contracted: set[str]) -> tuple[Expr, Expr | None, str] | None:

@@ -34,6 +34,7 @@ from simulator.units import divisors
 
 NAME = "partition-rank"
 STABLE = True
+AT_EVERY_SITE = False
 
 
 def chunk(extent: int) -> int | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from simulator.cascade.ir import Expr, Op, Read
+from simulator.cascade.ir import Cascade, Einsum, Expr, Op, Read
 from simulator.cascade.rewrite.draft import (
     edited,
     expr_tensors,
@@ -43,9 +43,10 @@ from simulator.cascade.write import expr_text
 
 NAME = "reassociate-affine"
 STABLE = True
+AT_EVERY_SITE = True  # parallel consumers of one value: all at once too
 
 
-def _shift(expr: Expr, contracted: set[str]) -> tuple[Expr, Expr, str] | None:
+def shift(expr: Expr, contracted: set[str]) -> tuple[Expr, Expr, str] | None:
     """(A, b, 'sub' | 'add') for `A - b` / `A + b` with b free of the contracted variables."""
     if not isinstance(expr, Op) or expr.name not in ("sub", "add"):
         return None
@@ -59,33 +60,39 @@ def _shift(expr: Expr, contracted: set[str]) -> tuple[Expr, Expr, str] | None:
     return None
 
 
+def shifts(c: Cascade, consumer: Einsum) -> Iterator[tuple[list[Expr], Expr, Expr, str]]:
+    """(the other factors W, A, b, 'sub' | 'add') for each shifted factor of the plain sum
+    `consumer` that this rule takes out."""
+    contracted = set(consumer.reduced)
+    parts = factors(consumer.expr)
+    if len(parts) < 2:
+        return
+    for i, part in enumerate(parts):
+        body: Expr | None = part
+        if isinstance(part, Read):
+            producers = c.producers(part.access.tensor)
+            if len(producers) != 1 or not is_plain_map(producers[0]):
+                continue
+            body = inline(producers[0], part.access)
+        if body is None:
+            continue
+        found = shift(body, contracted)
+        if found is None:
+            continue
+        others = parts[:i] + parts[i + 1 :]
+        if not contracted <= expr_vars(product(others)):
+            continue  # sum_r W must run over every contracted variable
+        if any(expr_tensors(found[1]) & expr_tensors(o) for o in others):
+            continue
+        yield (others, *found)
+
+
 def candidates(context: Context) -> Iterator[Rewrite]:
     c = context.cascade
     for consumer in c.einsums:
-        if not is_plain_sum(consumer):
-            continue
-        contracted = set(consumer.reduced)
-        parts = factors(consumer.expr)
-        if len(parts) < 2:
-            continue
-        for i, part in enumerate(parts):
-            body: Expr | None = part
-            if isinstance(part, Read):
-                producers = c.producers(part.access.tensor)
-                if len(producers) != 1 or not is_plain_map(producers[0]):
-                    continue
-                body = inline(producers[0], part.access)
-            if body is None:
-                continue
-            found = _shift(body, contracted)
-            if found is None:
-                continue
-            others = parts[:i] + parts[i + 1 :]
-            if not contracted <= expr_vars(product(others)):
-                continue  # sum_r W must run over every contracted variable
-            if any(expr_tensors(found[1]) & expr_tensors(o) for o in others):
-                continue
-            yield _rewrite(context, consumer, others, *found)
+        if is_plain_sum(consumer):
+            for others, a, b, how in shifts(c, consumer):
+                yield _rewrite(context, consumer, others, a, b, how)
 
 
 def _rewrite(context, consumer, others, a, b, how) -> Rewrite:
@@ -115,7 +122,7 @@ def _rewrite(context, consumer, others, a, b, how) -> Rewrite:
     symbol = "-" if how == "sub" else "+"
     detail = (
         f"{consumer.name} = sum_{','.join(consumer.reduced)} ({expr_text(a)} {symbol} "
-        f"{expr_text(b)}) * {expr_text(rest)} -> {main} {symbol} {expr_text(b, 2)} * {ones}"
+        f"{expr_text(b)}) * {expr_text(rest, 2)} -> {main} {symbol} {expr_text(b, 2)} * {ones}"
     )
     return Rewrite(
         NAME,

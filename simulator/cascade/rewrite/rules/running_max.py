@@ -78,6 +78,7 @@ from simulator.cascade.write import einsum_text
 
 NAME = "running-max"
 STABLE = True
+AT_EVERY_SITE = False
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ from simulator.cascade.write import expr_text
 
 NAME = "welford-variance"
 STABLE = True
+AT_EVERY_SITE = False
 
 
 def candidates(context: Context) -> Iterator[Rewrite]:

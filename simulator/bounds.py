@@ -274,11 +274,18 @@ def _times(point: PointPlan, c: EinsumCost) -> dict[str, float]:
                 out[array.name] = useful * c.cycles_per_point / array.pes
             continue
         chaining = "pipelined" if array.chains else point.mapping.chaining_of(array.name)
-        cpp = cycles_per_point(point.cascade, e, array, chaining, point.mapping)
+        cpp = _cycles(point.cascade, e, array, chaining)
         if array.name == c.array:
             cpp = min(cpp, c.cycles_per_point)
         out[array.name] = useful * cpp / array.pes
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _cycles(cascade: Cascade, e: Einsum, array, chaining: str) -> float:
+    """:func:`cycles_per_point` of an Einsum every array op of which exists (asked for
+    every candidate of a search: kept)."""
+    return cycles_per_point(cascade, e, array, chaining, None)
 
 
 def compute_bound_cycles(point: PointPlan) -> tuple[float, str]:

@@ -201,15 +201,21 @@ def _search(
     bound = math.inf
     # Round robin over the templates (each gets its share of the budget), each template's
     # tile choices larger first; a choice whose every factor is at least that of a choice
-    # that did not fit is skipped unplanned (larger tiles need more buffer).
+    # that did not fit is skipped unplanned (larger tiles need more buffer). A template
+    # over 1/s of the array (`scale` s: what a chip s times smaller does) takes a turn
+    # every s rounds: it wins only where the whole array's tiles do not fit.
     queues = [(tmpl, mapping, iter(choices), []) for tmpl, mapping, choices in plans]
     planned = 0
     within_bound = False  # stopped: the best is within `stop_within` of the bound
+    rounds = 0
     if progress is not None:
         progress(0, space)
     while queues and evaluated < budget and planned < PLANNED_PER_EVALUATION * budget:
+        rounds += 1
         for entry in list(queues):
             tmpl, mapping, choices, too_big = entry
+            if (rounds - 1) % _turn(tmpl) and len(queues) > 1:
+                continue
             values = next(choices, None)
             while values is not None and any(_dominates(values, t) for t in too_big):
                 skipped += 1
@@ -299,6 +305,12 @@ def _search(
     )
     spec = loads_mapping(mapping_yaml(data), f"<{name} mapping of {cascade.name}>", name)
     return Found(data, _with_notes(spec, _notes(name, stats)), stats)
+
+
+def _turn(tmpl: Template) -> int:
+    """Every how many rounds a template takes a turn (its `scale`)."""
+    scale = dict(tmpl.knobs).get("scale", 1)
+    return scale if isinstance(scale, int) and scale > 0 else 1
 
 
 def _described(tmpl: Template, values: dict[str, int]) -> str:

@@ -101,9 +101,12 @@ def _offers(
         for w in ("columns", "fibre")
     ]
     rule = [("fused", {"pipelined": pipelined, "reuse": reuse})]
+    # blocks over part of an array larger than the paper's 256 a side: a larger chip does
+    # what the 256-PE one does (smaller arrays keep their whole side)
+    block_parts = [s for s in parts if s == 1 or two is not None and two.mesh_x // s >= 256]
     blocks = [
         ("fused", {"rule": "blocks", "reduction": r, "scale": s})
-        for s in parts
+        for s in block_parts
         for r in ("chunks", "whole")
     ]
     chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]

@@ -39,9 +39,10 @@ class EinsumCost:
 
 
 def cycles_per_point(
-    cascade: Cascade, e: Einsum, array: Array, chaining: str, mapping: Mapping
+    cascade: Cascade, e: Einsum, array: Array, chaining: str, mapping: Mapping | None
 ) -> float:
-    """PE cycles of one point: operations summed, or per functional unit when pipelined."""
+    """PE cycles of one point: operations summed, or per functional unit when pipelined
+    (`mapping`: where an error points; None for a question no mapping asks)."""
     counts = ops_per_point(cascade, e)
     per_unit: dict[str, float] = {}
     total = 0.0
@@ -54,7 +55,7 @@ def cycles_per_point(
                 f"Einsum '{e.name}' needs '{kind}', which the PEs of array "
                 f"'{array.name}' do not declare (operations: "
                 f"{', '.join(array.operation_names)}): {declare_hint(kind)}",
-                mapping.binding_loc(e.name),
+                mapping.binding_loc(e.name) if mapping is not None else e.loc,
             )
         total += n * op.cycles
         for unit, cycles in op.unit_cycles():  # a composite's steps, each on its unit

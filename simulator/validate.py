@@ -264,6 +264,8 @@ def read_measured(path: str | Path) -> Measured:
 
 
 SPLIT_COLUMNS = ("kind", "batch", "q_heads", "kv_heads", "queries", "keys", "head_dim", "half")
+# a split of measured cascades names each shape by its cascade, `--shape` and instances
+CASCADE_SPLIT_COLUMNS = ("cascade", "shape", "batch", "half")
 HALVES = ("design", "held-out")
 
 

@@ -31,6 +31,8 @@ from simulator.errors import SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.paths import resolve_spec
 from simulator.result import Result
+from simulator.spec.arch_file import load_architecture
+from simulator.spec.ceilings import CEILINGS_HELP, Ceilings, read_ceilings
 from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
 from simulator.textfmt import table
 from simulator.units import parse_count
@@ -79,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("batch", "heads", "kv-heads", "embed", "window"):
         p.add_argument(f"--{name}", type=lambda t, n=name: parse_count(t, what=f"--{n}"))
     p.add_argument("--engine", choices=["cycle", "analytic"], default="cycle")
+    p.add_argument(
+        "--ceilings",
+        metavar="FILE",
+        help=CEILINGS_HELP + " (they apply to --arch: the fused and fusemax strategies)",
+    )
     p.add_argument("--precision", help="value format (fp32, fp16, bf16, fp8, int8)")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.add_argument("--out", help="draw the comparison to OUT.png and OUT.pdf")
@@ -101,7 +108,10 @@ def compare_cascades(
     workload: Workload,
     engine: str = "cycle",
     precision: str | None = None,
+    ceilings: Ceilings | None = None,
 ) -> list[Row]:
+    """Every cascade under every strategy; `ceilings` (a measured chip's) apply to `arch`,
+    the architecture of the fused and fusemax strategies."""
     rows = []
     loaded = [(name, resolve_spec("cascades", name)) for name in cascades]
     check_shape([load_cascade(path) for _n, path in loaded], workload)
@@ -111,7 +121,11 @@ def compare_cascades(
         footprint = _footprint(cascade)
         for strategy in strategies:
             own_arch = strategy in ("fusemax", "fused")
-            specs = Specs(cascade_override=str(path), arch_override=arch if own_arch else None)
+            specs = Specs(
+                cascade_override=str(path),
+                arch_override=arch if own_arch else None,
+                ceilings=ceilings if own_arch else None,
+            )
             try:
                 r = evaluate(
                     specs, f"auto:{strategy}", workload, engine=engine, precision=precision
@@ -297,7 +311,18 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None:
         for suffix in (".png", ".pdf"):
             check_writable(out.with_name(out.name + suffix))
-    rows = compare_cascades(cascades, strategies, args.arch, workload, args.engine, args.precision)
+    ceilings = None
+    if args.ceilings:
+        if args.precision:
+            raise SpecError(
+                "--ceilings are the chip's rates in the value format they were measured in: "
+                "drop --precision"
+            )
+        ceilings = read_ceilings(args.ceilings)
+        ceilings.apply(load_architecture(resolve_spec("arch", args.arch)))  # one line, first
+    rows = compare_cascades(
+        cascades, strategies, args.arch, workload, args.engine, args.precision, ceilings
+    )
     recs = records(rows)
     if args.format == "table":
         print(render_table(rows, workload))

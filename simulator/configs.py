@@ -48,6 +48,7 @@ from simulator.rules.auto import DEFAULT_ARCH, STRATEGIES, bind_context
 from simulator.rules.facts import load_facts
 from simulator.spec.arch import Architecture
 from simulator.spec.arch_file import load_architecture
+from simulator.spec.ceilings import Ceilings
 from simulator.spec.linear import LinearSpec, load_linear
 from simulator.spec.mapping import (
     ALIASES,
@@ -181,7 +182,7 @@ class Specs:
     cascade_override: str | None = None
     arch_override: str | None = None
     _cascades: dict[str, Cascade] = field(default_factory=dict)
-    _archs: dict[str, Architecture] = field(default_factory=dict)
+    _archs: dict[tuple[str, Ceilings | None], Architecture] = field(default_factory=dict)
     _mappings: dict[str, MappingSpec] = field(default_factory=dict)
     objective: str = "latency"  # what the mapper optimises (--objective)
     search_s: float = DEFAULT_SEARCH_S  # the mapper's budget (--search-s)
@@ -191,6 +192,9 @@ class Specs:
     _bound: dict[tuple[int, str], MappingSpec] = field(default_factory=dict)
     _tables: dict[str, tuple[EnergyTable, AreaTable]] = field(default_factory=dict)
     _linear: dict[str, tuple[LinearSpec, Cascade]] = field(default_factory=dict)
+    # A measured chip's ceilings and fixed costs (`--ceilings FILE`): every architecture
+    # read is running at them, before the mapper searches or an engine times
+    ceilings: Ceilings | None = None
 
     def tables(
         self, arch: Architecture, accounting: str = "corrected"
@@ -345,7 +349,7 @@ class Specs:
             objective=self.objective,
             search_s=self.search_s,
         )
-        key = (config, str(cascade_path), str(arch_path), sizing, workload, options)
+        key = (config, str(cascade_path), str(arch_path), sizing, workload, options, self.ceilings)
         if key not in self._found:
             cascade = self._load_cascade(cascade_path)
             arch = sizing.apply(self._load_arch(arch_path))
@@ -445,9 +449,10 @@ class Specs:
         return self._load_arch(self._relative(spec, "arch", spec.architecture))
 
     def _load_arch(self, path: Path) -> Architecture:
-        key = str(path)
+        key = (str(path), self.ceilings)
         if key not in self._archs:
-            self._archs[key] = load_architecture(path)
+            arch = load_architecture(path)
+            self._archs[key] = arch if self.ceilings is None else self.ceilings.apply(arch)
         return self._archs[key]
 
     @staticmethod

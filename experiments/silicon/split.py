@@ -12,8 +12,10 @@ experiments/silicon/measure_cascades.py) is split alike, each cascade's shapes a
 fused and unfused runs together): the split file then names `cascade`, `shape`, `batch`.
 
     python experiments/silicon/split.py experiments/data/h100-cascades.csv \
-        --seed 44 --out experiments/data/h100-cascades-split.csv `python -m simulator.validate --split FILE` reports each half;
-a model is changed only while looking at the design half.
+        --seed 44 --out experiments/data/h100-cascades-split.csv
+
+`python -m simulator.validate --split FILE` reports each half; a model is changed only
+while looking at the design half.
 """
 
 from __future__ import annotations

@@ -437,22 +437,25 @@ class Specs:
             self._cascades[key] = load_cascade(path)
         return self._cascades[key]
 
-    def architecture(self, spec: MappingSpec) -> Architecture:
+    def architecture(self, spec: MappingSpec, as_written: bool = False) -> Architecture:
+        """The architecture a configuration runs on (at the measured ceilings, if any;
+        `as_written`: as its file says)."""
         if self.arch_override:
             path = self._override("arch", "--arch", self.arch_override)
         else:
             path = self._relative(spec, "arch", spec.architecture)
-        return self._load_arch(path)
+        return self._load_arch(path, as_written)
 
     def own_architecture(self, spec: MappingSpec) -> Architecture:
-        """The architecture a mapping file names (not `--arch`'s)."""
-        return self._load_arch(self._relative(spec, "arch", spec.architecture))
+        """The architecture a mapping file names (not `--arch`'s), as its file says."""
+        return self._load_arch(self._relative(spec, "arch", spec.architecture), True)
 
-    def _load_arch(self, path: Path) -> Architecture:
-        key = (str(path), self.ceilings)
+    def _load_arch(self, path: Path, as_written: bool = False) -> Architecture:
+        ceilings = None if as_written else self.ceilings
+        key = (str(path), ceilings)
         if key not in self._archs:
             arch = load_architecture(path)
-            self._archs[key] = arch if self.ceilings is None else self.ceilings.apply(arch)
+            self._archs[key] = arch if ceilings is None else ceilings.apply(arch)
         return self._archs[key]
 
     @staticmethod
@@ -584,7 +587,11 @@ def prepare_found(
     """:func:`prepare`, and how the mapper found the mapping (None: a mapping file)."""
     spec = specs.config_spec(config, workload, sizing=sizing)
     arch = sizing.apply(specs.architecture(spec))
-    if not is_auto(config) and arch != specs.own_architecture(spec):
+    # another chip than the file's own (measured ceilings are the same chip, running)
+    changed = sizing.apply(specs.architecture(spec, as_written=True)) != specs.own_architecture(
+        spec
+    )
+    if not is_auto(config) and changed:
         # another buffer, array or value format than the file's own: a dataflow table
         # chosen for that architecture no longer holds
         spec = specs.config_spec(config, workload, arch_changed=True, sizing=sizing)

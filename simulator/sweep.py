@@ -494,7 +494,8 @@ def _parameters_digest(spec: SweepSpec, extra: tuple) -> str:
     )
     derive = tuple((name, text) for name, text, _loc in spec.derive)
     settings = (spec.name, spec.grid, derive, rule, spec.scope, spec.engine, spec.accounting)
-    cascade, arch, timing, cascades, ceilings = extra
+    cascade, arch, timing, cascades, *rest = extra
+    ceilings = rest[0] if rest else None
     identity = (settings, spec.linear, cascade, arch, timing.max_sim_s, sorted(cascades.items()))
     # measured ceilings are part of what a point computes (none: the digest as before)
     return journal.digest([repr(identity if ceilings is None else (*identity, ceilings))])

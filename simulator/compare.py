@@ -39,6 +39,8 @@ from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.paths import resolve_spec
 from simulator.progress import SimulationProgress
 from simulator.result import Result
+from simulator.spec.arch_file import load_architecture
+from simulator.spec.ceilings import CEILINGS_HELP, Ceilings, read_ceilings
 from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
 from simulator.textfmt import table
 from simulator.timing.options import UNLIMITED, TimingOptions
@@ -95,6 +97,11 @@ def _parser() -> argparse.ArgumentParser:
         "than this many seconds per phase (default: past "
         f"{DEFAULT_MAX_SIM_S:g} s, the analytic engine's numbers, with a note)",
     )
+    p.add_argument(
+        "--ceilings",
+        metavar="FILE",
+        help=CEILINGS_HELP + " (they apply to --arch: the fused and fusemax strategies)",
+    )
     p.add_argument("--precision", help="value format (fp32, fp16, bf16, fp8, int8)")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.add_argument("--out", help="draw the comparison to OUT.png and OUT.pdf")
@@ -119,10 +126,13 @@ def compare_cascades(
     precision: str | None = None,
     timing: TimingOptions = UNLIMITED,
     notes: list[str] | None = None,
+    ceilings: Ceilings | None = None,
 ) -> list[Row]:
     """Each cascade bound by each strategy and evaluated. `timing`: the cycle engine's
     limit; past it the point is refused in one line, or -- with `notes` -- shown with the
-    analytic engine's numbers and a note appended there (the default budget's way)."""
+    analytic engine's numbers and a note appended there (the default budget's way);
+    `ceilings` (a measured chip's) apply to `arch`, the architecture of the fused and
+    fusemax strategies."""
     rows = []
     if any(strategy in ("fusemax", "fused") for strategy in strategies):
         Specs(arch_override=arch).check_arch_override()  # a bad --arch: one line, exit 2
@@ -134,7 +144,11 @@ def compare_cascades(
         footprint = _footprint(cascade)
         for strategy in strategies:
             own_arch = strategy in ("fusemax", "fused")
-            specs = Specs(cascade_override=str(path), arch_override=arch if own_arch else None)
+            specs = Specs(
+                cascade_override=str(path),
+                arch_override=arch if own_arch else None,
+                ceilings=ceilings if own_arch else None,
+            )
             kwargs = dict(engine=engine, precision=precision, timing=timing)
             one = (
                 analytic_past_budget(specs, workload, kwargs, notes)
@@ -349,11 +363,28 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None:
         for suffix in (".png", ".pdf"):
             check_writable(out.with_name(out.name + suffix))
+    ceilings = None
+    if args.ceilings:
+        if args.precision:
+            raise SpecError(
+                "--ceilings are the chip's rates in the value format they were measured in: "
+                "drop --precision"
+            )
+        ceilings = read_ceilings(args.ceilings)
+        ceilings.apply(load_architecture(resolve_spec("arch", args.arch)))  # one line, first
     limit = DEFAULT_MAX_SIM_S if args.max_sim_s is None else args.max_sim_s
     timing = TimingOptions(max_sim_s=limit, progress=SimulationProgress())
     notes: list[str] | None = [] if args.max_sim_s is None and args.engine == "cycle" else None
     rows = compare_cascades(
-        cascades, strategies, args.arch, workload, args.engine, args.precision, timing, notes
+        cascades,
+        strategies,
+        args.arch,
+        workload,
+        args.engine,
+        args.precision,
+        timing,
+        notes,
+        ceilings,
     )
     for note in notes or ():  # on stderr: the table, JSON or CSV on stdout stay as they are
         print(f"note: {note}", file=sys.stderr)

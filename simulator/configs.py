@@ -48,6 +48,7 @@ from simulator.rules.auto import DEFAULT_ARCH, STRATEGIES, bind_context
 from simulator.rules.facts import load_facts
 from simulator.spec.arch import Architecture
 from simulator.spec.arch_file import load_architecture
+from simulator.spec.ceilings import Ceilings
 from simulator.spec.linear import LinearSpec, load_linear
 from simulator.spec.mapping import (
     ALIASES,
@@ -181,7 +182,7 @@ class Specs:
     cascade_override: str | None = None
     arch_override: str | None = None
     _cascades: dict[str, Cascade] = field(default_factory=dict)
-    _archs: dict[str, Architecture] = field(default_factory=dict)
+    _archs: dict[tuple[str, Ceilings | None], Architecture] = field(default_factory=dict)
     _mappings: dict[str, MappingSpec] = field(default_factory=dict)
     objective: str = "latency"  # what the mapper optimises (--objective)
     search_s: float = DEFAULT_SEARCH_S  # the mapper's budget (--search-s)
@@ -191,6 +192,9 @@ class Specs:
     _bound: dict[tuple[int, str], MappingSpec] = field(default_factory=dict)
     _tables: dict[str, tuple[EnergyTable, AreaTable]] = field(default_factory=dict)
     _linear: dict[str, tuple[LinearSpec, Cascade]] = field(default_factory=dict)
+    # A measured chip's ceilings and fixed costs (`--ceilings FILE`): every architecture
+    # read is running at them, before the mapper searches or an engine times
+    ceilings: Ceilings | None = None
 
     def tables(
         self, arch: Architecture, accounting: str = "corrected"
@@ -366,7 +370,7 @@ class Specs:
             objective=self.objective,
             search_s=self.search_s,
         )
-        key = (config, str(cascade_path), str(arch_path), sizing, workload, options)
+        key = (config, str(cascade_path), str(arch_path), sizing, workload, options, self.ceilings)
         if key not in self._found:
             cascade = self._load_cascade(cascade_path)
             arch = sizing.apply(self._load_arch(arch_path))
@@ -454,21 +458,25 @@ class Specs:
             self._cascades[key] = load_cascade(path)
         return self._cascades[key]
 
-    def architecture(self, spec: MappingSpec) -> Architecture:
+    def architecture(self, spec: MappingSpec, as_written: bool = False) -> Architecture:
+        """The architecture a configuration runs on (at the measured ceilings, if any;
+        `as_written`: as its file says)."""
         if self.arch_override:
             path = self._override("arch", "--arch", self.arch_override)
         else:
             path = self._relative(spec, "arch", spec.architecture)
-        return self._load_arch(path)
+        return self._load_arch(path, as_written)
 
     def own_architecture(self, spec: MappingSpec) -> Architecture:
-        """The architecture a mapping file names (not `--arch`'s)."""
-        return self._load_arch(self._relative(spec, "arch", spec.architecture))
+        """The architecture a mapping file names (not `--arch`'s), as its file says."""
+        return self._load_arch(self._relative(spec, "arch", spec.architecture), True)
 
-    def _load_arch(self, path: Path) -> Architecture:
-        key = str(path)
+    def _load_arch(self, path: Path, as_written: bool = False) -> Architecture:
+        ceilings = None if as_written else self.ceilings
+        key = (str(path), ceilings)
         if key not in self._archs:
-            self._archs[key] = load_architecture(path)
+            arch = load_architecture(path)
+            self._archs[key] = arch if ceilings is None else ceilings.apply(arch)
         return self._archs[key]
 
     @staticmethod
@@ -634,7 +642,11 @@ def prepare_found(
     """:func:`prepare`, and how the mapper found the mapping (None: a mapping file)."""
     spec = specs.config_spec(config, workload, sizing=sizing)
     arch = sizing.apply(specs.architecture(spec))
-    if not is_auto(config) and arch != specs.own_architecture(spec):
+    # another chip than the file's own (measured ceilings are the same chip, running)
+    changed = sizing.apply(specs.architecture(spec, as_written=True)) != specs.own_architecture(
+        spec
+    )
+    if not is_auto(config) and changed:
         # another buffer, array or value format than the file's own: a dataflow table
         # chosen for that architecture no longer holds
         spec = specs.config_spec(config, workload, arch_changed=True, sizing=sizing)

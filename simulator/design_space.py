@@ -30,6 +30,7 @@ from simulator.errors import SpecError
 from simulator.mapper.resolve import rank_shapes
 from simulator.paths import resolve_sweep
 from simulator.result import Result
+from simulator.spec.ceilings import Ceilings
 from simulator.spec.expr import as_int, names_in
 from simulator.spec.expr import evaluate as evaluate_expr
 from simulator.spec.sweep import (
@@ -461,10 +462,12 @@ def evaluate_points(
     arch_override: str | None = None,
     timing: TimingOptions = UNLIMITED,
     cascades: Mapping[str, str] | None = None,
+    ceilings: Ceilings | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
     """A chunk of points in one worker (process or Dask), reading each spec file once
-    (`cascades`: the file each value of a swept `cascade` names)."""
-    specs = Specs(cascade_override=cascade_override, arch_override=arch_override)
+    (`cascades`: the file each value of a swept `cascade` names; `ceilings`: a measured
+    chip's, applied to every architecture)."""
+    specs = Specs(cascade_override=cascade_override, arch_override=arch_override, ceilings=ceilings)
     return [
         (p.index, evaluate_point(spec, point_specs(specs, p, cascades or {}), p, timing))
         for p in chunk

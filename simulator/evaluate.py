@@ -7,7 +7,9 @@ The one path every number takes (`simulator.run`, sweeps, end-to-end layers, exp
 3. price (:mod:`simulator.pricing`): energy over the timed cycles, area, when the
    architecture names its tables;
 4. the :class:`~simulator.result.Result`: latency and traffic summed over the phases (they
-   run one after another), utilisation per array and per Einsum.
+   run one after another; each phase also pays the architecture's measured fixed costs,
+   a launch and one DRAM latency, where a measured file gave them), utilisation per array
+   and per Einsum.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def build_result(
     instances = point.instances
     phases = []
     tensor_totals: dict[str, list[float]] = {}
+    fixed = arch.phase_fixed_s  # a measured launch and DRAM latency per phase (else 0)
     for phase, timing in zip(point.phases, timings, strict=True):
         phases.append(
             PhaseCost(
@@ -98,7 +101,7 @@ def build_result(
                 timing.compute_cycles,
                 timing.compute_s,
                 timing.memory_s,
-                timing.latency_s,
+                timing.latency_s + fixed,
                 traffic_bytes(point, phase),
                 phase.plan.buffer_values * value_bytes,
                 timing.buffer_s,

@@ -43,6 +43,7 @@ from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES
 from simulator.progress import SearchProgress, SimulationProgress
 from simulator.result import Result
 from simulator.spec.arch import precision_change
+from simulator.spec.ceilings import CEILINGS_HELP, read_ceilings
 from simulator.spec.workload import make_workload, parse_shape
 from simulator.textfmt import table
 from simulator.timeloop import backend as timeloop_backend
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--arch", help="architecture file replacing each mapping's own")
     p.add_argument("--cascade", help="cascade file replacing each mapping's own")
+    p.add_argument("--ceilings", metavar="FILE", help=CEILINGS_HELP)
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     for name, help_text in (
         ("batch", "batch size B"),
@@ -798,7 +800,13 @@ def main(argv: list[str] | None = None) -> int:
         objective=args.objective,
         search_s=args.search_s,
         progress=SearchProgress(),
+        ceilings=read_ceilings(args.ceilings) if args.ceilings else None,
     )
+    if args.ceilings and (args.precision or args.value_bits):
+        raise SpecError(
+            "--ceilings are the chip's rates in the value format they were measured in: "
+            "drop --precision / --value-bits"
+        )
     if args.strategy is not None and "auto" not in args.mapping:
         raise SpecError("--strategy chooses how --mapping auto binds: add --mapping auto")
     if args.mapping:

@@ -49,6 +49,7 @@ from simulator.configs import Specs
 from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
 from simulator.errors import BoundBreach, SpecError
 from simulator.paths import KINDS, data_dir, is_file, resolve_sweep
+from simulator.spec.ceilings import CEILINGS_HELP, Ceilings, read_ceilings
 from simulator.spec.sweep import (
     ACCOUNTINGS,
     DEFAULTS,
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--linear", help="--scope layer: linear-layer spec (default: gemm)")
     p.add_argument("--arch", help="architecture file replacing each mapping's own")
     p.add_argument("--cascade", help="cascade file replacing each mapping's own")
+    p.add_argument("--ceilings", metavar="FILE", help=CEILINGS_HELP)
     p.add_argument("--out", "-o", help="CSV file to write (default: standard output)")
     p.add_argument(
         "--jobs",
@@ -371,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = sweep_spec(args)
     if spec.linear and is_file(Path(spec.linear)):
         spec = dataclasses.replace(spec, linear=str(Path(spec.linear).resolve()))
-    specs = Specs(cascade_override=cascade, arch_override=arch)
+    ceilings = read_ceilings(args.ceilings) if args.ceilings else None
+    specs = Specs(cascade_override=cascade, arch_override=arch, ceilings=ceilings)
     cascades = _cascade_files(spec)
     check(spec, specs, cascades)  # unknown configurations, models, specs, names: first
     size = math.prod(len(values) for _name, values in spec.grid)
@@ -390,10 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     if out is not None and is_stream(out) and args.resume:
         raise SpecError(f"--resume: {out} is not a file (a device or a FIFO): it keeps no journal")
     if out is None or is_stream(out):  # written straight into, without a journal
-        return _sweep(args, spec, cascade, arch, cascades, out, size)
+        return _sweep(args, spec, cascade, arch, cascades, out, size, ceilings)
     out = landing(out)  # a symbolic link: its target, the journal and lock beside it
     with journal.held(out):  # one sweep per --out at a time
-        return _sweep(args, spec, cascade, arch, cascades, out, size)
+        return _sweep(args, spec, cascade, arch, cascades, out, size, ceilings)
 
 
 def _sweep(
@@ -404,11 +407,12 @@ def _sweep(
     cascades: dict[str, str],
     out: Path | None,
     size: int,
+    ceilings: Ceilings | None = None,
 ) -> int:
     """The sweep itself, its journal and CSV at `out` (None: standard output). The grid is
     streamed: rows go out in grid order as they are ready, never all held at once."""
     timing = TimingOptions(max_sim_s=args.max_sim_s)
-    extra = (cascade, arch, timing, cascades)
+    extra = (cascade, arch, timing, cascades, ceilings)
     writer, done = None, journal.Progress({}, frozenset())
     if out is not None and not is_stream(out):
         log = journal.journal_path(out)
@@ -520,10 +524,11 @@ def _parameters_digest(spec: SweepSpec, extra: tuple) -> str:
     )
     derive = tuple((name, text) for name, text, _loc in spec.derive)
     settings = (spec.name, spec.grid, derive, rule, spec.scope, spec.engine, spec.accounting)
-    cascade, arch, timing, cascades = extra
-    return journal.digest(
-        [repr((settings, spec.linear, cascade, arch, timing.max_sim_s, sorted(cascades.items())))]
-    )
+    cascade, arch, timing, cascades, *rest = extra
+    ceilings = rest[0] if rest else None
+    identity = (settings, spec.linear, cascade, arch, timing.max_sim_s, sorted(cascades.items()))
+    # measured ceilings are part of what a point computes (none: the digest as before)
+    return journal.digest([repr(identity if ceilings is None else (*identity, ceilings))])
 
 
 def _specs_digest(cascade: str | None, arch: str | None, spec: SweepSpec) -> str:

@@ -32,27 +32,32 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import hashlib
 import io
 import json
 import re
 import statistics
 import sys
+import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from simulator.atomic import check_writable, output_path, write_text
+from simulator.cascade.parse import load_cascade
+from simulator.cascade.write import einsum_yaml
 from simulator.cli import ArgumentParser, guarded
 from simulator.configs import Specs, prepare
 from simulator.errors import Loc, SpecError
 from simulator.evaluate import evaluate_mapping
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
-from simulator.paths import data_dir, is_file
+from simulator.paths import data_dir, is_file, resolve_spec
 from simulator.progress import Steps
 from simulator.result import Result
 from simulator.spec.arch import Architecture
-from simulator.spec.sustained import with_sustained
-from simulator.spec.workload import Workload, make_workload
+from simulator.spec.ceilings import Ceilings, parse_ceilings, positive
+from simulator.spec.workload import Workload, make_workload, parse_shape
 from simulator.textfmt import table
 from simulator.units import format_count
 
@@ -60,8 +65,15 @@ from simulator.units import format_count
 # (`mappings/<arch>/flash*.yaml`, by mask) and the automatic strategies that fuse.
 FUSED_AUTO = ("auto:fused", "auto:flat")
 UNFUSED = "auto:unfused"
-REQUIRED = ("kind", "impl", "backend", "batch", "q_heads", "kv_heads", "queries", "keys")
-CEILINGS = {"matmul": "mac_per_s", "copy": "dram_bytes_per_s", "exp2": "exp_per_s"}
+REQUIRED = ("kind", "impl", "backend", "time_s", "ok", "rate")
+# the columns an attention row needs, and a cascade row's (`kind` = `cascade`)
+ATTENTION = ("batch", "q_heads", "kv_heads", "queries", "keys", "head_dim")
+CASCADE = ("cascade", "shape")
+RATES = ("mac_per_s", "dram_bytes_per_s", "exp_per_s")
+# a measured cascade: the mapper's fused strategy for `fused`; for `unfused`, one kernel per
+# Einsum -- each Einsum a cascade of its own, bound by the unfused strategy, in turn
+CASCADE_FUSED = "auto:fused"
+CASCADE_UNFUSED = "auto:unfused per Einsum"
 # The H100 measurements committed with the project (a source checkout; a wheel ships no
 # experiments: give --measured).
 DEFAULT_MEASURED_NAME = "experiments/data/h100-attention.csv"
@@ -182,8 +194,50 @@ class Shape:
 
 
 @dataclass(frozen=True)
+class CascadeShape:
+    """One measured cascade problem: a cascade file at a `--shape`, `batch` instances."""
+
+    cascade: str  # the file, as the measured file names it
+    shape: str  # `--shape`: RANK=N,... (every rank of the cascade)
+    batch: int
+    path: str = field(default="", compare=False)  # the file found for `cascade`
+    flops: float = field(default=0.0, compare=False)  # matrix FLOPs the row counted (0: none)
+
+    kind = "cascade"
+
+    @property
+    def name(self) -> str:
+        return Path(self.cascade).stem
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.shape}" + (f" b{self.batch}" if self.batch > 1 else "")
+
+    @property
+    def family(self) -> str:
+        return self.name
+
+    @property
+    def split_key(self) -> tuple[str, str, int]:
+        return (self.cascade, self.shape, self.batch)
+
+    @property
+    def matmul_flops(self) -> float:
+        return self.flops
+
+    def workload(self, ranks: frozenset[str] | None = None) -> Workload:
+        """The workload: `batch` instances of one head, the ranks at `shape` (only `ranks`
+        where given: an Einsum run alone has fewer)."""
+        extents = parse_shape([self.shape], what=f"shape of {self.label}")
+        if ranks is not None:
+            extents = {r: n for r, n in extents.items() if r in ranks}
+        overrides: dict[str, int | bool | None] = {"batch": self.batch, "heads": 1, "embed": 64}
+        return make_workload("custom", 1, overrides, shape=extents)
+
+
+@dataclass(frozen=True)
 class Measurement:
-    shape: Shape
+    shape: Shape | CascadeShape
     impl: str  # fused | unfused
     backend: str  # the fastest passing backend (fused), or the unfused path's
     time_s: float
@@ -198,6 +252,9 @@ class Measured:
     ceilings: dict[str, float]  # mac_per_s, dram_bytes_per_s, exp_per_s
     measurements: tuple[Measurement, ...]
     cores: int = 0  # the device's cores (`sm_count`; 0: not recorded)
+    # every ceiling row read (the three rates, and the launch and DRAM latency where
+    # measured): what the architecture runs at (simulator.spec.ceilings)
+    limits: Ceilings = Ceilings()
 
 
 @dataclass(frozen=True)
@@ -218,17 +275,30 @@ class Validation:
 
     def record(self) -> dict[str, object]:
         s = self.measurement.shape
+        if isinstance(s, CascadeShape):
+            head: dict[str, object] = {
+                "shape": s.label,
+                "kind": s.kind,
+                "impl": self.measurement.impl,
+                "cascade": s.cascade,
+                "ranks": s.shape,
+                "batch": s.batch,
+            }
+        else:
+            head = {
+                "shape": s.label,
+                "kind": s.kind,
+                "impl": self.measurement.impl,
+                "batch": s.batch,
+                "q_heads": s.q_heads,
+                "kv_heads": s.kv_heads,
+                "queries": s.queries,
+                "keys": s.keys,
+                "head_dim": s.head_dim,
+                "causal": int(s.causal),
+            }
         return {
-            "shape": s.label,
-            "kind": s.kind,
-            "impl": self.measurement.impl,
-            "batch": s.batch,
-            "q_heads": s.q_heads,
-            "kv_heads": s.kv_heads,
-            "queries": s.queries,
-            "keys": s.keys,
-            "head_dim": s.head_dim,
-            "causal": int(s.causal),
+            **head,
             "measured_backend": self.measurement.backend,
             "measured_s": self.measurement.time_s,
             "config": self.config,
@@ -245,77 +315,116 @@ class Validation:
 
 
 def read_measured(path: str | Path) -> Measured:
-    """The measured CSV: rows that passed their accuracy check (`ok` = 1) only."""
+    """The measured CSV: rows that passed their accuracy check (`ok` = 1) only. Attention
+    rows (`kind` prefill or decode) name their shape by batch, heads, queries, keys and head
+    dimension; cascade rows (`kind` = `cascade`) by a cascade file, its `--shape` and its
+    instances (`batch`, default 1). The ceiling rows: :mod:`simulator.spec.ceilings`."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as err:
         raise SpecError(f"cannot read the measured file: {err.strerror}", Loc(str(p))) from None
+    except UnicodeDecodeError:
+        raise SpecError("the measured file is not UTF-8 text", Loc(str(p))) from None
     reader = csv.DictReader(text.splitlines())
-    missing = [c for c in (*REQUIRED, "time_s", "ok", "rate") if c not in (reader.fieldnames or ())]
+    header = reader.fieldnames or ()
+    missing = [c for c in REQUIRED if c not in header]
     if missing:
         raise SpecError(f"measured file lacks column(s) {', '.join(missing)}", Loc(str(p), 1))
-    rates: dict[str, list[float]] = {}
-    fastest: dict[tuple[Shape, str], Measurement] = {}
-    device = ""
-    cores = 0
+    limits = parse_ceilings(text, str(p), "measured file", require=RATES)
+    fastest: dict[tuple[Shape | CascadeShape, str], Measurement] = {}
     for line, row in enumerate(reader, start=2):
         loc = Loc(str(p), line)
-        if row.get("ok") != "1":
-            continue
-        device = device or row.get("gpu", "")
-        if not cores and (row.get("sm_count") or "").isdigit():
-            cores = int(row["sm_count"])
-        if row["kind"] == "ceiling":
-            if row["impl"] in CEILINGS:
-                rate = _number(row["rate"], "rate", loc)
-                # the matrix product's rate is in FLOP/s: two per multiply-accumulate
-                rates.setdefault(CEILINGS[row["impl"]], []).append(
-                    rate / 2 if row["impl"] == "matmul" else rate
-                )
+        if row.get("ok") != "1" or row["kind"] == "ceiling":
             continue
         if row["impl"] not in ("fused", "unfused"):
             continue  # the unfused path's phases, timed alone: read by the docs, not here
-        shape = Shape(
-            row["kind"],
-            int(_number(row["batch"], "batch", loc)),
-            int(_number(row["q_heads"], "q_heads", loc)),
-            int(_number(row["kv_heads"], "kv_heads", loc)),
-            int(_number(row["queries"], "queries", loc)),
-            int(_number(row["keys"], "keys", loc)),
-            int(_number(row["head_dim"], "head_dim", loc)),
-            row.get("causal") == "1",
+        needed = CASCADE if row["kind"] == "cascade" else ATTENTION
+        lacking = [c for c in needed if c not in header]
+        if lacking:
+            raise SpecError(
+                f"measured file lacks column(s) {', '.join(lacking)} for a {row['kind']} row",
+                loc,
+            )
+        shape = (
+            _cascade_shape(row, p, loc) if row["kind"] == "cascade" else _attention_shape(row, loc)
         )
         m = Measurement(shape, row["impl"], row["backend"], _number(row["time_s"], "time_s", loc))
         key = (shape, m.impl)
         if key not in fastest or m.time_s < fastest[key].time_s:
             fastest[key] = m
-    # a file measured over several calls holds each call's ceilings: their median (the
-    # chip's clock moves with its power state between calls)
-    ceilings = {name: statistics.median(values) for name, values in rates.items()}
-    absent = [name for name in CEILINGS.values() if name not in ceilings]
-    if absent:
-        raise SpecError(
-            f"measured file has no passing ceiling for {', '.join(absent)}", Loc(str(p))
-        )
     if not fastest:
-        raise SpecError("measured file has no passing attention measurement", Loc(str(p)))
-    return Measured(str(p), device, ceilings, tuple(fastest.values()), cores)
+        raise SpecError("measured file has no passing measurement", Loc(str(p)))
+    return Measured(
+        str(p), limits.device, limits.rates, tuple(fastest.values()), limits.cores, limits
+    )
+
+
+def _attention_shape(row: dict[str, str], loc: Loc) -> Shape:
+    if row["kind"] not in ("prefill", "decode"):
+        raise SpecError(
+            f"kind must be prefill, decode, cascade or ceiling, got {row['kind']!r}", loc
+        )
+    return Shape(
+        row["kind"],
+        int(_number(row["batch"], "batch", loc)),
+        int(_number(row["q_heads"], "q_heads", loc)),
+        int(_number(row["kv_heads"], "kv_heads", loc)),
+        int(_number(row["queries"], "queries", loc)),
+        int(_number(row["keys"], "keys", loc)),
+        int(_number(row["head_dim"], "head_dim", loc)),
+        row.get("causal") == "1",
+    )
+
+
+def _cascade_shape(row: dict[str, str], measured: Path, loc: Loc) -> CascadeShape:
+    """A cascade row's shape; its file found as written (from the current folder), beside
+    the measured file, or as a shipped cascade of that file name (`cascades/NAME.yaml`)."""
+    name = (row.get("cascade") or "").strip()
+    if not name:
+        raise SpecError("column 'cascade' is empty: name a cascade file", loc)
+    batch = int(_number(row.get("batch") or "1", "batch", loc))
+    flops = float(row.get("flops") or 0) if (row.get("flops") or "").strip() else 0.0
+    text = "".join((row.get("shape") or "").split())
+    found = None
+    for candidate in (Path(name), measured.parent / name):
+        if is_file(candidate):
+            found = candidate
+            break
+    try:
+        path = found or resolve_spec("cascades", Path(name).name)
+        cascade = load_cascade(path)
+    except SpecError as err:
+        raise SpecError(f"cascade {name!r}: {err.message}", loc) from None
+    extents = parse_shape([text], what=f"shape {text!r}")
+    missing = sorted(cascade.shape_names() - set(extents))
+    unknown = sorted(set(extents) - cascade.shape_names())
+    if missing or unknown:
+        say = [f"lacks {', '.join(missing)}"] if missing else []
+        say += [f"names no rank of it: {', '.join(unknown)}"] if unknown else []
+        raise SpecError(f"shape {text!r} of cascade {cascade.name}: {'; '.join(say)}", loc)
+    return CascadeShape(name, text, batch, str(path), flops)
 
 
 SPLIT_COLUMNS = ("kind", "batch", "q_heads", "kv_heads", "queries", "keys", "head_dim", "half")
+# a split of measured cascades names each shape by its cascade, `--shape` and instances
+CASCADE_SPLIT_COLUMNS = ("cascade", "shape", "batch", "half")
 HALVES = ("design", "held-out")
 
 
 def read_split(path: str | Path) -> dict[tuple, str]:
-    """A split file (experiments/silicon/split.py): shape -> `design` or `held-out`."""
+    """A split file (experiments/silicon/split.py): shape -> `design` or `held-out`. Its
+    columns name attention shapes (`SPLIT_COLUMNS`) or measured cascades
+    (`CASCADE_SPLIT_COLUMNS`)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as err:
         raise SpecError(f"cannot read the split file: {err.strerror}", Loc(str(p))) from None
     reader = csv.DictReader(text.splitlines())
-    missing = [c for c in SPLIT_COLUMNS if c not in (reader.fieldnames or ())]
+    header = reader.fieldnames or ()
+    columns = CASCADE_SPLIT_COLUMNS if "cascade" in header else SPLIT_COLUMNS
+    missing = [c for c in columns if c not in header]
     if missing:
         raise SpecError(f"split file lacks column(s) {', '.join(missing)}", Loc(str(p), 1))
     out: dict[tuple, str] = {}
@@ -323,19 +432,20 @@ def read_split(path: str | Path) -> dict[tuple, str]:
         loc = Loc(str(p), line)
         if row["half"] not in HALVES:
             raise SpecError(f"half must be {' or '.join(HALVES)}, got {row['half']!r}", loc)
-        key = (row["kind"],) + tuple(int(_number(row[c], c, loc)) for c in SPLIT_COLUMNS[1:-1])
+        if columns is CASCADE_SPLIT_COLUMNS:
+            key: tuple = (
+                row["cascade"].strip(),
+                "".join(row["shape"].split()),
+                int(_number(row["batch"] or "1", "batch", loc)),
+            )
+        else:
+            key = (row["kind"],) + tuple(int(_number(row[c], c, loc)) for c in SPLIT_COLUMNS[1:-1])
         out[key] = row["half"]
     return out
 
 
 def _number(text: str | None, column: str, loc: Loc) -> float:
-    try:
-        value = float(text or "")
-    except ValueError:
-        raise SpecError(f"column '{column}' is not a number: {text!r}", loc) from None
-    if not value > 0:
-        raise SpecError(f"column '{column}' must be positive, got {text!r}", loc)
-    return value
+    return positive(text, column, loc)
 
 
 # --------------------------------------------------------------------------------------
@@ -355,12 +465,77 @@ def fused_configs(arch: str, shape: Shape) -> tuple[tuple[str, ...], ...]:
     return (tuple(own), FUSED_AUTO) if own else (FUSED_AUTO,)
 
 
-def predict(specs: Specs, config: str, shape: Shape, ceilings: dict[str, float]) -> Result:
-    """One configuration at one shape, on the architecture running at the measured rates."""
+def at_ceilings(specs: Specs, ceilings: Ceilings | dict[str, float]) -> Specs:
+    """`specs` reading every architecture at the measured ceilings (the files read so far
+    are shared: their caches key on the ceilings)."""
+    limits = ceilings if isinstance(ceilings, Ceilings) else Ceilings.of(ceilings)
+    return specs if specs.ceilings == limits else dataclasses.replace(specs, ceilings=limits)
+
+
+def predict(
+    specs: Specs, config: str, shape: Shape, ceilings: Ceilings | dict[str, float]
+) -> Result:
+    """One configuration at one shape, on the architecture running at the measured rates
+    (and fixed costs, where measured): the mapper searches the chip as measured."""
     workload = shape.workload()
-    cascade, mapping, arch = prepare(specs, config, workload)
-    sustained, _ = with_sustained(arch, **ceilings)
-    return evaluate_mapping(cascade, mapping, sustained, workload)
+    cascade, mapping, arch = prepare(at_ceilings(specs, ceilings), config, workload)
+    return evaluate_mapping(cascade, mapping, arch, workload)
+
+
+def einsum_files(path: str) -> list[tuple[str, Path]]:
+    """Each Einsum of the cascade file as a cascade of its own (:func:`einsum_yaml`), written
+    once to the temporary folder under a digest of its text: (Einsum, file)."""
+    cascade = load_cascade(path)
+    folder = Path(tempfile.gettempdir()) / "fusemax-sim-einsums"
+    out = []
+    for e in cascade.einsums:
+        text = einsum_yaml(cascade, e.name)
+        file = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.yaml"
+        if not is_file(file):
+            folder.mkdir(parents=True, exist_ok=True)
+            write_text(file, text)
+        out.append((e.name, file))
+    return out
+
+
+def predict_cascade(
+    specs: Specs, m: Measurement, arch: str, limits: Ceilings
+) -> tuple[float, str, float]:
+    """A measured cascade: (predicted seconds, what bounds it, the 2D array's busy share).
+    Fused: the mapper's fused strategy on the whole cascade. Unfused: each Einsum a kernel
+    of its own, in turn -- a cascade of that Einsum alone, bound by the unfused strategy
+    (its operands from DRAM, its result to DRAM), each paying the fixed costs."""
+    shape = m.shape
+    assert isinstance(shape, CascadeShape)
+    specs = at_ceilings(specs, limits)
+    if m.impl == "fused":
+        parts = [(shape.path, CASCADE_FUSED)]
+    else:
+        parts = [(str(f), UNFUSED) for _einsum, f in einsum_files(shape.path)]
+    results = []
+    for file, config in parts:
+        one = specs.with_cascade(file, arch)
+        workload = shape.workload(load_cascade(file).shape_names())
+        cascade, mapping, chip = prepare(one, config, workload)
+        results.append(evaluate_mapping(cascade, mapping, chip, workload))
+    total = sum(r.latency_s for r in results)
+    util = sum(r.util_2d * r.latency_s for r in results) / total
+    return total, _bound_by_all(results, total, limits.phase_s), util
+
+
+def _bound_by_all(results: list[Result], total: float, fixed_s: float) -> str:
+    """:func:`bound_by` over kernels run in turn; `launch` where the fixed costs (`fixed_s`
+    per phase: a launch and a DRAM latency) take half the time or more."""
+    if fixed_s * sum(len(r.phases) for r in results) * 2 >= total:
+        return "launch"
+    memory = sum(p.latency_s for r in results for p in r.phases if p.memory_s >= p.compute_s)
+    if memory * 2 >= total:
+        return "DRAM"
+    busy: dict[str, float] = {}
+    for r in results:
+        for name, u in r.util:
+            busy[name] = busy.get(name, 0.0) + u * r.latency_s
+    return str(max(busy, key=busy.__getitem__))
 
 
 def bound_by(result: Result) -> str:
@@ -376,18 +551,29 @@ def validate_one(
     specs: Specs,
     m: Measurement,
     arch: str,
-    ceilings: dict[str, float],
+    ceilings: Ceilings | dict[str, float],
     kernels: str | None = None,
 ) -> Validation:
     """One measured shape: the fastest prediction of the first configurations that run it
-    (the architecture's own mapping files, else the mapper's)."""
+    (the architecture's own mapping files, else the mapper's); a measured cascade by
+    :func:`predict_cascade`."""
+    limits = ceilings if isinstance(ceilings, Ceilings) else Ceilings.of(ceilings)
+    mac_per_s = limits.mac_per_s or 0.0
+    if isinstance(m.shape, CascadeShape):
+        try:
+            latency, bound, util = predict_cascade(specs, m, arch, limits)
+        except SpecError as err:
+            raise SpecError(f"cannot predict {m.shape.label} ({m.impl}): {err}") from None
+        config = CASCADE_FUSED if m.impl == "fused" else CASCADE_UNFUSED
+        measured_util = m.shape.matmul_flops / m.time_s / (2 * mac_per_s) if mac_per_s else 0.0
+        return Validation(m, config, latency, bound, util, measured_util)
     tiers = fused_configs(kernels or arch, m.shape) if m.impl == "fused" else ((UNFUSED,),)
     best: tuple[Result, str] | None = None
     errors: list[str] = []
     for configs in tiers:
         for config in configs:
             try:
-                r = predict(specs, config, m.shape, ceilings)
+                r = predict(specs, config, m.shape, limits)
             except SpecError as err:
                 errors.append(f"{config}: {err}")
                 continue
@@ -404,7 +590,7 @@ def validate_one(
         r.latency_s,
         bound_by(r),
         r.util_2d,
-        m.shape.matmul_flops / m.time_s / (2 * ceilings["mac_per_s"]),
+        m.shape.matmul_flops / m.time_s / (2 * mac_per_s),
     )
 
 
@@ -413,11 +599,12 @@ def validate(
 ) -> tuple[Validation, ...]:
     """Every measured shape, in the file's order."""
     specs = specs or Specs(arch_override=arch)
+    limits = measured.limits if measured.limits.rates else Ceilings.of(measured.ceilings)
     rows = []
     # a bar on a terminal: a cold cache maps every shape (about a minute for the wide grid)
     with Steps("predicting", len(measured.measurements), "shape", every=1) as progress:
         for m in measured.measurements:
-            rows.append(validate_one(specs, m, arch, measured.ceilings, kernels))
+            rows.append(validate_one(specs, m, arch, limits, kernels))
             progress.update(len(rows))
     return tuple(rows)
 
@@ -508,6 +695,26 @@ def families(rows: Sequence[Validation], cores: int, copy_rate: float = 0.0) -> 
     return tuple(out)
 
 
+def cascade_summaries(rows: Sequence[Validation]) -> tuple[Summary, ...]:
+    """Measured cascades: fused, unfused and both, then each cascade's fused and unfused."""
+    picked = [r for r in rows if isinstance(r.measurement.shape, CascadeShape)]
+    out = []
+    for impl in ("fused", "unfused"):
+        out += _summary(f"cascades, {impl}", [r for r in picked if r.measurement.impl == impl])
+    out += _summary("cascades, all", picked)
+    for name in dict.fromkeys(r.measurement.shape.family for r in picked):
+        for impl in ("fused", "unfused"):
+            out += _summary(
+                f"{name}, {impl}",
+                [
+                    r
+                    for r in picked
+                    if r.measurement.shape.family == name and r.measurement.impl == impl
+                ],
+            )
+    return tuple(out)
+
+
 # Decode by the time its K/V cache takes to stream at the measured copy rate (microseconds):
 # below ~100 us the fixed costs of a call (its kernels' launches, the split-KV combine),
 # which the model does not have, weigh against the stream.
@@ -539,12 +746,18 @@ class Pair:
         return self.predicted / self.measured - 1.0
 
 
+def attention_rows(rows: Sequence[Validation]) -> list[Validation]:
+    """The rows of measured attention (not of measured cascades)."""
+    return [r for r in rows if isinstance(r.measurement.shape, Shape)]
+
+
 def _key(s: Shape) -> tuple[str, int, int, int, int, int]:
     return (s.kind, s.head_dim, s.queries, s.keys, s.q_heads, s.kv_heads)
 
 
 def causal_ratios(rows: Sequence[Validation], min_seq: int = 8192) -> tuple[Pair, ...]:
     """Causal over full time of the fused kernels at the same shape, from `min_seq` keys."""
+    rows = attention_rows(rows)
     fused = {(_key(r.measurement.shape), r.measurement.shape.causal, r.measurement.shape.batch): r
              for r in rows if r.measurement.impl == "fused"}  # fmt: skip
     out = []
@@ -566,6 +779,7 @@ def causal_ratios(rows: Sequence[Validation], min_seq: int = 8192) -> tuple[Pair
 def speedups(rows: Sequence[Validation]) -> tuple[Pair, ...]:
     """The fused kernel's speedup over the unfused path, per request, at every shape where
     both ran (the unfused path may have run fewer requests: its scores must fit)."""
+    rows = attention_rows(rows)
     fused = {(_key(r.measurement.shape), r.measurement.shape.causal): r
              for r in rows if r.measurement.impl == "fused"}  # fmt: skip
     out = []
@@ -591,6 +805,7 @@ def utilisation_by_head_dim(
 ) -> tuple[tuple[int, float, float], ...]:
     """(head dimension, measured, predicted) mean tensor-core utilisation of the fused
     kernels at full (non-causal) prefill from `min_seq` keys."""
+    rows = attention_rows(rows)
     dims = sorted({r.measurement.shape.head_dim for r in rows})
     out = []
     for d in dims:
@@ -631,6 +846,16 @@ def _summary_rows(items: Sequence[Summary], prefix: str = "") -> list[tuple]:
     ]
 
 
+def fixed_costs(limits: Ceilings) -> str:
+    """The measured fixed costs, as the table's header says them ('' where none)."""
+    out = ""
+    if limits.launch_s is not None:
+        out += f", launch {limits.launch_s * 1e6:.3g} us"
+    if limits.dram_latency_s is not None:
+        out += f", DRAM latency {limits.dram_latency_s * 1e9:.3g} ns"
+    return out + (" per phase" if out else "")
+
+
 SUMMARY_HEADER = ["group", "shapes", "mean |error|", "median |error|", "largest |error|"]
 
 
@@ -644,7 +869,8 @@ def render_table(
         f"{measured.device or 'measured'} ({measured.path}) against arch '{arch}' at its "
         f"measured ceilings: matrix {2 * measured.ceilings['mac_per_s'] / 1e12:.4g} TFLOP/s, "
         f"copy {measured.ceilings['dram_bytes_per_s'] / 1e12:.4g} TB/s, "
-        f"exp2 {measured.ceilings['exp_per_s'] / 1e12:.4g} T/s; analytic engine",
+        f"exp2 {measured.ceilings['exp_per_s'] / 1e12:.4g} T/s{fixed_costs(measured.limits)}; "
+        "analytic engine",
         "",
     ]
     shape_rows = [
@@ -682,29 +908,35 @@ def render_table(
         table(
             SUMMARY_HEADER,
             _summary_rows(summaries(rows))
-            + _summary_rows(families(rows, measured.cores, measured.ceilings["dram_bytes_per_s"])),
+            + _summary_rows(families(rows, measured.cores, measured.ceilings["dram_bytes_per_s"]))
+            + _summary_rows(cascade_summaries(rows)),
         ),
-        table(
-            ["ratio", "shape", "measured", "predicted", "error"],
-            [
-                (
-                    p.what,
-                    p.shape,
-                    f"{p.measured:.3f}",
-                    f"{p.predicted:.3f}",
-                    f"{100 * p.error:+.1f}%",
-                )
-                for p in (*causal_ratios(rows), *speedups(rows))
-            ],
-        ),  # fmt: skip
-        table(
-            ["head dim", "tensor-core util measured", "predicted"],
-            [
-                (d, f"{100 * m:.0f}%", f"{100 * p:.0f}%")
-                for d, m, p in utilisation_by_head_dim(rows)
-            ],
-        ),  # fmt: skip
     ]
+    ratios = (*causal_ratios(rows), *speedups(rows))
+    if ratios:
+        parts.append(
+            table(
+                ["ratio", "shape", "measured", "predicted", "error"],
+                [
+                    (
+                        p.what,
+                        p.shape,
+                        f"{p.measured:.3f}",
+                        f"{p.predicted:.3f}",
+                        f"{100 * p.error:+.1f}%",
+                    )
+                    for p in ratios
+                ],
+            )
+        )
+    util = utilisation_by_head_dim(rows)
+    if util:
+        parts.append(
+            table(
+                ["head dim", "tensor-core util measured", "predicted"],
+                [(d, f"{100 * m:.0f}%", f"{100 * p:.0f}%") for d, m, p in util],
+            )
+        )
     if split:
         lines: list[tuple] = []
         for half, picked in halves(rows, split):
@@ -712,6 +944,7 @@ def render_table(
             lines += _summary_rows(
                 families(picked, measured.cores, measured.ceilings["dram_bytes_per_s"]), f"{half}: "
             )
+            lines += _summary_rows(cascade_summaries(picked), f"{half}: ")
         parts.append(
             f"Split ({len(split)} shapes named, design and held-out at random):\n"
             + table(SUMMARY_HEADER, lines)
@@ -744,6 +977,12 @@ def to_json(
             for s in families(rows, measured.cores, measured.ceilings["dram_bytes_per_s"])
         ],
     }
+    if any(isinstance(r.measurement.shape, CascadeShape) for r in rows):
+        doc["cascades"] = [s.__dict__ for s in cascade_summaries(rows)]
+        doc["fixed_costs"] = {
+            "launch_s": measured.limits.launch_s,
+            "dram_latency_s": measured.limits.dram_latency_s,
+        }
     if split:
         doc["halves"] = {
             half: {
@@ -752,6 +991,7 @@ def to_json(
                     s.__dict__
                     for s in families(picked, measured.cores, measured.ceilings["dram_bytes_per_s"])
                 ],
+                "cascades": [s.__dict__ for s in cascade_summaries(picked)],
             }
             for half, picked in halves(rows, split)
         }
@@ -760,8 +1000,9 @@ def to_json(
 
 def to_csv(rows: Sequence[Validation]) -> str:
     records = [r.record() for r in rows]
+    columns = list(dict.fromkeys(k for rec in records for k in rec))
     out = io.StringIO()
-    writer = csv.DictWriter(out, list(records[0]) if records else [], lineterminator="\n")
+    writer = csv.DictWriter(out, columns, restval="", lineterminator="\n")
     writer.writeheader()
     for rec in records:
         writer.writerow({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in rec.items()})

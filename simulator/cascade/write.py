@@ -20,6 +20,7 @@ from simulator.cascade.ir import (
     Reference,
     Size,
 )
+from simulator.errors import SpecError
 
 _INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2)}
 
@@ -125,3 +126,36 @@ def to_yaml(cascade: Cascade, header: Sequence[str] = ()) -> str:
         cascade.reference,
         header,
     )
+
+
+def einsum_yaml(cascade: Cascade, name: str) -> str:
+    """One Einsum of `cascade` as a cascade of its own (`NAME.EINSUM`): the tensors it reads
+    are its inputs, its output the cascade's, the extents its ranks take the file's -- the
+    kernel a library runs for that Einsum alone, its operands to and from memory. A cascade
+    with chunked or iterative ranks has Einsums that do not stand alone: an error."""
+    if cascade.partitions or cascade.iterative:
+        raise SpecError(
+            f"cascade '{cascade.name}' has chunked or iterative ranks: its Einsums do not "
+            "run as kernels of their own"
+        )
+    e = cascade.einsum(name)
+    tensors = [e.output.tensor] + [a.tensor for a in e.reads()]
+    tensors = [t for t in dict.fromkeys(tensors)]
+    ranks = {r for t in tensors for r in cascade.tensor(t).ranks} | _sizes(e.expr)
+    shapes = [(r, n) for r, n in cascade.shapes if r in ranks or r in cascade.params]
+    return cascade_yaml(
+        f"{cascade.name}.{e.name}",
+        f"the Einsum {e.name} of {cascade.name}, alone",
+        shapes,
+        [(t, cascade.tensor(t).ranks) for t in sorted(tensors)],
+        [einsum_text(e)],
+    )
+
+
+def _sizes(expr: Expr) -> set[str]:
+    """The extents an expression reads as numbers (`/ E`)."""
+    if isinstance(expr, Size):
+        return {expr.name}
+    if isinstance(expr, Op):
+        return set().union(*(_sizes(a) for a in expr.args))
+    return set()

@@ -206,6 +206,9 @@ class Memory:
     # scratchpad: the cores of a wave that read the same data fetch it from DRAM once
     # (simulator.plan.waves). Tiles a mapping keeps in it still count against its capacity.
     cache: bool = False
+    # DRAM: the latency of a load (seconds), paid once per phase before its stream flows;
+    # a measured number (simulator.spec.ceilings), 0 unless a measured file gives it
+    latency_s: float = 0.0
 
     @property
     def capacity_bytes(self) -> int:
@@ -246,6 +249,15 @@ class Architecture:
     def table_loc(self, key: str) -> Loc:
         """The line naming table `key` (`energy_table`, ...), else the file."""
         return dict(self.table_locs).get(key, Loc(self.path))
+
+    # A kernel's fixed cost (seconds): each phase -- a kernel on a GPU -- pays it once, with
+    # one DRAM latency (`phase_fixed_s`); measured (simulator.spec.ceilings), else 0
+    launch_s: float = 0.0
+
+    @property
+    def phase_fixed_s(self) -> float:
+        """What every phase takes beside its work: a launch and one DRAM latency."""
+        return self.launch_s + self.dram.latency_s
 
     def component_attributes(self) -> dict[str, dict[str, float]]:
         """Attributes table expressions may use, per priced component."""

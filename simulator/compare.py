@@ -26,12 +26,12 @@ from simulator.atomic import check_writable, output_path
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cli import ArgumentParser, guarded
-from simulator.configs import Specs, check_shape, evaluate
+from simulator.configs import Specs, check_shape, evaluate, workload_from_args
 from simulator.errors import SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.paths import resolve_spec
 from simulator.result import Result
-from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
+from simulator.spec.workload import PHASES, Workload
 from simulator.textfmt import table
 from simulator.units import parse_count
 
@@ -278,21 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in strategies:
         if s not in STRATEGIES:
             raise SpecError(f"--strategies: unknown strategy '{s}' ({', '.join(STRATEGIES)})")
-    overrides = {
-        "batch": args.batch,
-        "heads": args.heads,
-        "kv_heads": args.kv_heads,
-        "embed": args.embed,
-        "window": args.window,
-    }
-    workload = make_workload(
-        args.model,
-        args.seq,
-        overrides,
-        phase=args.phase,
-        context=args.context,
-        shape=parse_shape(args.shape),
-    )
+    workload = workload_from_args(args)
     out = output_path(args.out, "compare") if args.out else None
     if out is not None:
         for suffix in (".png", ".pdf"):

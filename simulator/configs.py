@@ -64,7 +64,15 @@ from simulator.spec.tables import (
     load_area_table,
     load_energy_table,
 )
-from simulator.spec.workload import Workload
+from simulator.spec.workload import (
+    FIELDS,
+    FLAGS,
+    OPTIONAL,
+    Workload,
+    make_workload,
+    parse_shape,
+    settle_shape,
+)
 from simulator.timing.options import UNLIMITED, TimingOptions
 
 T = TypeVar("T")
@@ -473,6 +481,40 @@ class Specs:
                 f"mapping '{spec.name}' names {kind} '{name}', which does not exist",
                 spec.data.loc_of(key),
             ) from None
+
+
+def settled(workload: Workload) -> Workload:
+    """The workload with its `--shape` settled against what the workload sizes (the binder's
+    facts say which quantity sizes each rank): stated two ways, one workload; a rank that
+    contradicts the sequence or head structure is one line."""
+    return settle_shape(workload, dict(load_facts().shapes))
+
+
+def workload_from_args(args: object) -> Workload:
+    """The one workload of a command line, whichever of the workload flags the command
+    has (`--model --seq --batch --heads --embed --ffn --dmodel --kv-heads --window --causal
+    --phase --context --shape`; a missing one is not given): every CLI states a workload
+    the same way, and a `--shape` of a rank the workload sizes agrees with it or is
+    refused."""
+
+    def flag(name: str) -> object:
+        return getattr(args, name, None)
+
+    overrides = {f: flag(f) for f in (*FIELDS, *OPTIONAL, *FLAGS)}
+    model = flag("model")
+    if model is not None and not str(model).strip():
+        raise SpecError("--model is empty: name a model (bert, llama3-8b, ...) or custom")
+    if model is None:
+        model = "custom" if flag("heads") and flag("embed") else "bert"
+    workload = make_workload(
+        str(model),
+        flag("seq"),  # type: ignore[arg-type]
+        overrides,  # type: ignore[arg-type]
+        phase=flag("phase") or "prefill",  # type: ignore[arg-type]
+        context=flag("context"),  # type: ignore[arg-type]
+        shape=parse_shape(flag("shape")),  # type: ignore[arg-type]
+    )
+    return settled(workload)
 
 
 def check_shape(cascades: list[Cascade], workload: Workload) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.configs import ALIASES, Specs, evaluate
+from simulator.configs import ALIASES, Specs, evaluate, settled
 from simulator.endtoend import evaluate_layer
 from simulator.errors import SpecError
 from simulator.mapper.resolve import rank_shapes
@@ -257,15 +257,17 @@ def design(spec: SweepSpec, specs: Specs, point: Point) -> tuple[Design, dict[st
 def point_workload(point: Point) -> Workload:
     """The point's workload: model, sequence length, field overrides, phase and context."""
     fields = {f: point.get(f) for f in WORKLOAD_FIELDS if point.get(f) is not None}
-    return make_workload(
-        str(point.get("model")),
-        point.get("seq"),
-        fields,
-        phase=point.get("phase") or "prefill",
-        context=point.get("context") if point.get("phase") == "decode" else None,
-        shape=parse_shape([str(point.get("shape")).replace(";", ",")])
-        if point.get("shape")
-        else None,
+    return settled(
+        make_workload(
+            str(point.get("model")),
+            point.get("seq"),
+            fields,
+            phase=point.get("phase") or "prefill",
+            context=point.get("context") if point.get("phase") == "decode" else None,
+            shape=parse_shape([str(point.get("shape")).replace(";", ",")])
+            if point.get("shape")
+            else None,
+        )
     )
 
 

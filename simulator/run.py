@@ -34,6 +34,7 @@ from simulator.configs import (
     is_auto,
     parse_auto,
     shipped_configs,
+    workload_from_args,
 )
 from simulator.endtoend import compare_layers, layer_record, render_layer_table
 from simulator.errors import CannotSimulate, SimulationLimit, SpecError
@@ -41,7 +42,6 @@ from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES
 from simulator.progress import SearchProgress, SimulationProgress
 from simulator.result import Result
 from simulator.spec.arch import precision_change
-from simulator.spec.workload import make_workload, parse_shape
 from simulator.textfmt import table
 from simulator.timeloop import backend as timeloop_backend
 from simulator.timing.options import UNLIMITED, TimingOptions
@@ -775,27 +775,7 @@ def _csv(value: object) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m simulator.run`."""
     args = build_parser().parse_args(argv)
-    overrides = {
-        "batch": args.batch,
-        "heads": args.heads,
-        "embed": args.embed,
-        "ffn": args.ffn,
-        "dmodel": args.dmodel,
-        "kv_heads": args.kv_heads,
-        "window": args.window,
-        "causal": args.causal,
-    }
-    if args.model is not None and not args.model.strip():
-        raise SpecError("--model is empty: name a model (bert, llama3-8b, ...) or custom")
-    model = args.model or ("custom" if args.heads and args.embed else "bert")
-    workload = make_workload(
-        model,
-        args.seq,
-        overrides,
-        phase=args.phase,
-        context=args.context,
-        shape=parse_shape(args.shape),
-    )
+    workload = workload_from_args(args)
     specs = Specs(
         cascade_override=args.cascade,
         arch_override=args.arch,

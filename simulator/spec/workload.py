@@ -361,6 +361,42 @@ def make_workload(
     return base
 
 
+# The workload quantities a cascade rank may be sized by (the binder's facts name which) that
+# the workload's own flags state: a `--shape` of such a rank must agree with them. A width
+# (`embed`, `value_embed`) is the cascade's to set: `--shape E=4096` sizes an RMSNorm's E.
+STATED_BY = {
+    "keys": "--seq (--context in decode)",
+    "queries": "--seq (one query in decode)",
+    "group": "--heads / --kv-heads",
+    "window": "--window",
+}
+
+
+def settle_shape(workload: Workload, sized: dict[str, str]) -> Workload:
+    """The workload with its `--shape` settled against the ranks the workload sizes
+    (`sized`: rank -> workload quantity): a rank whose extent is the workload's own is
+    dropped (one workload, however it is stated: `--seq 4K --shape M=4096` is `--seq 4K`);
+    one that contradicts the sequence or head structure is one line naming the flag that
+    states it; a width the cascade sets (E, F) stays."""
+    fields = workload.fields()
+    kept = []
+    for rank, value in workload.rank_overrides:
+        quantity = sized.get(rank)
+        if quantity is None:
+            kept.append((rank, value))
+            continue
+        own = fields[quantity]
+        if value == own:
+            continue
+        if quantity in STATED_BY:
+            raise SpecError(
+                f"--shape {rank}={value}: the workload sizes {rank} by its {quantity} "
+                f"({own}); state it with {STATED_BY[quantity]}, not --shape"
+            )
+        kept.append((rank, value))
+    return dataclasses.replace(workload, rank_overrides=tuple(kept))
+
+
 def parse_shape(texts: list[str] | None, what: str = "--shape") -> dict[str, int]:
     """`--shape E=4096,F=14K` (repeatable): rank name -> extent; one line when malformed."""
     out: dict[str, int] = {}

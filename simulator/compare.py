@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"binding strategies to try (default: {','.join(STRATEGIES)})",
     )
     p.add_argument("--model", default="bert")
-    p.add_argument("--seq", default="64K")
+    p.add_argument("--seq", help="sequence length (default 64K; decode: --context)")
     p.add_argument("--phase", choices=PHASES, default="prefill")
     p.add_argument("--context", help="--phase decode: cached tokens")
     p.add_argument(
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in strategies:
         if s not in STRATEGIES:
             raise SpecError(f"--strategies: unknown strategy '{s}' ({', '.join(STRATEGIES)})")
-    workload = workload_from_args(args)
+    workload = workload_from_args(args, default_seq="64K")
     out = output_path(args.out, "compare") if args.out else None
     if out is not None:
         for suffix in (".png", ".pdf"):

@@ -425,6 +425,10 @@ class Specs:
             self._linear[name_or_path] = (spec, load_cascade(cascade))
         return self._linear[name_or_path]
 
+    def shipped_cascade(self, name_or_path: str) -> Cascade:
+        """A cascade by its shipped name or path (a model card's linear layers)."""
+        return self._load_cascade(resolve_spec("cascades", name_or_path))
+
     def cascade(self, spec: MappingSpec) -> Cascade:
         """The cascade a mapping binds: its file (or `--cascade`), as the mapper reads it
         where the mapping says `normalised: yes`."""
@@ -490,12 +494,12 @@ def settled(workload: Workload) -> Workload:
     return settle_shape(workload, dict(load_facts().shapes))
 
 
-def workload_from_args(args: object) -> Workload:
+def workload_from_args(args: object, default_seq: str = "1M") -> Workload:
     """The one workload of a command line, whichever of the workload flags the command
     has (`--model --seq --batch --heads --embed --ffn --dmodel --kv-heads --window --causal
     --phase --context --shape`; a missing one is not given): every CLI states a workload
     the same way, and a `--shape` of a rank the workload sizes agrees with it or is
-    refused."""
+    refused. A decode step with `--context` has no `--seq` (its sequence is the cache)."""
 
     def flag(name: str) -> object:
         return getattr(args, name, None)
@@ -506,9 +510,17 @@ def workload_from_args(args: object) -> Workload:
         raise SpecError("--model is empty: name a model (bert, llama3-8b, ...) or custom")
     if model is None:
         model = "custom" if flag("heads") and flag("embed") else "bert"
+    seq = flag("seq")
+    if flag("phase") == "decode" and flag("context") is not None:
+        # a decode step's sequence is its cache: --context states it
+        if seq is not None:
+            raise SpecError(
+                "--seq and --context both give a decode step's cached tokens: give --context"
+            )
+        seq = flag("context")
     workload = make_workload(
         str(model),
-        flag("seq"),  # type: ignore[arg-type]
+        default_seq if seq is None else seq,  # type: ignore[arg-type]
         overrides,  # type: ignore[arg-type]
         phase=flag("phase") or "prefill",  # type: ignore[arg-type]
         context=flag("context"),  # type: ignore[arg-type]

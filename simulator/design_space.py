@@ -24,8 +24,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.configs import ALIASES, Specs, evaluate, settled
-from simulator.endtoend import evaluate_layer
+from simulator.configs import ALIASES, Sizing, Specs, evaluate, settled
+from simulator.endtoend import LayerOptions, evaluate_layer
 from simulator.errors import SpecError
 from simulator.mapper.resolve import rank_shapes
 from simulator.paths import resolve_sweep
@@ -435,14 +435,8 @@ def _layer_columns(
         specs,
         d.config,
         d.workload,
-        d.pe_dim,
-        d.buffer_bytes,
-        d.bandwidth,
-        spec.accounting,
-        spec.engine,
-        spec.linear,
-        resize=dict(d.resize),
-        timing=timing,
+        Sizing.of(d.pe_dim, d.buffer_bytes, d.bandwidth, dict(d.resize)),
+        LayerOptions(spec.accounting, spec.engine, spec.linear, timing),
     )
     return {
         "latency_s": r.latency_s,

@@ -38,7 +38,7 @@ def _argv(model: str, seq: int, batch: int, decode: bool) -> list[str]:
     argv = ["--model", model, "--batch", str(batch), "--mapping", "auto"]
     argv += ["--engine", "analytic", "--format", "json"]
     if decode:
-        return [*argv, "--seq", "1", "--phase", "decode", "--context", str(seq)]
+        return [*argv, "--phase", "decode", "--context", str(seq)]
     return [*argv, "--seq", str(seq)]
 
 

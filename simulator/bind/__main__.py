@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fusemax: no K/V reuse across a group's query heads (they run outermost)",
     )
     p.add_argument("--model", default="bert", help="workload the mapping is generated for")
-    p.add_argument("--seq", default="1M", help="sequence length (default 1M)")
+    p.add_argument("--seq", help="sequence length (default 1M; decode: --context)")
     p.add_argument("--phase", choices=PHASES, default="prefill")
     p.add_argument("--context", help="--phase decode: cached tokens")
     for name in ("batch", "heads", "kv-heads", "embed", "window"):
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 @guarded
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    workload = workload_from_args(args)
+    workload = workload_from_args(args, default_seq="1M")
     out = output_path(args.out, "mapping.yaml") if args.out else None
     if out is not None:
         check_writable(out)

@@ -28,6 +28,8 @@ FIELDS = ("batch", "heads", "embed", "value_embed", "dmodel", "ffn")
 OPTIONAL = ("kv_heads", "window")
 # Optional yes/no model fields: a causal (decoder) mask; a sliding window is causal too.
 FLAGS = ("causal",)
+# Text fields: the display name; the cascade of the model's linear layers (`--scope layer`).
+TEXTS = ("label", "layer")
 PHASES = ("prefill", "decode")
 MASKS = ("none", "causal", "window")
 
@@ -50,6 +52,9 @@ class Workload:
     phase: str = "prefill"  # or decode: one new query per request
     context: int = 0  # decode: cached keys (0: seq_len)
     causal: bool = False  # a causal mask: each query sees the keys up to its own position
+    # The cascade of the model's linear layers (`--scope layer`; "": the linear-layer
+    # spec's, an encoder layer's six GEMMs): a decoder with a gated FFN names its own.
+    layer: str = ""
 
     @property
     def mask(self) -> str:
@@ -215,12 +220,18 @@ def _load_models_file(path: Path) -> dict[str, Workload]:
         if not isinstance(entry, LocDict):
             raise SpecError(f"workload '{key}' must be a mapping of its fields", loc)
         for field in entry:
-            if field not in (*FIELDS, *OPTIONAL, *FLAGS, "label", "description", "source"):
+            if field not in (*FIELDS, *OPTIONAL, *FLAGS, *TEXTS, "description", "source"):
                 raise SpecError(
                     f"unknown field '{field}' of workload '{key}' (allowed: "
-                    f"{', '.join((*FIELDS, *OPTIONAL, *FLAGS))}, label, description, source)",
+                    f"{', '.join((*FIELDS, *OPTIONAL, *FLAGS, *TEXTS))}, description, source)",
                     entry.key_locs[field],
                 )
+        layer = entry.get("layer", "")
+        if not isinstance(layer, str):
+            raise SpecError(
+                f"'layer' of workload '{key}' names the cascade of its linear layers",
+                entry.loc_of("layer"),
+            )
         flags = {}
         for field in FLAGS:
             if field in entry:
@@ -258,6 +269,7 @@ def _load_models_file(path: Path) -> dict[str, Workload]:
             str(entry.get("label", key)),
             seq_len=0,
             causal=bool(flags.get("causal", False) or values.get("window")),
+            layer=str(layer),
             **values,
         )
     return out

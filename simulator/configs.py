@@ -38,7 +38,8 @@ from simulator.cascade.normal import mapping_view
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.references import attention_kind
 from simulator.errors import SimulationLimit, SpecError
-from simulator.evaluate import evaluate_mapping_variants
+from simulator.evaluate import check_floor, evaluate_mapping_variants
+from simulator.floors import attention_floor
 from simulator.mapper.resolve import resolved, workload_fields
 from simulator.mapper.search import DEFAULT_SEARCH_S, Found, SearchOptions, search
 from simulator.mapper.space import needs_padding
@@ -605,6 +606,10 @@ def evaluate_variants(
         results = evaluate_mapping_variants(cascade, mapping, arch, workload, priced, timing)
     except SimulationLimit as err:
         raise SimulationLimit(f"{config}: {err.message}") from None
+    if attention_kind(cascade) is not None and runs_model_attention(cascade, workload):
+        floor = attention_floor(workload, arch)  # the workload's own, whatever the cascade
+        for r in results:
+            check_floor(r, floor, workload)
     if found is None:
         return results
     return [dataclasses.replace(r, search=found.stats) for r in results]

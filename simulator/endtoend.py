@@ -29,7 +29,8 @@ from typing import Any
 from simulator.cascade.ir import Cascade
 from simulator.configs import Sizing, Specs, check_shape, evaluate_each, evaluate_variants
 from simulator.errors import CannotSimulate, SimulationLimit, SpecError
-from simulator.evaluate import evaluate_mapping_variants
+from simulator.evaluate import check_floor, evaluate_mapping_variants
+from simulator.floors import linear_floor
 from simulator.mapper.resolve import resolved
 from simulator.result import Result
 from simulator.spec.arch import Architecture
@@ -139,6 +140,8 @@ def evaluate_linear(
         )
     except SimulationLimit as err:
         raise SimulationLimit(f"linear layers: {err.message}") from None
+    if not workload.rank_overrides:  # (--shape resizes the layer: no longer the card's)
+        check_floor(result, linear_floor(workload, arch), workload)
     return result
 
 

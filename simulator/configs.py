@@ -37,13 +37,14 @@ from simulator.cascade.ir import Cascade
 from simulator.cascade.normal import mapping_view
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.references import attention_kind
-from simulator.errors import SimulationLimit, SpecError
+from simulator.errors import BoundBreach, SimulationLimit, SpecError
 from simulator.evaluate import check_floor, evaluate_mapping_variants
 from simulator.floors import attention_floor
 from simulator.mapper.resolve import resolved, workload_fields
 from simulator.mapper.search import DEFAULT_SEARCH_S, Found, SearchOptions, search
 from simulator.mapper.space import needs_padding
 from simulator.paths import data_dir, is_file, resolve_spec
+from simulator.plan.extents import example_shape_notes
 from simulator.result import Result
 from simulator.rules.auto import DEFAULT_ARCH, STRATEGIES, bind_context
 from simulator.rules.facts import load_facts
@@ -609,7 +610,17 @@ def evaluate_variants(
     if attention_kind(cascade) is not None and runs_model_attention(cascade, workload):
         floor = attention_floor(workload, arch)  # the workload's own, whatever the cascade
         for r in results:
-            check_floor(r, floor, workload)
+            try:
+                check_floor(r, floor, workload)
+            except BoundBreach:
+                unsized = example_shape_notes(cascade, mapping, workload)
+                if not unsized:
+                    raise
+                raise SpecError(  # the mapping's doing, not the tool's: one line, exit 2
+                    f"{unsized[0]}: at its example shape the numbers fall under "
+                    f"{workload.label}'s floor ({floor.latency_s:.4g} s): size the rank "
+                    "from the workload"
+                ) from None
     if found is None:
         return results
     return [dataclasses.replace(r, search=found.stats) for r in results]

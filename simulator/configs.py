@@ -564,6 +564,32 @@ def evaluate_each(
     return results, failed, notes
 
 
+@dataclass(frozen=True)
+class EvalOptions:
+    """How a point is evaluated: the energy accounting, the timing engine and the cycle
+    engine's limits."""
+
+    accounting: str = "corrected"
+    engine: str = "analytic"
+    timing: TimingOptions = UNLIMITED
+
+    def analytic(self) -> EvalOptions:
+        return dataclasses.replace(self, engine="analytic")
+
+
+def evaluate_with(
+    specs: Specs,
+    config: str,
+    workload: Workload,
+    sizing: Sizing | None = None,
+    options: EvalOptions = EvalOptions(),
+) -> Result:
+    """One configuration at one workload point on the architecture sized so: the driver's
+    form of :func:`evaluate` (the sizing and one options object)."""
+    variant = [(options.engine, options.accounting)]
+    return evaluate_variants(specs, config, workload, variant, sizing, options.timing)[0]
+
+
 def evaluate(
     specs: Specs,
     config: str,

@@ -26,11 +26,12 @@ from simulator.cli import ArgumentParser, guarded
 from simulator.configs import (
     ALIASES,
     STANDARD,
+    EvalOptions,
     Sizing,
     Specs,
     auto_name,
-    evaluate,
     evaluate_each,
+    evaluate_with,
     is_auto,
     parse_auto,
     shipped_configs,
@@ -51,7 +52,7 @@ from simulator.result import Result
 from simulator.spec.arch import precision_change
 from simulator.textfmt import table
 from simulator.timeloop import backend as timeloop_backend
-from simulator.timing.options import UNLIMITED, TimingOptions
+from simulator.timing.options import TimingOptions
 from simulator.units import (
     format_bytes,
     parse_bandwidth,
@@ -257,13 +258,15 @@ def timing_options(args: argparse.Namespace) -> TimingOptions:
     return TimingOptions(max_sim_s=limit, progress=SimulationProgress())
 
 
-def analytic_past_budget(specs: Specs, workload, kwargs: dict, notes: list[str]):
+def analytic_past_budget(
+    specs: Specs, workload, sizing: Sizing, options: EvalOptions, notes: list[str]
+):
     """`evaluate` for one configuration that, when the cycle simulation would outrun the
     default budget, gives the analytic engine's numbers and says so in `notes`."""
 
     def run(config: str) -> Result:
         try:
-            return evaluate(specs, config, workload, **kwargs)
+            return evaluate_with(specs, config, workload, sizing, options)
         except SimulationLimit as err:
             why = str(err).split(":", 2)[-1].split(";")[0].strip()
             notes.append(
@@ -271,10 +274,10 @@ def analytic_past_budget(specs: Specs, workload, kwargs: dict, notes: list[str])
                 f"budget ({why}); shown: the analytic engine's numbers (--max-sim-s SECONDS "
                 "simulates longer)"
             )
-            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
+            return evaluate_with(specs, config, workload, sizing, options.analytic())
         except CannotSimulate as err:
             notes.append(f"{config}: {err.message}; shown: the analytic engine's numbers")
-            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
+            return evaluate_with(specs, config, workload, sizing, options.analytic())
 
     return run
 
@@ -318,13 +321,8 @@ def compare(
     specs: Specs,
     configs: list[str],
     workload,
-    pe_dim=None,
-    buffer_bytes=None,
-    bandwidth=None,
-    accounting: str = "corrected",
-    engine: str = "cycle",
-    precision: str | int | None = None,
-    timing: TimingOptions = UNLIMITED,
+    sizing: Sizing | None = None,
+    options: EvalOptions | None = None,
     optional: bool = False,
     fallback: bool = False,
 ) -> tuple[list[Row], list[str]]:
@@ -332,20 +330,13 @@ def compare(
     `optional`: the configurations are the default set, and one that cannot run the point
     is left out with a note instead of stopping the others. `fallback`: a configuration
     whose cycle simulation outruns the time limit shows its analytic numbers, noted."""
-    kwargs = dict(
-        timing=timing,
-        precision=precision,
-        pe_dim=pe_dim,
-        buffer_bytes=buffer_bytes,
-        bandwidth=bandwidth,
-        accounting=accounting,
-        engine=engine,
-    )
+    sizing = sizing or Sizing()
+    options = options or EvalOptions(engine="cycle")
     budget_notes: list[str] = []
     one = (
-        analytic_past_budget(specs, workload, kwargs, budget_notes)
+        analytic_past_budget(specs, workload, sizing, options, budget_notes)
         if fallback
-        else (lambda c: evaluate(specs, c, workload, **kwargs))
+        else (lambda c: evaluate_with(specs, c, workload, sizing, options))
     )
     results, failed, notes = evaluate_each(configs, one, optional)
     notes = [*budget_notes, *notes]
@@ -862,13 +853,8 @@ def main(argv: list[str] | None = None) -> int:
         specs,
         configs,
         workload,
-        args.pe_dim,
-        args.buffer_bytes,
-        args.bandwidth,
-        args.accounting,
-        args.engine,
-        precision,
-        timing_options(args),
+        Sizing.of(args.pe_dim, args.buffer_bytes, args.bandwidth, precision=precision),
+        EvalOptions(args.accounting, args.engine, timing_options(args)),
         optional,
         fallback=args.max_sim_s is None and args.engine == "cycle",
     )

@@ -31,7 +31,7 @@ from experiments.output import write_csv
 from experiments.plots import Point, Series
 from experiments.published import PAPER_HEADLINES, PUBLISHED_LAYERS, Published
 from simulator.configs import STANDARD, Specs
-from simulator.endtoend import evaluate_layer, evaluate_linear
+from simulator.endtoend import LayerOptions, evaluate_layer, evaluate_linear
 from simulator.spec.workload import make_workload
 from simulator.units import format_count
 
@@ -83,11 +83,13 @@ def compute(specs: Specs, point: tuple[str, str, int]) -> E2ERow:
     config, model, seq_len = point
     workload = make_workload(model, seq_len)
     layer = evaluate_layer(
-        specs, config, workload, accounting=ACCOUNTING, engine=ENGINE, linear=LINEAR
+        specs, config, workload, options=LayerOptions(ACCOUNTING, ENGINE, LINEAR)
     )
     attention = layer.attention
     arch = specs.architecture(specs.mapping(config))
-    gemms = evaluate_linear(specs, arch, workload, ACCOUNTING, ARTIFACT_LINEAR)
+    linear = evaluate_linear(
+        specs, arch, workload, LayerOptions(ACCOUNTING, ENGINE, ARTIFACT_LINEAR)
+    )
     return E2ERow(
         config,
         specs.mapping(config).label,
@@ -96,11 +98,7 @@ def compute(specs: Specs, point: tuple[str, str, int]) -> E2ERow:
         Quantities(layer.latency_s, float(layer.energy_pj or 0.0), layer.traffic_bytes),
         Quantities(attention.latency_s, float(attention.energy_pj or 0.0), attention.traffic_bytes),
         layer.area_um2,
-        Quantities(
-            sum(g.latency_s for g in gemms),
-            sum(float(g.energy_pj or 0.0) for g in gemms),
-            sum(g.traffic_bytes for g in gemms),
-        ),
+        Quantities(linear.latency_s, float(linear.energy_pj or 0.0), linear.traffic_bytes),
     )
 
 

@@ -29,10 +29,13 @@ from simulator.cascade.passes import analyze_passes
 from simulator.cli import ArgumentParser, guarded
 from simulator.configs import (
     DEFAULT_MAX_SIM_S,
+    EvalOptions,
+    Sizing,
     Specs,
     analytic_past_budget,
     check_shape,
-    evaluate,
+    evaluate_with,
+    workload_from_args,
 )
 from simulator.errors import SimulationLimit, SpecError
 from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
@@ -41,7 +44,7 @@ from simulator.progress import SimulationProgress
 from simulator.result import Result
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.ceilings import CEILINGS_HELP, Ceilings, read_ceilings
-from simulator.spec.workload import PHASES, Workload, make_workload, parse_shape
+from simulator.spec.workload import PHASES, Workload
 from simulator.textfmt import table
 from simulator.timing.options import UNLIMITED, TimingOptions
 from simulator.units import parse_count, parse_seconds
@@ -78,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"binding strategies to try (default: {','.join(STRATEGIES)})",
     )
     p.add_argument("--model", default="bert")
-    p.add_argument("--seq", default="64K")
+    p.add_argument("--seq", help="sequence length (default 64K; decode: --context)")
     p.add_argument("--phase", choices=PHASES, default="prefill")
     p.add_argument("--context", help="--phase decode: cached tokens")
     p.add_argument(
@@ -134,6 +137,8 @@ def compare_cascades(
     `ceilings` (a measured chip's) apply to `arch`, the architecture of the fused and
     fusemax strategies."""
     rows = []
+    sizing = Sizing(precision=precision)
+    options = EvalOptions(engine=engine, timing=timing)
     if any(strategy in ("fusemax", "fused") for strategy in strategies):
         Specs(arch_override=arch).check_arch_override()  # a bad --arch: one line, exit 2
     loaded = [(name, resolve_spec("cascades", name)) for name in cascades]
@@ -149,11 +154,10 @@ def compare_cascades(
                 arch_override=arch if own_arch else None,
                 ceilings=ceilings if own_arch else None,
             )
-            kwargs = dict(engine=engine, precision=precision, timing=timing)
             one = (
-                analytic_past_budget(specs, workload, kwargs, notes)
+                analytic_past_budget(specs, workload, sizing, options, notes)
                 if notes is not None
-                else (lambda c, s=specs, k=kwargs: evaluate(s, c, workload, **k))
+                else (lambda c, s=specs: evaluate_with(s, c, workload, sizing, options))
             )
             try:
                 r = one(f"auto:{strategy}")
@@ -344,21 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in strategies:
         if s not in STRATEGIES:
             raise SpecError(f"--strategies: unknown strategy '{s}' ({', '.join(STRATEGIES)})")
-    overrides = {
-        "batch": args.batch,
-        "heads": args.heads,
-        "kv_heads": args.kv_heads,
-        "embed": args.embed,
-        "window": args.window,
-    }
-    workload = make_workload(
-        args.model,
-        args.seq,
-        overrides,
-        phase=args.phase,
-        context=args.context,
-        shape=parse_shape(args.shape),
-    )
+    workload = workload_from_args(args, default_seq="64K")
     out = output_path(args.out, "compare") if args.out else None
     if out is not None:
         for suffix in (".png", ".pdf"):

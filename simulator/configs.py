@@ -37,12 +37,14 @@ from simulator.cascade.ir import Cascade
 from simulator.cascade.normal import mapping_view
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.references import attention_kind
-from simulator.errors import CannotSimulate, SimulationLimit, SpecError
-from simulator.evaluate import evaluate_mapping_variants
+from simulator.errors import BoundBreach, CannotSimulate, SimulationLimit, SpecError
+from simulator.evaluate import check_floor, evaluate_mapping_variants
+from simulator.floors import attention_floor
 from simulator.mapper.resolve import resolved, workload_fields
 from simulator.mapper.search import DEFAULT_SEARCH_S, Found, SearchOptions, search
 from simulator.mapper.space import needs_padding
 from simulator.paths import data_dir, is_file, resolve_spec
+from simulator.plan.extents import example_shape_notes
 from simulator.result import Result
 from simulator.rules.auto import DEFAULT_ARCH, STRATEGIES, bind_context
 from simulator.rules.facts import load_facts
@@ -65,7 +67,15 @@ from simulator.spec.tables import (
     load_area_table,
     load_energy_table,
 )
-from simulator.spec.workload import Workload
+from simulator.spec.workload import (
+    FIELDS,
+    FLAGS,
+    OPTIONAL,
+    Workload,
+    make_workload,
+    parse_shape,
+    settle_shape,
+)
 from simulator.timing.options import UNLIMITED, TimingOptions
 
 T = TypeVar("T")
@@ -442,6 +452,10 @@ class Specs:
             self._linear[name_or_path] = (spec, load_cascade(cascade))
         return self._linear[name_or_path]
 
+    def shipped_cascade(self, name_or_path: str) -> Cascade:
+        """A cascade by its shipped name or path (a model card's linear layers)."""
+        return self._load_cascade(resolve_spec("cascades", name_or_path))
+
     def cascade(self, spec: MappingSpec) -> Cascade:
         """The cascade a mapping binds: its file (or `--cascade`), as the mapper reads it
         where the mapping says `normalised: yes`."""
@@ -504,6 +518,48 @@ class Specs:
             ) from None
 
 
+def settled(workload: Workload) -> Workload:
+    """The workload with its `--shape` settled against what the workload sizes (the binder's
+    facts say which quantity sizes each rank): stated two ways, one workload; a rank that
+    contradicts the sequence or head structure is one line."""
+    return settle_shape(workload, dict(load_facts().shapes))
+
+
+def workload_from_args(args: object, default_seq: str = "1M") -> Workload:
+    """The one workload of a command line, whichever of the workload flags the command
+    has (`--model --seq --batch --heads --embed --ffn --dmodel --kv-heads --window --causal
+    --phase --context --shape`; a missing one is not given): every CLI states a workload
+    the same way, and a `--shape` of a rank the workload sizes agrees with it or is
+    refused. A decode step with `--context` has no `--seq` (its sequence is the cache)."""
+
+    def flag(name: str) -> object:
+        return getattr(args, name, None)
+
+    overrides = {f: flag(f) for f in (*FIELDS, *OPTIONAL, *FLAGS)}
+    model = flag("model")
+    if model is not None and not str(model).strip():
+        raise SpecError("--model is empty: name a model (bert, llama3-8b, ...) or custom")
+    if model is None:
+        model = "custom" if flag("heads") and flag("embed") else "bert"
+    seq = flag("seq")
+    if flag("phase") == "decode" and flag("context") is not None:
+        # a decode step's sequence is its cache: --context states it
+        if seq is not None:
+            raise SpecError(
+                "--seq and --context both give a decode step's cached tokens: give --context"
+            )
+        seq = flag("context")
+    workload = make_workload(
+        str(model),
+        default_seq if seq is None else seq,  # type: ignore[arg-type]
+        overrides,  # type: ignore[arg-type]
+        phase=flag("phase") or "prefill",  # type: ignore[arg-type]
+        context=flag("context"),  # type: ignore[arg-type]
+        shape=parse_shape(flag("shape")),  # type: ignore[arg-type]
+    )
+    return settled(workload)
+
+
 def check_shape(cascades: list[Cascade], workload: Workload) -> None:
     """`--shape` names only ranks of the cascades a command runs (one line otherwise)."""
     given = dict(workload.rank_overrides)
@@ -537,6 +593,32 @@ def evaluate_each(
     return results, failed, notes
 
 
+@dataclass(frozen=True)
+class EvalOptions:
+    """How a point is evaluated: the energy accounting, the timing engine and the cycle
+    engine's limits."""
+
+    accounting: str = "corrected"
+    engine: str = "analytic"
+    timing: TimingOptions = UNLIMITED
+
+    def analytic(self) -> EvalOptions:
+        return dataclasses.replace(self, engine="analytic")
+
+
+def evaluate_with(
+    specs: Specs,
+    config: str,
+    workload: Workload,
+    sizing: Sizing | None = None,
+    options: EvalOptions = EvalOptions(),
+) -> Result:
+    """One configuration at one workload point on the architecture sized so: the driver's
+    form of :func:`evaluate` (the sizing and one options object)."""
+    variant = [(options.engine, options.accounting)]
+    return evaluate_variants(specs, config, workload, variant, sizing, options.timing)[0]
+
+
 def evaluate(
     specs: Specs,
     config: str,
@@ -566,7 +648,7 @@ DEFAULT_MAX_SIM_S = 2.0
 
 
 def analytic_past_budget(
-    specs: Specs, workload: Workload, kwargs: dict, notes: list[str]
+    specs: Specs, workload: Workload, sizing: Sizing, options: EvalOptions, notes: list[str]
 ) -> Callable[[str], Result]:
     """`evaluate` for one configuration that, when the cycle simulation would outrun the
     default budget (or cannot simulate the point), gives the analytic engine's numbers and
@@ -574,7 +656,7 @@ def analytic_past_budget(
 
     def run(config: str) -> Result:
         try:
-            return evaluate(specs, config, workload, **kwargs)
+            return evaluate_with(specs, config, workload, sizing, options)
         except SimulationLimit as err:
             # what the refusal says after "stopped at --max-sim-s S:" (the config's name,
             # auto:fusemax, has a colon of its own)
@@ -584,10 +666,10 @@ def analytic_past_budget(
                 f"budget ({why}); shown: the analytic engine's numbers (--max-sim-s SECONDS "
                 "simulates longer)"
             )
-            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
+            return evaluate_with(specs, config, workload, sizing, options.analytic())
         except CannotSimulate as err:
             notes.append(f"{config}: {err.message}; shown: the analytic engine's numbers")
-            return evaluate(specs, config, workload, **{**kwargs, "engine": "analytic"})
+            return evaluate_with(specs, config, workload, sizing, options.analytic())
 
     return run
 
@@ -614,6 +696,20 @@ def evaluate_variants(
         results = evaluate_mapping_variants(cascade, mapping, arch, workload, priced, timing)
     except SimulationLimit as err:
         raise SimulationLimit(f"{config}: {err.message}") from None
+    if attention_kind(cascade) is not None and runs_model_attention(cascade, workload):
+        floor = attention_floor(workload, arch)  # the workload's own, whatever the cascade
+        for r in results:
+            try:
+                check_floor(r, floor, workload)
+            except BoundBreach:
+                unsized = example_shape_notes(cascade, mapping, workload)
+                if not unsized:
+                    raise
+                raise SpecError(  # the mapping's doing, not the tool's: one line, exit 2
+                    f"{unsized[0]}: at its example shape the numbers fall under "
+                    f"{workload.label}'s floor ({floor.latency_s:.4g} s): size the rank "
+                    "from the workload"
+                ) from None
     if found is None:
         return results
     return [dataclasses.replace(r, search=found.stats) for r in results]

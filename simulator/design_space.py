@@ -24,8 +24,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.configs import ALIASES, Specs, evaluate
-from simulator.endtoend import evaluate_layer
+from simulator.configs import ALIASES, Sizing, Specs, evaluate, settled
+from simulator.endtoend import LayerOptions, evaluate_layer
 from simulator.errors import SpecError
 from simulator.mapper.resolve import rank_shapes
 from simulator.paths import resolve_sweep
@@ -258,15 +258,17 @@ def design(spec: SweepSpec, specs: Specs, point: Point) -> tuple[Design, dict[st
 def point_workload(point: Point) -> Workload:
     """The point's workload: model, sequence length, field overrides, phase and context."""
     fields = {f: point.get(f) for f in WORKLOAD_FIELDS if point.get(f) is not None}
-    return make_workload(
-        str(point.get("model")),
-        point.get("seq"),
-        fields,
-        phase=point.get("phase") or "prefill",
-        context=point.get("context") if point.get("phase") == "decode" else None,
-        shape=parse_shape([str(point.get("shape")).replace(";", ",")])
-        if point.get("shape")
-        else None,
+    return settled(
+        make_workload(
+            str(point.get("model")),
+            point.get("seq"),
+            fields,
+            phase=point.get("phase") or "prefill",
+            context=point.get("context") if point.get("phase") == "decode" else None,
+            shape=parse_shape([str(point.get("shape")).replace(";", ",")])
+            if point.get("shape")
+            else None,
+        )
     )
 
 
@@ -434,14 +436,8 @@ def _layer_columns(
         specs,
         d.config,
         d.workload,
-        d.pe_dim,
-        d.buffer_bytes,
-        d.bandwidth,
-        spec.accounting,
-        spec.engine,
-        spec.linear,
-        resize=dict(d.resize),
-        timing=timing,
+        Sizing.of(d.pe_dim, d.buffer_bytes, d.bandwidth, dict(d.resize)),
+        LayerOptions(spec.accounting, spec.engine, spec.linear, timing),
     )
     return {
         "latency_s": r.latency_s,

@@ -1,37 +1,42 @@
-"""End-to-end encoder layer: a configuration's attention plus the linear layers on its chip.
+"""End-to-end layer: a configuration's attention plus the model's linear layers on its chip.
 
-Pipeline: a driver above :mod:`simulator.configs` (the attention) that plans and prices the
-GEMMs with the GEMM mapper and the pricing stage.
+Pipeline: a driver above :mod:`simulator.configs`; both parts take the one path every
+number takes (:func:`simulator.evaluate.evaluate_mapping_variants`: plan -> time -> price
+-> the bound guard).
 
 The attention comes from the configuration's own mapping (`configs.evaluate`). The linear
-layers -- the GEMMs of a linear-layer spec (`mappings/linear/*.yaml`, cascade
-`linear-layers`) -- run one after another on the same design: its 2D array, global buffer
-and DRAM (the configuration's architecture, with any --pe-dim / --buffer-bytes /
---bandwidth override). Each GEMM is mapped by the GEMM mapper (`plan/mapper.py`) with the
-spec's settings; it takes max(compute, DRAM traffic / bandwidth), and its accesses are
-priced like the attention's (`pricing/energy.py`). The mapper's energy objective always uses
-the architecture's corrected table, so the chosen mappings do not depend on the accounting
-that prices them. Layer latency, energy and traffic are the sums of the parts; the area is
-the chip's.
+layers are a cascade of GEMMs -- the model card's (`layer:`: a decoder's grouped K/V
+projections and gated FFN, `cascades/linear-layers-gated.yaml`), else the linear-layer
+spec's (`cascades/linear-layers.yaml`, an encoder layer's six GEMMs) -- sized by the spec's
+`shapes:` (`mappings/linear/*.yaml`: one row per token the layer processes, `batch x
+queries`: the sequence in prefill, one decoded token per request in decode) and run as the
+phases of a mapping the spec writes: one GEMM phase per Einsum, each mapped by the GEMM
+mapper (`plan/mapper.py`) under the spec's settings on the design's 2D array, its tiles
+spread over every core of the chip (a GPU's SMs), at the point's value format, timed by
+either engine and priced like the attention. The mapper's energy objective uses the
+architecture's corrected table, so the chosen mappings do not depend on the accounting that
+prices them. Layer latency, energy and traffic are the sums of the parts; the area is the
+chip's.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.cascade.ir import Cascade
-from simulator.configs import Sizing, Specs, evaluate, evaluate_each
-from simulator.errors import SpecError
-from simulator.plan.mapper import GemmMapping, gemm_of, map_gemm, with_gemm
-from simulator.plan.views import EinsumView
-from simulator.pricing.energy import action_counts, price
+from simulator.configs import Sizing, Specs, check_shape, evaluate_each, evaluate_variants
+from simulator.errors import CannotSimulate, SimulationLimit, SpecError
+from simulator.evaluate import check_floor, evaluate_mapping_variants
+from simulator.floors import linear_floor
+from simulator.mapper.resolve import resolved
 from simulator.result import Result
-from simulator.spec import expr
 from simulator.spec.arch import Architecture
 from simulator.spec.linear import LinearSpec
-from simulator.spec.tables import EnergyTable
-from simulator.spec.workload import FIELDS, Workload
+from simulator.spec.mapping import MappingSpec, mapping_from_data
+from simulator.spec.workload import Workload
 from simulator.textfmt import table
 from simulator.timing.options import UNLIMITED, TimingOptions
 
@@ -39,19 +44,20 @@ DEFAULT_LINEAR = "gemm"
 
 
 @dataclass(frozen=True)
-class GemmResult:
-    einsum: str
-    mapping: GemmMapping
-    energy_pj: float | None
-    energy_per_component: tuple[tuple[str, float], ...] = ()
+class LayerOptions:
+    """How a layer is evaluated: the energy accounting, the timing engine, the linear-layer
+    spec (`mappings/linear/NAME.yaml` or a file) and the cycle engine's limits."""
 
-    @property
-    def latency_s(self) -> float:
-        return self.mapping.latency_s
+    accounting: str = "corrected"
+    engine: str = "analytic"
+    linear: str = DEFAULT_LINEAR
+    timing: TimingOptions = UNLIMITED
+    # A part the cycle engine cannot simulate (a chip of many cores) or would take too long
+    # over shows the analytic engine's numbers, said in the layer's notes (`run`'s default).
+    fallback: bool = False
 
-    @property
-    def traffic_bytes(self) -> float:
-        return self.mapping.traffic_bytes
+    def analytic(self) -> LayerOptions:
+        return dataclasses.replace(self, engine="analytic")
 
 
 @dataclass(frozen=True)
@@ -65,152 +71,171 @@ class LayerResult:
     traffic_bytes: float
     area_um2: float | None
     attention: Result
-    linear: tuple[GemmResult, ...]
+    linear: Result
     linear_spec: str
     energy_accounting: str
+    notes: tuple[str, ...] = ()
 
     @property
     def linear_latency_s(self) -> float:
-        return sum(g.latency_s for g in self.linear)
+        return self.linear.latency_s
 
     @property
     def linear_traffic_bytes(self) -> float:
-        return sum(g.traffic_bytes for g in self.linear)
+        return self.linear.traffic_bytes
 
     @property
     def linear_energy_pj(self) -> float | None:
-        parts = [g.energy_pj for g in self.linear]
-        return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+        return self.linear.energy_pj
 
 
-def linear_extents(spec: LinearSpec, workload: Workload) -> dict[str, int]:
-    """Rank extents of the linear-layer cascade from the workload (the spec's `shapes:`)."""
-    context: dict[str, float] = {f: getattr(workload, f) for f in FIELDS}
-    context["seq_len"] = workload.seq_len
-    locs = dict(spec.shape_locs)
-    out = {}
-    for rank, raw in spec.shapes:
-        value = expr.as_int(expr.evaluate(raw, context, locs[rank]), f"shape {rank}", locs[rank])
-        if value <= 0:
-            raise SpecError(f"shape {rank} must be positive, got {value}", locs[rank])
-        out[rank] = value
-    return out
+def layer_cascade(specs: Specs, spec: LinearSpec, workload: Workload) -> Cascade:
+    """The cascade of the workload's linear layers: its model card's (`layer:`), else the
+    linear-layer spec's."""
+    if workload.layer:
+        return specs.shipped_cascade(workload.layer)
+    return specs.linear(spec.path)[1]
+
+
+def linear_mapping(spec: LinearSpec, cascade: Cascade, arch: Architecture) -> MappingSpec:
+    """The mapping the linear-layer spec writes for its cascade on a chip: every GEMM its
+    own phase through DRAM, on the 2D array, mapped by the GEMM mapper under the spec's
+    settings; the cascade runs once (its rows are every request's tokens)."""
+    array = spec.array or next((a.name for a in arch.arrays if a.mesh_y > 1), None)
+    if array is None:
+        raise SpecError(f"architecture {arch.name} has no 2D PE array for the GEMMs", spec.loc)
+    gemms = [e.name for e in cascade.einsums if e.kind == "compute"]
+    ranks = set(cascade.shape_names())
+    mapper: Any = spec.mapper_data if spec.mapper_data is not None else {}
+    produced = {e.output.tensor for e in cascade.einsums if e.kind == "compute"}
+    body = {
+        "label": spec.label,
+        "description": f"{cascade.name}: every GEMM its own phase, mapped by the GEMM mapper",
+        "cascade": cascade.name,
+        "architecture": arch.name,
+        "shapes": {rank: raw for rank, raw in spec.shapes if rank in ranks},
+        "instances": {"batch": 1, "heads": 1},
+        "binding": {array: gemms},
+        "tensors": {t: {"home": "DRAM", "keep": "stream"} for t in sorted(produced)},
+        "phases": [{"name": g, "mapper": mapper, "schedule": [g]} for g in gemms],
+    }
+    return mapping_from_data({"mapping": body}, spec.path, f"linear-{spec.name}")
 
 
 def evaluate_linear(
     specs: Specs,
     arch: Architecture,
     workload: Workload,
-    accounting: str = "corrected",
-    linear: str = DEFAULT_LINEAR,
-) -> tuple[GemmResult, ...]:
-    """Every GEMM of the linear-layer spec, mapped onto `arch` and priced."""
-    spec, cascade = specs.linear(linear)
-    extents = linear_extents(spec, workload)
-    objective = specs.tables(arch, "corrected")
-    pricing = specs.tables(arch, accounting)
-    results = []
-    mapped: dict[tuple, GemmMapping] = {}  # Q, K and V projections share a shape
-    for e in cascade.einsums:
-        if e.kind != "compute":
-            continue
-        gemm = gemm_of(cascade, e.name, extents)
-        key = (gemm.extents, gemm.instances)
-        if key not in mapped:
-            mapped[key] = map_gemm(
-                gemm, arch, spec.mapper, objective[0] if objective else None, spec.array
-            )
-        m = mapped[key]
-        if m.gemm != gemm:  # same shape, another Einsum: count it under its own names
-            m = with_gemm(m, gemm, arch)
-        energy, per = _energy(m, arch, cascade, pricing[0] if pricing else None, accounting)
-        results.append(GemmResult(e.name, m, energy, per))
-    return tuple(results)
-
-
-def _energy(
-    m: GemmMapping,
-    arch: Architecture,
-    cascade: Cascade,
-    ert: EnergyTable | None,
-    accounting: str,
-) -> tuple[float | None, tuple[tuple[str, float], ...]]:
-    if ert is None:
-        return None, ()
-    g = m.gemm
-    view = EinsumView(
-        g.einsum,
-        m.array,
-        m.problem,
-        m.levels,
-        tuple((ds.name, ds.name) for ds in m.problem.dataspaces),
-    )
-    counts = action_counts(
-        [view],
-        arch,
-        cascade,
-        {g.einsum: math.prod(g.extents)},
-        g.copies,
-        0.0,
-        accounting,
-        m.latency_s * arch.frequency_hz,
-    )
-    report = price(counts, ert, accounting)
-    return report.total_pj, report.per_component
+    options: LayerOptions = LayerOptions(),
+) -> Result:
+    """The workload's linear layers on `arch` (sized already), through the pipeline."""
+    spec, _default = specs.linear(options.linear)
+    cascade = layer_cascade(specs, spec, workload)
+    mapping = resolved(linear_mapping(spec, cascade, arch), cascade, arch, workload)
+    tables = specs.tables(arch, options.accounting)
+    variants = [(options.engine, options.accounting, tables)]
+    try:
+        (result,) = evaluate_mapping_variants(
+            cascade, mapping, arch, workload, variants, options.timing
+        )
+    except SimulationLimit as err:
+        raise SimulationLimit(f"linear layers: {err.message}") from None
+    if not workload.rank_overrides:  # (--shape resizes the layer: no longer the card's)
+        check_floor(result, linear_floor(workload, arch), workload)
+    return result
 
 
 def evaluate_layer(
     specs: Specs,
     config: str,
     workload: Workload,
-    pe_dim: int | None = None,
-    buffer_bytes: int | None = None,
-    bandwidth: float | None = None,
-    accounting: str = "corrected",
-    engine: str = "analytic",
-    linear: str = DEFAULT_LINEAR,
-    *,
-    resize: dict[str, int] | None = None,
-    timing: TimingOptions = UNLIMITED,
+    sizing: Sizing | None = None,
+    options: LayerOptions = LayerOptions(),
 ) -> LayerResult:
-    """One encoder layer on one configuration: its attention, then the linear layers on its
-    architecture. Latency, energy and traffic add up; the area is the chip's."""
-    arch = specs.architecture_of(
-        config, workload, Sizing.of(pe_dim, buffer_bytes, bandwidth, resize)
+    """One layer on one configuration: its attention, then the model's linear layers on its
+    architecture (sized so, at the point's value format). Latency, energy and traffic add
+    up; the area is the chip's."""
+    sizing = sizing or Sizing()
+    arch = specs.architecture_of(config, workload, sizing)
+    if sizing.precision is not None and options.accounting == "published":
+        raise SpecError(
+            "--accounting published prices the FuseMax artifact's 16-bit values: another "
+            "precision needs the corrected accounting"
+        )
+    attention_workload = _attention_workload(specs, config, workload)
+    linear_workload = _linear_workload(specs, options, workload)
+    notes: list[str] = []
+
+    def attention_part(how: LayerOptions) -> Result:
+        variant = [(how.engine, how.accounting)]
+        return evaluate_variants(specs, config, attention_workload, variant, sizing, how.timing)[0]
+
+    linear = _timed(
+        lambda how: evaluate_linear(specs, arch, linear_workload, how),
+        options,
+        notes,
+        f"{config}'s linear layers",
     )
-    gemms = evaluate_linear(specs, arch, workload, accounting, linear)
-    attention = evaluate(
-        specs,
-        config,
-        workload,
-        pe_dim,
-        buffer_bytes,
-        bandwidth,
-        accounting,
-        engine,
-        resize=resize,
-        timing=timing,
-    )
-    linear_energy = [g.energy_pj for g in gemms]
+    attention = _timed(attention_part, options, notes, config)
     energy = (
         None
-        if attention.energy_pj is None or any(e is None for e in linear_energy)
-        else attention.energy_pj + sum(linear_energy)  # type: ignore[arg-type]
+        if attention.energy_pj is None or linear.energy_pj is None
+        else attention.energy_pj + linear.energy_pj
     )
     return LayerResult(
         attention.accelerator,
         attention.label,
         attention.model,
         attention.seq_len,
-        attention.latency_s + sum(g.latency_s for g in gemms),
+        attention.latency_s + linear.latency_s,
         energy,
-        attention.traffic_bytes + sum(g.traffic_bytes for g in gemms),
+        attention.traffic_bytes + linear.traffic_bytes,
         attention.area_um2,
         attention,
-        gemms,
         linear,
-        accounting,
+        options.linear,
+        options.accounting,
+        tuple(notes),
     )
+
+
+def _timed(
+    part: Callable[[LayerOptions], Result], options: LayerOptions, notes: list[str], what: str
+) -> Result:
+    """A part of the layer under the options' engine, or -- with `fallback`, where the cycle
+    engine cannot simulate it or would outrun its limit -- the analytic engine's, noted."""
+    try:
+        return part(options)
+    except (CannotSimulate, SimulationLimit) as err:
+        if not options.fallback or options.engine == "analytic":
+            raise
+        why = err.message.split(": ", 1)[-1]
+        notes.append(f"{what}: {why}; shown: the analytic engine's numbers")
+        return part(options.analytic())
+
+
+def check_layer_shape(specs: Specs, configs: list[str], workload: Workload, linear: str) -> None:
+    """`--shape` names ranks of the attention cascades or of the linear layers' (one line
+    otherwise)."""
+    if workload.rank_overrides:
+        spec, _default = specs.linear(linear)
+        cascades = [specs.cascade_of(c, workload) for c in configs]
+        check_shape([*cascades, layer_cascade(specs, spec, workload)], workload)
+
+
+def _attention_workload(specs: Specs, config: str, workload: Workload) -> Workload:
+    """The workload less the `--shape` ranks only the linear layers have."""
+    ranks = set(specs.cascade_of(config, workload).shape_names())
+    keep = tuple((r, v) for r, v in workload.rank_overrides if r in ranks)
+    return dataclasses.replace(workload, rank_overrides=keep)
+
+
+def _linear_workload(specs: Specs, options: LayerOptions, workload: Workload) -> Workload:
+    """The workload less the `--shape` ranks the linear layers do not have."""
+    spec, _default = specs.linear(options.linear)
+    ranks = set(layer_cascade(specs, spec, workload).shape_names())
+    keep = tuple((r, v) for r, v in workload.rank_overrides if r in ranks)
+    return dataclasses.replace(workload, rank_overrides=keep)
 
 
 # --------------------------------------------------------------------------------------
@@ -230,31 +255,15 @@ def compare_layers(
     specs: Specs,
     configs: list[str],
     workload: Workload,
-    pe_dim: int | None = None,
-    buffer_bytes: int | None = None,
-    bandwidth: float | None = None,
-    accounting: str = "corrected",
-    engine: str = "analytic",
-    linear: str = DEFAULT_LINEAR,
-    timing: TimingOptions = UNLIMITED,
+    sizing: Sizing | None = None,
+    options: LayerOptions = LayerOptions(),
     optional: bool = False,
 ) -> tuple[list[LayerRow], list[str]]:
     """End-to-end layers of several configurations, with speedups and energy ratios to the
     unfused baseline and FLAT at the same point."""
 
     def run(config: str) -> LayerResult:
-        return evaluate_layer(
-            specs,
-            config,
-            workload,
-            pe_dim,
-            buffer_bytes,
-            bandwidth,
-            accounting,
-            engine,
-            linear,
-            timing=timing,
-        )
+        return evaluate_layer(specs, config, workload, sizing, options)
 
     results, failed, notes = evaluate_each(configs, run, optional)
     bases: dict[str, LayerResult | None] = {}
@@ -283,7 +292,7 @@ def compare_layers(
                 r.energy_pj / f.energy_pj if f and f.energy_pj and r.energy_pj else None,
             )
         )
-        notes += [n for n in r.attention.notes if n not in notes]
+        notes += [n for n in (*r.notes, *r.attention.notes, *r.linear.notes) if n not in notes]
     return rows, notes
 
 
@@ -346,13 +355,14 @@ def render_layer_table(rows: list[LayerRow], notes: list[str], workload: Workloa
         "E/unfused",
         "E/FLAT",
     ]
-    lines = [f"{workload.describe()}: encoder layer (attention + linear layers)"]
+    lines = [f"{workload.describe()}: one layer (attention + linear layers)"]
     lines.append(table(headers, body, right=[False] + [True] * (len(headers) - 1)))
     if rows:
         first = rows[0].result
         lines.append(
-            f"linear layers: {first.linear_spec} mapping ({len(first.linear)} GEMMs on each "
-            f"design's 2D array); energy accounting: {first.energy_accounting}"
+            f"linear layers: {first.linear.cascade}, {first.linear_spec} mapping "
+            f"({len(first.linear.phases)} GEMMs on each design's 2D array, over all its "
+            f"cores); energy accounting: {first.energy_accounting}"
         )
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from simulator.bounds import point_bounds
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
 from simulator.errors import BoundBreach, SpecError
+from simulator.floors import WorkloadFloor
 from simulator.plan.costs import EinsumCost
 from simulator.plan.point import PointPlan, plan_point
 from simulator.pricing.accesses import level_accesses
@@ -205,6 +206,31 @@ def check_bounds(result: Result, workload: Workload) -> None:
         breaches.append(
             f"DRAM traffic {result.traffic_bytes:.6g} B below its bound "
             f"{result.traffic_bound_bytes:.6g} B"
+        )
+    if breaches:
+        raise BoundBreach(
+            f"{result.label} ({result.accelerator}, {result.cascade}, {result.engine} engine) "
+            f"on {workload.describe()}: {'; '.join(breaches)} -- a bug of the tool, not a "
+            "result; please report it with this command line"
+        )
+
+
+def check_floor(result: Result, floor: WorkloadFloor, workload: Workload) -> None:
+    """The guard that trusts no cascade or mapping: latency at or above the workload's own
+    floor (:mod:`simulator.floors`: its MACs at the chip's peak, its compulsory bytes at
+    the bandwidth), DRAM traffic at or above its compulsory bytes. A breach is a bug of
+    the model, raised as :class:`BoundBreach`."""
+    breaches = []
+    if result.latency_s < floor.latency_s * (1 - BOUND_SLACK):
+        breaches.append(
+            f"latency {result.latency_s:.6g} s below the {floor.what}' floor "
+            f"{floor.latency_s:.6g} s ({floor.macs:.6g} MACs at the chip's peak, "
+            f"{floor.compulsory_bytes:.6g} compulsory bytes at its bandwidth)"
+        )
+    if result.traffic_bytes < floor.compulsory_bytes * (1 - BOUND_SLACK):
+        breaches.append(
+            f"DRAM traffic {result.traffic_bytes:.6g} B below the {floor.what}' compulsory "
+            f"{floor.compulsory_bytes:.6g} B"
         )
     if breaches:
         raise BoundBreach(

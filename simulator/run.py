@@ -27,27 +27,35 @@ from simulator.configs import (
     ALIASES,
     DEFAULT_MAX_SIM_S,
     STANDARD,
+    EvalOptions,
     Sizing,
     Specs,
     analytic_past_budget,
     auto_name,
-    evaluate,
     evaluate_each,
+    evaluate_with,
     is_auto,
     parse_auto,
     shipped_configs,
+    workload_from_args,
 )
-from simulator.endtoend import compare_layers, layer_record, render_layer_table
+from simulator.endtoend import (
+    DEFAULT_LINEAR,
+    LayerOptions,
+    check_layer_shape,
+    compare_layers,
+    layer_record,
+    render_layer_table,
+)
 from simulator.errors import SpecError
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES
 from simulator.progress import SearchProgress, SimulationProgress
 from simulator.result import Result
 from simulator.spec.arch import precision_change
 from simulator.spec.ceilings import CEILINGS_HELP, read_ceilings
-from simulator.spec.workload import make_workload, parse_shape
 from simulator.textfmt import table
 from simulator.timeloop import backend as timeloop_backend
-from simulator.timing.options import UNLIMITED, TimingOptions
+from simulator.timing.options import TimingOptions
 from simulator.units import (
     format_bytes,
     parse_bandwidth,
@@ -68,7 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="bert, trxl, t5, xlm, llama3-8b, llama3-70b, mistral-7b or custom (default: bert)",
     )
-    p.add_argument("--seq", default="1M", help="sequence length: 1K, 64k, 1M, 1048576 ...")
+    p.add_argument(
+        "--seq",
+        default=None,
+        help="sequence length: 1K, 64k, 1M, 1048576 ... (default 1M; decode: --context)",
+    )
     p.add_argument(
         "--accel",
         default=None,
@@ -91,13 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--objective",
         choices=OBJECTIVES,
-        default="latency",
+        default=None,
         help="--mapping auto: what the mapper minimises (default latency)",
     )
     p.add_argument(
         "--search-s",
         type=_positive_float("--search-s"),
-        default=DEFAULT_SEARCH_S,
+        default=None,
         help="--mapping auto: the mapper's budget in seconds of evaluations (a fixed count, "
         f"so results do not depend on the machine; default {DEFAULT_SEARCH_S:g})",
     )
@@ -199,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--linear",
-        default="gemm",
+        default=None,
         help="--scope layer: linear-layer spec, mappings/linear/NAME.yaml or a file "
         "(default: gemm; artifact = the FuseMax artifact's mapper constraints)",
     )
@@ -284,13 +296,8 @@ def compare(
     specs: Specs,
     configs: list[str],
     workload,
-    pe_dim=None,
-    buffer_bytes=None,
-    bandwidth=None,
-    accounting: str = "corrected",
-    engine: str = "cycle",
-    precision: str | int | None = None,
-    timing: TimingOptions = UNLIMITED,
+    sizing: Sizing | None = None,
+    options: EvalOptions | None = None,
     optional: bool = False,
     fallback: bool = False,
 ) -> tuple[list[Row], list[str]]:
@@ -298,20 +305,13 @@ def compare(
     `optional`: the configurations are the default set, and one that cannot run the point
     is left out with a note instead of stopping the others. `fallback`: a configuration
     whose cycle simulation outruns the time limit shows its analytic numbers, noted."""
-    kwargs = dict(
-        timing=timing,
-        precision=precision,
-        pe_dim=pe_dim,
-        buffer_bytes=buffer_bytes,
-        bandwidth=bandwidth,
-        accounting=accounting,
-        engine=engine,
-    )
+    sizing = sizing or Sizing()
+    options = options or EvalOptions(engine="cycle")
     budget_notes: list[str] = []
     one = (
-        analytic_past_budget(specs, workload, kwargs, budget_notes)
+        analytic_past_budget(specs, workload, sizing, options, budget_notes)
         if fallback
-        else (lambda c: evaluate(specs, c, workload, **kwargs))
+        else (lambda c: evaluate_with(specs, c, workload, sizing, options))
     )
     results, failed, notes = evaluate_each(configs, one, optional)
     notes = [*budget_notes, *notes]
@@ -773,32 +773,12 @@ def _csv(value: object) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m simulator.run`."""
     args = build_parser().parse_args(argv)
-    overrides = {
-        "batch": args.batch,
-        "heads": args.heads,
-        "embed": args.embed,
-        "ffn": args.ffn,
-        "dmodel": args.dmodel,
-        "kv_heads": args.kv_heads,
-        "window": args.window,
-        "causal": args.causal,
-    }
-    if args.model is not None and not args.model.strip():
-        raise SpecError("--model is empty: name a model (bert, llama3-8b, ...) or custom")
-    model = args.model or ("custom" if args.heads and args.embed else "bert")
-    workload = make_workload(
-        model,
-        args.seq,
-        overrides,
-        phase=args.phase,
-        context=args.context,
-        shape=parse_shape(args.shape),
-    )
+    workload = workload_from_args(args)
     specs = Specs(
         cascade_override=args.cascade,
         arch_override=args.arch,
-        objective=args.objective,
-        search_s=args.search_s,
+        objective=args.objective or "latency",
+        search_s=DEFAULT_SEARCH_S if args.search_s is None else args.search_s,
         progress=SearchProgress(),
         ceilings=read_ceilings(args.ceilings) if args.ceilings else None,
     )
@@ -809,6 +789,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.strategy is not None and "auto" not in args.mapping:
         raise SpecError("--strategy chooses how --mapping auto binds: add --mapping auto")
+    if args.mapping and args.accel is not None:
+        raise SpecError(
+            "--accel and --mapping both choose the configurations: give one (--mapping FILE "
+            "or auto[:STRATEGY], --accel NAMES)"
+        )
+    if args.linear is not None and args.scope != "layer":
+        raise SpecError("--linear maps a layer's linear layers: add --scope layer")
     if args.mapping:
         configs = [
             f"auto:{args.strategy}" if m == "auto" and args.strategy else m for m in args.mapping
@@ -838,11 +825,16 @@ def main(argv: list[str] | None = None) -> int:
         configs = ["auto:unfused", "auto:flat", "auto:fusemax"]
     else:
         configs = shipped_configs()
-    if args.scope != "layer":
+    if args.scope == "layer":
+        check_layer_shape(specs, configs, workload, args.linear or DEFAULT_LINEAR)
+    else:
         specs.check_shape(configs, workload)
     specs.check_cascade_override(workload)  # the header names what the numbers compute
     # The default set: a configuration that cannot run this point is left out with a note.
     optional = not args.mapping and args.accel is None
+    if args.precision and args.value_bits:
+        raise SpecError("--precision and --value-bits both choose the value format: give one")
+    precision = args.precision or args.value_bits
     if args.scope == "layer":
         if args.breakdown:
             raise SpecError(
@@ -850,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.backend == "timeloop":
             raise SpecError("--backend timeloop compares attention Einsums: use --scope attention")
-        return _print_layer(args, specs, configs, workload, optional)
+        return _print_layer(args, specs, configs, workload, optional, precision)
     timeloop = None
     if args.backend == "timeloop":
         if args.format == "csv":
@@ -859,23 +851,16 @@ def main(argv: list[str] | None = None) -> int:
         timeloop_backend.timeloop_spelling(args.timeloop_version)  # a bad version: one line
     elif args.timeloop_version is not None:
         raise SpecError("--timeloop-version goes with --backend timeloop")
-    if args.precision and args.value_bits:
-        raise SpecError("--precision and --value-bits both choose the value format: give one")
-    precision = args.precision or args.value_bits
     rows, notes = compare(
         specs,
         configs,
         workload,
-        args.pe_dim,
-        args.buffer_bytes,
-        args.bandwidth,
-        args.accounting,
-        args.engine,
-        precision,
-        timing_options(args),
+        Sizing.of(args.pe_dim, args.buffer_bytes, args.bandwidth, precision=precision),
+        EvalOptions(args.accounting, args.engine, timing_options(args)),
         optional,
         fallback=args.max_sim_s is None and args.engine == "cycle",
     )
+    check_searched(args, any(row.result.search is not None for row in rows))
     if precision is not None:
         notes = [*_precision_notes(specs, configs, workload, args, precision), *notes]
     checks = []
@@ -911,6 +896,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def check_searched(args: argparse.Namespace, searched: bool) -> None:
+    """`--objective` and `--search-s` steer the mapper: a run that searches for no mapping
+    (every configuration a mapping file that covers the point) refuses them in one line."""
+    given = [
+        flag
+        for flag, value in (("--objective", args.objective), ("--search-s", args.search_s))
+        if value is not None
+    ]
+    if given and not searched:
+        raise SpecError(
+            f"{' and '.join(given)} {'steer' if len(given) > 1 else 'steers'} the mapper's "
+            "search, and no configuration of this "
+            "run is searched (each is a mapping file): add --mapping auto[:STRATEGY]"
+        )
+
+
 def _precision_notes(specs: Specs, configs: list[str], workload, args, precision) -> list[str]:
     """What the value format changed, once per architecture."""
     out: list[str] = []
@@ -926,21 +927,31 @@ def _precision_notes(specs: Specs, configs: list[str], workload, args, precision
 
 
 def _print_layer(
-    args: argparse.Namespace, specs: Specs, configs: list[str], workload, optional: bool
+    args: argparse.Namespace,
+    specs: Specs,
+    configs: list[str],
+    workload,
+    optional: bool,
+    precision: str | int | None,
 ) -> int:
     rows, notes = compare_layers(
         specs,
         configs,
         workload,
-        args.pe_dim,
-        args.buffer_bytes,
-        args.bandwidth,
-        args.accounting,
-        args.engine,
-        args.linear,
-        timing_options(args),
+        Sizing.of(args.pe_dim, args.buffer_bytes, args.bandwidth, precision=precision),
+        LayerOptions(
+            args.accounting,
+            args.engine,
+            args.linear or DEFAULT_LINEAR,
+            timing_options(args),
+            fallback=args.max_sim_s is None and args.engine == "cycle",
+        ),
         optional,
     )
+    check_searched(args, any(row.result.attention.search is not None for row in rows))
+    notes = merged_notes(notes)
+    if precision is not None:
+        notes = [*_precision_notes(specs, configs, workload, args, precision), *notes]
     if args.format == "table":
         print(render_layer_table(rows, notes, workload))
         return 0

@@ -337,9 +337,13 @@ def test_a_cascades_rank_names_are_its_own(tmp_path, run_cli, old, new):
 
 def test_a_rank_the_workload_does_not_size_is_noted(tmp_path, run_cli):
     path = _renamed_rank(tmp_path, "M", "N", shapes=False)
-    code, out, err = run_cli(main, ["--seq", "4K", "--engine", "analytic", "--mapping", path])
+    code, out, err = run_cli(main, ["--seq", "512", "--engine", "analytic", "--mapping", path])
     assert code == 0, err
     assert "rank N = 1024 is the cascade's example shape" in out
+    # under the workload's own floor (1024 of 4096 keys): refused, one line
+    code, out, err = run_cli(main, ["--seq", "4K", "--engine", "analytic", "--mapping", path])
+    assert code == 2 and not out and err.count("\n") == 1
+    assert "rank N = 1024 is the cascade's example shape" in err and "floor" in err
     without = Path(path).read_text().replace("  shapes: {}\n", "")
     Path(path).write_text(without)
     code, out, err = run_cli(main, ["--seq", "4K", "--engine", "analytic", "--mapping", path])

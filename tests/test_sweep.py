@@ -378,7 +378,7 @@ def test_decode_and_grouped_heads_are_sweep_parameters(tmp_path):
         assert latency[(context, 32)] == pytest.approx(4 * latency[(context, 8)], rel=0.01)
     assert latency[(32768, 8)] == pytest.approx(4 * latency[(8192, 8)], rel=0.01)
     w = make_workload("llama3-8b", "1", {"kv_heads": 8}, phase="decode", context="32K")
-    r = evaluate(Specs(cascade_override="attention-decode"), "auto:fusemax", w)
+    r = evaluate(Specs(cascade_override="attention-decode"), "auto", w)
     assert float(got[2]["latency_s"]) == r.latency_s
 
 

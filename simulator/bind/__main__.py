@@ -22,7 +22,7 @@ import sys
 from simulator.atomic import check_writable, output_path, write_text
 from simulator.cascade.parse import load_cascade
 from simulator.cli import ArgumentParser, guarded
-from simulator.configs import Specs, check_shape
+from simulator.configs import Specs, check_shape, workload_from_args
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES, SearchOptions, search
 from simulator.paths import data_dir, resolve_spec
 from simulator.progress import SearchProgress
@@ -35,7 +35,7 @@ from simulator.rules.auto import (
     reference,
 )
 from simulator.spec.arch_file import load_architecture
-from simulator.spec.workload import PHASES, make_workload, parse_shape
+from simulator.spec.workload import PHASES
 from simulator.units import parse_count
 
 
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fusemax: no K/V reuse across a group's query heads (they run outermost)",
     )
     p.add_argument("--model", default="bert", help="workload the mapping is generated for")
-    p.add_argument("--seq", default="1M", help="sequence length (default 1M)")
+    p.add_argument("--seq", help="sequence length (default 1M; decode: --context)")
     p.add_argument("--phase", choices=PHASES, default="prefill")
     p.add_argument("--context", help="--phase decode: cached tokens")
     for name in ("batch", "heads", "kv-heads", "embed", "window"):
@@ -98,21 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 @guarded
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    overrides = {
-        "batch": args.batch,
-        "heads": args.heads,
-        "kv_heads": args.kv_heads,
-        "embed": args.embed,
-        "window": args.window,
-    }
-    workload = make_workload(
-        args.model,
-        args.seq,
-        overrides,
-        phase=args.phase,
-        context=args.context,
-        shape=parse_shape(args.shape),
-    )
+    workload = workload_from_args(args, default_seq="1M")
     out = output_path(args.out, "mapping.yaml") if args.out else None
     if out is not None:
         check_writable(out)

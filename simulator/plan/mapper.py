@@ -29,11 +29,13 @@ order the settings give; without a table, DRAM traffic and then global-buffer ac
 Candidates are spatial choices in increasing compute time; one whose compute time already
 exceeds the best latency found is never expanded (branch and bound). Ties keep the first
 candidate in a fixed enumeration order, so the result is deterministic. Only exact
-divisors are used (no padding). No mapping fits -> SpecError ("no valid mapping").
+divisors are used, or a dim padded to whole rows of an array's axis that does not divide it
+(the padded work counted). No mapping fits -> SpecError ("no valid mapping").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -48,7 +50,7 @@ from simulator.errors import SpecError
 from simulator.plan.accesses import AccessReport, DataSpace, LevelMapping, Loop, Problem, analyze
 from simulator.spec.arch import Architecture, Array
 from simulator.spec.linear import DIMS, TENSORS, MapperSettings
-from simulator.spec.tables import EnergyTable
+from simulator.spec.tables import EnergyTable, load_energy_table
 from simulator.units import divisors
 
 ROWS, COLS, RED = 0, 1, 2
@@ -226,7 +228,7 @@ def map_gemm(
     best: tuple | None = None
     evaluated = 0
     per_mac = _mac_cycles(arr, gemm, settings)
-    for cycles, spatial in _spatial_options(ext, arr, settings):
+    for cycles, spatial, ext in _spatial_options(gemm.extents, arr, settings):
         compute_s = cycles * per_mac * copies / f
         if best is not None and compute_s > best[0][0]:
             break  # sorted by compute time: nothing later can be faster
@@ -245,7 +247,6 @@ def map_gemm(
         if not fits.any():
             continue
         f0, f1, f2 = f0[:, fits], f1[:, fits], f2[:, fits]
-        n = f0.shape[1]
         found = _best_in(
             ext, s, f0, f1, f2, settings, prices, capacity, compute_s, per_value_s, secondary
         )
@@ -254,7 +255,7 @@ def map_gemm(
             continue
         key, j, o0, o1, keep = found[0]
         if best is None or key < best[0]:
-            best = (key, spatial, (f0[:, j], f1[:, j], f2[:, j]), o0, o1, keep, cycles, n)
+            best = (key, spatial, (f0[:, j], f1[:, j], f2[:, j]), o0, o1, keep, cycles, ext)
     if best is None:
         raise SpecError(
             f"no valid mapping for GEMM '{gemm.einsum}' ({_shape(gemm)}) on {arr.name}: no "
@@ -262,9 +263,21 @@ def map_gemm(
             f"{words}-word PE registers under the mapper's rules",
             settings.source,
         )
-    key, spatial, (b0, b1, b2), o0, o1, keep, cycles, _n = best
+    key, spatial, (b0, b1, b2), o0, o1, keep, cycles, ext = best
     factors = tuple((int(b0[d]), int(b1[d]), int(b2[d])) for d in range(3))
+    if ext != gemm.extents:  # padded to whole rows of the array: the padded work counts
+        gemm = dataclasses.replace(gemm, extents=ext)
     return _finish(gemm, arr, arch, factors, spatial, o0, o1, keep, cycles, evaluated, key)
+
+
+@functools.lru_cache(maxsize=64)
+def objective_table(arch: Architecture, settings: MapperSettings) -> EnergyTable | None:
+    """The energy table a phase's mapper needs for an energy objective: the architecture's
+    own (corrected) table, whatever accounting prices the result -- the chosen mapping
+    does not depend on the accounting. None when the objective prices no energy."""
+    if "energy" not in settings.objective[1:] or arch.energy_table is None:
+        return None
+    return load_energy_table(arch.energy_table).bind(arch.component_attributes())
 
 
 def _mac_cycles(arr: Array, gemm: Gemm, settings: MapperSettings) -> float:
@@ -309,28 +322,37 @@ def _spatial_of(spatial: tuple[tuple[str, int, int], ...], dim: int) -> int:
 
 def _spatial_options(
     ext: tuple[int, int, int], arr: Array, settings: MapperSettings
-) -> list[tuple[int, tuple[tuple[str, int, int], ...]]]:
-    """(compute cycles per copy, ((axis, dim, factor), ...)) in increasing compute time."""
+) -> list[tuple[int, tuple[tuple[str, int, int], ...], tuple[int, int, int]]]:
+    """(compute cycles per copy, ((axis, dim, factor), ...), extents) in increasing compute
+    time. A dim longer than an axis that the axis does not divide (a sequence of 1023) may
+    also be padded to whole rows of it, as a GEMM library pads its last tile: the extents
+    are then the padded ones, and the padded work counts."""
     per_axis = []
     for axis, mesh in (("X", arr.mesh_x), ("Y", arr.mesh_y)):
         opts = [(axis, ROWS, 1)]
         for name in settings.allowed(axis):
             d = DIMS.index(name)
             opts += [(axis, d, v) for v in _divisors(ext[d]) if 1 < v <= mesh]
+            if 1 < mesh < ext[d] and ext[d] % mesh:
+                opts.append((axis, d, mesh))
         per_axis.append(opts)
     out = []
     seen = set()
     for combo in itertools.product(*per_axis):
-        if any(ext[d] % _spatial_of(combo, d) for d in range(3)):
-            continue
+        spread = [_spatial_of(combo, d) for d in range(3)]
+        padded = tuple(-(-ext[d] // spread[d]) * spread[d] for d in range(3))
+        if padded != ext and any(
+            padded[d] != ext[d] and spread[d] not in (arr.mesh_x, arr.mesh_y) for d in range(3)
+        ):
+            continue  # only an axis's whole width pads a dim
         # Counts do not depend on which axis carries a dim, only on the spatial factor of
         # each dim: a swap of X and Y is the same mapping (when it fits either way).
-        signature = tuple(_spatial_of(combo, d) for d in range(3))
+        signature = tuple(spread)
         if signature in seen:
             continue
         seen.add(signature)
-        cycles = math.prod(ext) // math.prod(fac for _a, _d, fac in combo)
-        out.append((cycles, combo))
+        cycles = math.prod(padded) // math.prod(spread)
+        out.append((cycles, combo, padded))  # type: ignore[arg-type]
     out.sort(key=lambda item: item[0])  # stable: enumeration order breaks ties
     return out
 
@@ -549,8 +571,10 @@ def _terms(t, kept, vis1, vis2, f0, f1, f2, s, ext, inst2, computes, prices):
 def with_gemm(m: GemmMapping, gemm: Gemm, arch: Architecture) -> GemmMapping:
     """The same mapping choices applied to another GEMM of the same extents (the Q, K and V
     projections): mapped once, counted under each Einsum's own names."""
-    if gemm.extents != m.gemm.extents or gemm.instances != m.gemm.instances:
+    spans = zip(gemm.extents, m.gemm.extents, _spreads(m), strict=True)
+    if gemm.instances != m.gemm.instances or any(e > p or p - e >= f for e, p, f in spans):
         raise ValueError("with_gemm needs a GEMM of the same shape")
+    gemm = dataclasses.replace(gemm, extents=m.gemm.extents)  # padded alike
     spatial = tuple((axis, DIMS.index(d), fac) for axis, d, fac in m.spatial)
     o0 = tuple(DIMS.index(d) for d in m.dram_order)
     o1 = tuple(DIMS.index(d) for d in m.buffer_order)
@@ -566,6 +590,13 @@ def with_gemm(m: GemmMapping, gemm: Gemm, arch: Architecture) -> GemmMapping:
         math.prod(a * b * c for a, b, c in m.factors),
         m.candidates,
         m.objective,
+    )
+
+
+def _spreads(m: GemmMapping) -> tuple[int, int, int]:
+    """The spatial factor of each dim (rows, cols, reduction) of a chosen mapping."""
+    return tuple(  # type: ignore[return-value]
+        math.prod(fac for _axis, d, fac in m.spatial if d == name) for name in DIMS
     )
 
 

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.plan.facts import CascadeFacts, canonical, placement_of
-from simulator.plan.mapper import GemmMapping, gemm_of, map_gemm
+from simulator.plan.mapper import GemmMapping, gemm_of, map_gemm, objective_table
 from simulator.plan.masks import active_fraction, constraints
 from simulator.plan.nest import (
     Nest,
@@ -247,7 +247,7 @@ def _mapped_phase(
     from the chosen mapping's access counts."""
     (em,) = phase.einsums
     gemm = gemm_of(facts.cascade, em.einsum, extents, instances)
-    m = map_gemm(gemm, arch, phase.mapper, None, em.array)
+    m = map_gemm(gemm, arch, phase.mapper, objective_table(arch, phase.mapper), em.array)
     copies = max(1, gemm.copies // gemm.per_instance)  # (batch, head) instances
     tallies: dict[str, tuple[float, float, float]] = {}
     used = 0.0

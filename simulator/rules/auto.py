@@ -54,12 +54,19 @@ def workload_extents(
 ) -> tuple[dict[str, str], dict[str, int]]:
     """The ranks the workload sizes (rank -> workload quantity) and every rank's extent:
     `--shape` first (the workload's rank overrides), then the workload quantity the binder's
-    facts name, then the cascade's example shape (for a chunk a mapping factor replaces)."""
+    facts name, then the cascade's example shape (for a chunk a mapping factor replaces).
+    A rank `--shape` sizes as the workload does stays sized by the workload."""
     ranks = {r for t in cascade.tensors for r in t.ranks} | set(cascade.params)
     ranks |= {c for _r, comps in cascade.partitions for c in comps}
     fields = workload.fields()
     given = dict(workload.rank_overrides)
-    shapes = {r: q for r, q in facts.shapes if r in ranks and r not in given}
+    # A rank `--shape` gives the workload's own extent is still the workload's (the same
+    # workload stated two ways): only one it resizes is the user's.
+    shapes = {
+        r: q
+        for r, q in facts.shapes
+        if r in ranks and given.get(r, fields[q]) == fields[q]  # type: ignore[index]
+    }
     extents = {r: v for r, v in cascade.shapes}
     for rank, quantity in shapes.items():
         extents[rank] = int(fields[quantity])  # type: ignore[call-overload]

@@ -88,6 +88,9 @@ class LinearSpec:
     array: str | None  # None: the architecture's 2D array
     mapper: MapperSettings
     loc: Loc
+    # The `mapper:` section as written: a mapping file's GEMM phase takes it as it is
+    # (`phases: - mapper: ...`), so the linear layers run as phases of a mapping.
+    mapper_data: Any = field(default=None, compare=False)
 
 
 def load_linear(path: str | Path) -> LinearSpec:
@@ -126,6 +129,7 @@ def load_linear(path: str | Path) -> LinearSpec:
         str(body["array"]) if "array" in body else None,
         settings,
         body.loc,
+        mapper_raw,
     )
 
 

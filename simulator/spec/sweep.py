@@ -54,11 +54,11 @@ def _model(text: str | int | float, what: str = "model") -> str:
 
 
 def _accel(text: str | int | float, what: str = "accel") -> str:
-    """A configuration under its own name (fusemax = binding, auto = auto:fusemax), so
-    duplicates show."""
+    """A configuration under its own name (fusemax = binding), so duplicates show; `auto`
+    is the mapper's unconstrained search, as everywhere (`auto:fused`)."""
     value = _name(text, what)
-    if value == "auto":
-        return "auto:fusemax"
+    if value == "auto:fused":
+        return "auto"
     return ALIASES.get(value, value)
 
 

@@ -28,6 +28,8 @@ FIELDS = ("batch", "heads", "embed", "value_embed", "dmodel", "ffn")
 OPTIONAL = ("kv_heads", "window")
 # Optional yes/no model fields: a causal (decoder) mask; a sliding window is causal too.
 FLAGS = ("causal",)
+# Text fields: the display name; the cascade of the model's linear layers (`--scope layer`).
+TEXTS = ("label", "layer")
 PHASES = ("prefill", "decode")
 MASKS = ("none", "causal", "window")
 
@@ -50,6 +52,9 @@ class Workload:
     phase: str = "prefill"  # or decode: one new query per request
     context: int = 0  # decode: cached keys (0: seq_len)
     causal: bool = False  # a causal mask: each query sees the keys up to its own position
+    # The cascade of the model's linear layers (`--scope layer`; "": the linear-layer
+    # spec's, an encoder layer's six GEMMs): a decoder with a gated FFN names its own.
+    layer: str = ""
 
     @property
     def mask(self) -> str:
@@ -215,12 +220,18 @@ def _load_models_file(path: Path) -> dict[str, Workload]:
         if not isinstance(entry, LocDict):
             raise SpecError(f"workload '{key}' must be a mapping of its fields", loc)
         for field in entry:
-            if field not in (*FIELDS, *OPTIONAL, *FLAGS, "label", "description", "source"):
+            if field not in (*FIELDS, *OPTIONAL, *FLAGS, *TEXTS, "description", "source"):
                 raise SpecError(
                     f"unknown field '{field}' of workload '{key}' (allowed: "
-                    f"{', '.join((*FIELDS, *OPTIONAL, *FLAGS))}, label, description, source)",
+                    f"{', '.join((*FIELDS, *OPTIONAL, *FLAGS, *TEXTS))}, description, source)",
                     entry.key_locs[field],
                 )
+        layer = entry.get("layer", "")
+        if not isinstance(layer, str):
+            raise SpecError(
+                f"'layer' of workload '{key}' names the cascade of its linear layers",
+                entry.loc_of("layer"),
+            )
         flags = {}
         for field in FLAGS:
             if field in entry:
@@ -258,6 +269,7 @@ def _load_models_file(path: Path) -> dict[str, Workload]:
             str(entry.get("label", key)),
             seq_len=0,
             causal=bool(flags.get("causal", False) or values.get("window")),
+            layer=str(layer),
             **values,
         )
     return out
@@ -359,6 +371,42 @@ def make_workload(
     if shape:
         base = dataclasses.replace(base, rank_overrides=tuple(sorted(shape.items())))
     return base
+
+
+# The workload quantities a cascade rank may be sized by (the binder's facts name which) that
+# the workload's own flags state: a `--shape` of such a rank must agree with them. A width
+# (`embed`, `value_embed`) is the cascade's to set: `--shape E=4096` sizes an RMSNorm's E.
+STATED_BY = {
+    "keys": "--seq (--context in decode)",
+    "queries": "--seq (one query in decode)",
+    "group": "--heads / --kv-heads",
+    "window": "--window",
+}
+
+
+def settle_shape(workload: Workload, sized: dict[str, str]) -> Workload:
+    """The workload with its `--shape` settled against the ranks the workload sizes
+    (`sized`: rank -> workload quantity): a rank whose extent is the workload's own is
+    dropped (one workload, however it is stated: `--seq 4K --shape M=4096` is `--seq 4K`);
+    one that contradicts the sequence or head structure is one line naming the flag that
+    states it; a width the cascade sets (E, F) stays."""
+    fields = workload.fields()
+    kept = []
+    for rank, value in workload.rank_overrides:
+        quantity = sized.get(rank)
+        if quantity is None:
+            kept.append((rank, value))
+            continue
+        own = fields[quantity]
+        if value == own:
+            continue
+        if quantity in STATED_BY:
+            raise SpecError(
+                f"--shape {rank}={value}: the workload sizes {rank} by its {quantity} "
+                f"({own}); state it with {STATED_BY[quantity]}, not --shape"
+            )
+        kept.append((rank, value))
+    return dataclasses.replace(workload, rank_overrides=tuple(kept))
 
 
 def parse_shape(texts: list[str] | None, what: str = "--shape") -> dict[str, int]:

@@ -98,7 +98,8 @@ def _csv_table(text: str) -> list[dict[str, str]]:
 
 def test_run_compare_and_sweep_take_the_ceilings(run_cli):
     c = read_ceilings(MEASURED)
-    common = ["--shape", "E=4096,P=16384", "--batch", "1", "--heads", "1"]
+    # P is the workload's queries: 16K tokens by --seq (a --shape P must agree with it)
+    common = ["--seq", "16K", "--shape", "E=4096", "--batch", "1", "--heads", "1"]
     common += ["--engine", "analytic", "--format", "csv"]
     base = ["--cascade", "rmsnorm", "--arch", "h100", "--mapping", "auto:fused", *common]
     code, out, err = run_cli(run_main, [*base, "--ceilings", str(MEASURED)])
@@ -117,7 +118,7 @@ def test_run_compare_and_sweep_take_the_ceilings(run_cli):
     assert code == 0, err
     assert float(_csv_table(out)[0]["latency_s"]) == pytest.approx(measured, rel=1e-9)
 
-    grid = ["--grid", "accel=auto:fused", "seq=1K", "shape=E=4096;P=16384", "batch=1", "heads=1"]
+    grid = ["--grid", "accel=auto:fused", "seq=16K", "shape=E=4096", "batch=1", "heads=1"]
     code, out, err = run_cli(
         sweep_main,
         [*grid, "--arch", "h100", "--cascade", "rmsnorm", "--engine", "analytic",

@@ -40,7 +40,7 @@ CASES = (
     (PAPER / "lora-linear.yaml", {"D": 4096, "O": 4096, "R": 16}, False),
 )
 SLACK = 0.005
-EXAMPLES = int(os.environ.get("FLOOR_CASES", "6"))
+EXAMPLES = int(os.environ.get("FLOOR_CASES", "5"))
 
 
 def _workload(shape: dict[str, int], decode: bool, seq: str, batch: int):

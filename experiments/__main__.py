@@ -18,11 +18,11 @@ from pathlib import Path
 
 from experiments.experiment import Selection
 from experiments.run import RunOptions, default_experiments, run
-from simulator.atomic import check_writable
-from simulator.cli import ArgumentParser, guarded
-from simulator.errors import SpecError
 from simulator.spec.workload import default_sequence_lengths, load_models, workloads_file
-from simulator.units import format_count, parse_count
+from simulator.support.atomic import check_writable
+from simulator.support.cli import ArgumentParser, guarded
+from simulator.support.errors import SpecError
+from simulator.support.units import format_count, parse_count
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 

@@ -1,7 +1,7 @@
 """Attention experiments: results/attn-*.csv and figures 6a, 6b, 7, 8, 9 of the paper.
 
 Every point (configuration x model x sequence length) is evaluated three times through
-`simulator.configs.evaluate`, the same path as `python -m simulator.run`:
+`simulator.drivers.configs.evaluate`, the same path as `python -m simulator.run`:
 
 * analytic engine, published accounting -- the paper-reproduction numbers: the artifact's
   results follow the analytic form and its energy pricing, so these are the ones compared
@@ -29,10 +29,10 @@ from experiments.published import (
     PAPER_HEADLINES,
     PERF_TOLERANCE,
 )
-from simulator.configs import STANDARD, Specs, evaluate_variants
-from simulator.result import Result
+from simulator.core.result import Result
+from simulator.drivers.configs import STANDARD, Specs, evaluate_variants
 from simulator.spec.workload import make_workload
-from simulator.units import format_count
+from simulator.support.units import format_count
 
 BASE_COLUMNS = ("model", "seq_len", "traffic", "latency", "energy", "util_2d", "util_1d")
 # (engine, accounting) of each evaluation of a point; the first is the paper reproduction.

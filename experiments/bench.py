@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from simulator.configs import STANDARD, Specs, evaluate, prepare
-from simulator.plan.mapper import Gemm, map_gemm
+from simulator.drivers.configs import STANDARD, Specs, evaluate, prepare
+from simulator.plan.gemm_mapper import Gemm, map_gemm
 from simulator.plan.point import plan_point
 from simulator.spec.workload import (
     default_sequence_lengths,

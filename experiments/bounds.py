@@ -1,7 +1,7 @@
 """Distance to the limit: results/bounds.csv, figure `roofline`, and a report section.
 
 For the paper's points (four models x six lengths) and its five configurations: each
-result's latency bound (:mod:`simulator.bounds` -- the least time the arrays need for the
+result's latency bound (:mod:`simulator.core.bounds` -- the least time the arrays need for the
 useful work, split freely between the arrays able to run it, and the DRAM traffic no buffer
 of this size avoids, over the bandwidth), the fraction of it attained, which bound binds,
 and the point on the architecture's roofline (useful operations per DRAM byte against
@@ -17,11 +17,11 @@ from pathlib import Path
 from experiments.compare import md_table
 from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
-from simulator.configs import STANDARD, Specs, evaluate
-from simulator.result import Result
+from simulator.core.result import Result
+from simulator.drivers.configs import STANDARD, Specs, evaluate
 from simulator.roofline import draw, roofs
 from simulator.spec.workload import make_workload
-from simulator.units import format_count
+from simulator.support.units import format_count
 
 COLUMNS = (
     "config",
@@ -151,7 +151,7 @@ def report(rows: Sequence[BoundRow], ctx: Context) -> str:
             "Each result's latency bound is the larger of the least time its arrays need for "
             "the useful work (split freely between the arrays able to run each Einsum) and "
             "the DRAM traffic no buffer of its size avoids over the bandwidth "
-            "(`simulator/bounds.py`); the table gives bound / latency (100% = at the limit), "
+            "(`simulator/core/bounds.py`); the table gives bound / latency (100% = at the limit), "
             "analytic engine.",
             "",
             md_table(["configuration", "model", *[format_count(s) for s in seqs]], table),

@@ -18,8 +18,8 @@ from experiments.output import write_csv
 from experiments.published import PAPER_PASSES
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import FiberPasses, analyze_passes
-from simulator.configs import Specs
-from simulator.paths import data_dir
+from simulator.drivers.configs import Specs
+from simulator.support.paths import data_dir
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """End-to-end experiment: results/end2end-{flat,proposal}.csv and figures 10 and 11.
 
-The rows come from `simulator.endtoend.evaluate_layer(specs, config, workload, ...)` -- one
+The rows come from `simulator.drivers.endtoend.evaluate_layer(specs, config, workload, ...)` -- one
 encoder layer (attention plus the linear layers) of a configuration on its own chip; its
 result has `latency_s`, `energy_pj`, `traffic_bytes`, `area_um2`.
 
@@ -30,10 +30,10 @@ from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
 from experiments.plots import Point, Series
 from experiments.published import PAPER_HEADLINES, PUBLISHED_LAYERS, Published
-from simulator.configs import STANDARD, Specs
-from simulator.endtoend import LayerOptions, evaluate_layer, evaluate_linear
+from simulator.drivers.configs import STANDARD, Specs
+from simulator.drivers.endtoend import LayerOptions, evaluate_layer, evaluate_linear
 from simulator.spec.workload import make_workload
-from simulator.units import format_count
+from simulator.support.units import format_count
 
 COLUMNS = ("model", "seq_len", "traffic", "latency", "energy")
 # Output file -> the configuration whose chip's linear layers it holds (the reference's names).
@@ -346,7 +346,7 @@ def render(
             "## End-to-end (figures 10, 11)",
             "",
             "One encoder layer: the attention of the configuration plus the linear layers on "
-            f"its chip (`simulator.endtoend.evaluate_layer`). {note} Linear layers: *ours* "
+            f"its chip (`simulator.drivers.endtoend.evaluate_layer`). {note} Linear layers: *ours* "
             f"maps them with the project's default GEMM mapper (`mappings/linear/{LINEAR}.yaml`,"
             " free within the hardware); the last column with the artifact's mapper "
             f"constraints (`mappings/linear/{ARTIFACT_LINEAR}.yaml`), which reproduce the "

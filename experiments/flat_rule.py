@@ -4,7 +4,7 @@ section.
 FLAT's configuration reads the dataflow FLAT's own search chose at the published points
 (`mappings/flat-dataflow.csv`, from the artifact); every other point -- another model or
 length, another buffer, array or value format, another attention -- takes the FLAT
-strategy's rule (`simulator/rules/flat.py`: the block's score fibres on chip while they fit,
+strategy's rule (`simulator/strategies/flat.py`: the block's score fibres on chip while they fit,
 output-stationary GEMMs then, weight-stationary with the fibres through DRAM otherwise; the
 rows per block searched for least traffic; tensors that overflow spill what does not fit).
 This experiment applies the rule at the published points too and sets each of its choices
@@ -21,10 +21,10 @@ from pathlib import Path
 from experiments.compare import md_table
 from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
-from simulator.configs import Specs, evaluate, prepare
+from simulator.drivers.configs import Specs, evaluate, prepare
 from simulator.plan.facts import cascade_facts, placement_of
 from simulator.spec.workload import make_workload
-from simulator.units import format_count
+from simulator.support.units import format_count
 
 CHOICES = ("Q_loc", "QK_loc", "A_loc", "AV_loc", "QK_stationarity", "rows_per_block")
 COLUMNS = (
@@ -143,7 +143,7 @@ def report(rows: Sequence[RuleRow], ctx: Context) -> str:
             "",
             "FLAT reads its published per-point dataflow where the artifact gives one (the "
             "paper's points on its 32 MB, 256 x 256, 16-bit design); everywhere else its "
-            "dataflow comes from the FLAT strategy's rule (`simulator/rules/flat.py`: a block "
+            "dataflow comes from the FLAT strategy's rule (`simulator/strategies/flat.py`: a block "
             "of rows keeps its score fibres on chip while they fit, with output-stationary "
             "GEMMs; otherwise the fibres go through DRAM and K, V stay in the PEs; rows per "
             "block searched for least traffic). Here the rule runs at the published points "

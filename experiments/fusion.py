@@ -26,12 +26,12 @@ from experiments.output import write_csv
 from experiments.plots import Point, Series
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
-from simulator.cascade.rewrite.search import rewrite
+from simulator.cascade.rewrite.rule_search import rewrite
 from simulator.cascade.write import to_yaml
-from simulator.configs import Specs, evaluate
-from simulator.paths import data_dir
+from simulator.drivers.configs import Specs, evaluate
 from simulator.spec.workload import make_workload
-from simulator.units import format_count
+from simulator.support.paths import data_dir
+from simulator.support.units import format_count
 
 CASCADES = ("layernorm-matmul", "rmsnorm-ffn")
 TOKENS = ("4K", "16K", "64K", "128K")

@@ -26,9 +26,9 @@ from experiments.compare import md_table
 from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
 from experiments.plots import Point, Series
-from simulator.configs import Specs, evaluate
+from simulator.drivers.configs import Specs, evaluate
 from simulator.spec.workload import make_workload
-from simulator.units import format_count
+from simulator.support.units import format_count
 
 MODELS = ("llama3-8b", "llama3-70b", "mistral-7b")
 PREFILL = ("4K", "16K", "64K", "128K")

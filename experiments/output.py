@@ -7,8 +7,9 @@ never half written. A killed run can leave its hidden temporaries behind (nothin
 SIGKILL); the next run into the same folder removes them first.
 
 CSV numbers are written with `repr` (shortest round-trip form): the same floats always give
-the same bytes. Figures go through `simulator.figures.save_figures`, as the CLIs' do: PNG and
-PDF renamed into place as a pair, without timestamps or version strings in their metadata.
+the same bytes. Figures go through `simulator.support.figures.save_figures`, as the CLIs'
+do: PNG and PDF renamed into place as a pair, without timestamps or version strings in their
+metadata.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from simulator.atomic import PARTIAL, atomic_path
+from simulator.support.atomic import PARTIAL, atomic_path
 
 
 @contextlib.contextmanager

@@ -17,10 +17,10 @@ from experiments.compare import fmt, md_table, pct, rel_error
 from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
 from experiments.published import Published
-from simulator.configs import Specs
-from simulator.design_space import load_sweep, pareto_point, resolve_sweep
+from simulator.drivers.configs import Specs
+from simulator.drivers.design_space import load_sweep, pareto_point, resolve_sweep
 from simulator.spec.workload import make_workload
-from simulator.units import format_count
+from simulator.support.units import format_count
 
 # The reference's columns, in order; `accel` is the artifact's name for FuseMax.
 COLUMNS = (

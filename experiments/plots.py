@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from simulator.figures import pyplot, save_figures
+from simulator.support.figures import pyplot, save_figures
 
 # Agg, TrueType fonts in PDFs, and the drawing backends' C extensions imported now, with the
 # rest: the runner draws while its workers compute, so Ctrl-C or SIGTERM may land at any

@@ -25,10 +25,10 @@ from experiments.experiment import Context, Experiment, Selection
 from experiments.output import remove_stale_partials, write_text
 from experiments.published import REFERENCE_DIR, load_published
 from experiments.registry import by_name, registry
-from simulator.atomic import interrupts_held
-from simulator.cli import abandon, worker_process
-from simulator.configs import Specs
-from simulator.units import format_count
+from simulator.drivers.configs import Specs
+from simulator.support.atomic import interrupts_held
+from simulator.support.cli import abandon, worker_process
+from simulator.support.units import format_count
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from experiments.compare import md_table
 from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
-from simulator.configs import Specs
+from simulator.drivers.configs import Specs
 from simulator.validate import (
     Measurement,
     Validation,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from experiments.compare import md_table
 from experiments.experiment import Context, Experiment, Selection
-from simulator.configs import Specs
-from simulator.figures import pyplot, save_figures
+from simulator.drivers.configs import Specs
 from simulator.spec.workload import make_workload
+from simulator.support.figures import pyplot, save_figures
 from simulator.timing.cycle.waterfall import TraceEvent
 from simulator.trace import plot_waterfall, trace_point
 

@@ -29,8 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.atomic import check_writable, output_path, write_text
-from simulator.cascade.evaluate import (
+from simulator.cascade.execute import (
     MAX_EVALUATION_BYTES,
     Comparison,
     compare,
@@ -47,18 +46,19 @@ from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite import RewriteResult, rewrite
 from simulator.cascade.rewrite.canonical import canonical
 from simulator.cascade.rewrite.draft import without_dead
-from simulator.cascade.rewrite.search import Candidate
+from simulator.cascade.rewrite.rule_search import Candidate
 from simulator.cascade.runs_on import missing_by_architecture, runs_on_line
 from simulator.cascade.shapes import MissingShapes, parse_shape_arg, resolve_shapes
 from simulator.cascade.write import to_yaml
-from simulator.cli import ArgumentParser, guarded
-from simulator.configs import Specs
-from simulator.errors import SpecError
-from simulator.paths import data_dir, resolve_spec
-from simulator.rewrite_cost import OBJECTIVES, best, rank, render
+from simulator.drivers.configs import Specs
+from simulator.drivers.rewrite_cost import OBJECTIVES, best, rank, render
 from simulator.spec.workload import make_workload, parse_shape
-from simulator.textfmt import table
-from simulator.units import format_count
+from simulator.support.atomic import check_writable, output_path, write_text
+from simulator.support.cli import ArgumentParser, guarded
+from simulator.support.errors import SpecError
+from simulator.support.paths import data_dir, resolve_spec
+from simulator.support.textfmt import table
+from simulator.support.units import format_count
 
 
 def _seed(text: str) -> int:

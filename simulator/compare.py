@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.atomic import check_writable, output_path
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
-from simulator.cli import ArgumentParser, guarded
-from simulator.configs import (
+from simulator.core.result import Result
+from simulator.drivers.configs import (
     DEFAULT_MAX_SIM_S,
     EvalOptions,
     Sizing,
@@ -37,17 +36,18 @@ from simulator.configs import (
     evaluate_with,
     workload_from_args,
 )
-from simulator.errors import SimulationLimit, SpecError
-from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
-from simulator.paths import resolve_spec
-from simulator.progress import SimulationProgress
-from simulator.result import Result
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.ceilings import CEILINGS_HELP, Ceilings, read_ceilings
 from simulator.spec.workload import PHASES, Workload
-from simulator.textfmt import table
+from simulator.support.atomic import check_writable, output_path
+from simulator.support.cli import ArgumentParser, guarded
+from simulator.support.errors import SimulationLimit, SpecError
+from simulator.support.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
+from simulator.support.paths import resolve_spec
+from simulator.support.progress import SimulationProgress
+from simulator.support.textfmt import table
+from simulator.support.units import parse_count, parse_seconds
 from simulator.timing.options import UNLIMITED, TimingOptions
-from simulator.units import parse_count, parse_seconds
 
 STRATEGIES = ("fused", "fusemax", "flat", "unfused")
 

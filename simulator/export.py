@@ -5,7 +5,7 @@ same in the processed form the `timeloop-model` binary reads (`timeloop-model.ya
     python -m simulator.export timeloop --accel binding --model bert --seq 4K -o out/tl
     python -m simulator.export timeloop --mapping my-mapping.yaml --seq 64K -o out/mine
 
-One directory per Einsum (`DIR/QK/`, `DIR/LM/`, ...); see simulator/timeloop/export.py
+One directory per Einsum (`DIR/QK/`, `DIR/LM/`, ...); see simulator/timeloop/inputs.py
 for what each file holds. `--timeloop-version 3.0.3` writes the problem keys as Timeloop
 releases up to v3.0.3 read them (`data-spaces`, `read-write`); the default is the spelling
 of Timeloop since February 2024 (`data_spaces`, `read_write`).
@@ -17,19 +17,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from simulator.atomic import write_text
-from simulator.cli import ArgumentParser, guarded
-from simulator.configs import ALIASES, Specs
-from simulator.errors import SpecError
+from simulator.drivers.configs import ALIASES, Specs
 from simulator.spec.workload import make_workload
+from simulator.support.atomic import write_text
+from simulator.support.cli import ArgumentParser, guarded
+from simulator.support.errors import SpecError
+from simulator.support.units import parse_count
 from simulator.timeloop.backend import export_fitting
-from simulator.timeloop.export import (
+from simulator.timeloop.inputs import (
     ExportedEinsum,
     Spelling,
     dump,
     spelling_for_version,
 )
-from simulator.units import parse_count
 
 
 def build_parser() -> argparse.ArgumentParser:

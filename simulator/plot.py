@@ -24,11 +24,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from simulator.atomic import check_writable, output_path
-from simulator.cli import ArgumentParser, guarded
-from simulator.errors import Loc, SpecError
-from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
-from simulator.units import format_count
+from simulator.support.atomic import check_writable, output_path
+from simulator.support.cli import ArgumentParser, guarded
+from simulator.support.errors import Loc, SpecError
+from simulator.support.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
+from simulator.support.units import format_count
 
 # The first metric a sweep writes: the columns before it are the swept parameters.
 FIRST_METRIC = "latency_s"

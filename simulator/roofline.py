@@ -9,7 +9,7 @@ cascade's counts of the points it keeps -- per DRAM byte) against the attained t
 operation per cycle) and its bandwidth slope (DRAM bytes per second x intensity). A point
 far below the roof at high intensity is compute-bound on an idle array; one on the slope is
 memory-bound. The table gives each point's fraction of its latency bound
-(:mod:`simulator.bounds`).
+(:mod:`simulator.core.bounds`).
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.atomic import check_writable, output_path
-from simulator.cli import ArgumentParser, guarded
-from simulator.configs import ALIASES, STANDARD, Sizing, Specs, evaluate
-from simulator.errors import SpecError
-from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
-from simulator.result import Result
+from simulator.core.result import Result
+from simulator.drivers.configs import ALIASES, STANDARD, Sizing, Specs, evaluate
 from simulator.spec.arch import Architecture
 from simulator.spec.workload import default_sequence_lengths, make_workload
-from simulator.textfmt import table
-from simulator.units import format_count, parse_count
+from simulator.support.atomic import check_writable, output_path
+from simulator.support.cli import ArgumentParser, guarded
+from simulator.support.errors import SpecError
+from simulator.support.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
+from simulator.support.textfmt import table
+from simulator.support.units import format_count, parse_count
 
 # The paper's colours for its five configurations, in order (others get the next colours).
 COLOURS = ("#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00")

@@ -22,8 +22,8 @@ import json
 import sys
 from dataclasses import dataclass
 
-from simulator.cli import ArgumentParser, guarded
-from simulator.configs import (
+from simulator.core.result import Result
+from simulator.drivers.configs import (
     ALIASES,
     DEFAULT_MAX_SIM_S,
     STANDARD,
@@ -39,7 +39,7 @@ from simulator.configs import (
     shipped_configs,
     workload_from_args,
 )
-from simulator.endtoend import (
+from simulator.drivers.endtoend import (
     DEFAULT_LINEAR,
     LayerOptions,
     check_layer_shape,
@@ -47,22 +47,22 @@ from simulator.endtoend import (
     layer_record,
     render_layer_table,
 )
-from simulator.errors import SpecError
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES
-from simulator.progress import SearchProgress, SimulationProgress
-from simulator.result import Result
 from simulator.spec.arch import precision_change
 from simulator.spec.ceilings import CEILINGS_HELP, read_ceilings
-from simulator.textfmt import table
-from simulator.timeloop import backend as timeloop_backend
-from simulator.timing.options import TimingOptions
-from simulator.units import (
+from simulator.support.cli import ArgumentParser, guarded
+from simulator.support.errors import SpecError
+from simulator.support.progress import SearchProgress, SimulationProgress
+from simulator.support.textfmt import table
+from simulator.support.units import (
     format_bytes,
     parse_bandwidth,
     parse_bytes,
     parse_count,
     parse_seconds,
 )
+from simulator.timeloop import backend as timeloop_backend
+from simulator.timing.options import TimingOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -715,7 +715,7 @@ def render_table(rows: list[Row], notes: list[str], workload) -> str:
     return "\n".join(lines)
 
 
-# The CSV names a quantity as the sweep's CSV does (simulator.design_space's columns): the
+# The CSV names a quantity as the sweep's CSV does (simulator.drivers.design_space's columns): the
 # JSON record's `accelerator` and `seq_len` are its `accel` and `seq`.
 CSV_NAMES = {"accelerator": "accel", "seq_len": "seq"}
 

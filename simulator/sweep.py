@@ -8,7 +8,7 @@
 A sweep is a grid of parameters (configuration, model, sequence length, PE array, 1D width,
 buffer, bandwidth, register files, workload fields; `--list` prints them), optionally read
 from a sweep file with derived values and a buffer-sizing rule (`arch/sweeps/*.yaml`, see
-`simulator/spec/sweep.py`); `--grid` adds to or replaces the file's parameters. Points run
+`simulator/spec/sweep_file.py`); `--grid` adds to or replaces the file's parameters. Points run
 in parallel on the local cores (`--jobs`, default all), or on a Dask cluster. Rows come out
 in grid order whatever the executor, so the same sweep gives a byte-identical CSV. A point
 that cannot be evaluated (no mapping fits its buffer, ...) keeps its row with the reason in
@@ -34,23 +34,17 @@ from typing import Any
 
 from tqdm import tqdm
 
-from simulator import journal
-from simulator.atomic import (
-    atomic_path,
-    check_writable,
-    interrupts_held,
-    is_stream,
-    landing,
-    output_path,
-    remove_stale_partials,
+from simulator.drivers.configs import Specs
+from simulator.drivers.design_space import (
+    Point,
+    check,
+    columns,
+    evaluate_points,
+    failed_row,
+    points,
 )
-from simulator.cli import ArgumentParser, abandon, guarded, worker_process
-from simulator.configs import Specs
-from simulator.design_space import Point, check, columns, evaluate_points, failed_row, points
-from simulator.errors import BoundBreach, SpecError
-from simulator.paths import KINDS, data_dir, is_file, resolve_sweep
 from simulator.spec.ceilings import CEILINGS_HELP, Ceilings, read_ceilings
-from simulator.spec.sweep import (
+from simulator.spec.sweep_file import (
     ACCOUNTINGS,
     DEFAULTS,
     ENGINES,
@@ -60,8 +54,21 @@ from simulator.spec.sweep import (
     load_sweep,
     parse_grid_args,
 )
+from simulator.support import journal
+from simulator.support.atomic import (
+    atomic_path,
+    check_writable,
+    interrupts_held,
+    is_stream,
+    landing,
+    output_path,
+    remove_stale_partials,
+)
+from simulator.support.cli import ArgumentParser, abandon, guarded, worker_process
+from simulator.support.errors import BoundBreach, SpecError
+from simulator.support.paths import KINDS, data_dir, is_file, resolve_sweep
+from simulator.support.units import parse_seconds
 from simulator.timing.options import TimingOptions
-from simulator.units import parse_seconds
 
 Rows = list[tuple[int, dict[str, Any]]]
 

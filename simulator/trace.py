@@ -19,19 +19,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.atomic import check_writable, output_path, write_text
-from simulator.bounds import point_bounds
-from simulator.cli import ArgumentParser, guarded
-from simulator.configs import ALIASES, Specs, prepare
-from simulator.errors import BoundBreach, SpecError
-from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot
+from simulator.core.bounds import point_bounds
+from simulator.drivers.configs import ALIASES, Specs, prepare
 from simulator.plan.point import plan_point
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload, make_workload
+from simulator.support.atomic import check_writable, output_path, write_text
+from simulator.support.cli import ArgumentParser, guarded
+from simulator.support.errors import BoundBreach, SpecError
+from simulator.support.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot
+from simulator.support.units import parse_count
 from simulator.timing.cycle.program import Program
 from simulator.timing.cycle.simulate import pipelined_point
 from simulator.timing.cycle.waterfall import TraceEvent, Waterfall, WaterfallResult
-from simulator.units import parse_count
 
 
 def build_parser() -> argparse.ArgumentParser:

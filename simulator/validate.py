@@ -44,22 +44,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simulator.atomic import check_writable, output_path, write_text
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.write import einsum_yaml
-from simulator.cli import ArgumentParser, guarded
-from simulator.configs import Specs, prepare
-from simulator.errors import Loc, SpecError
-from simulator.evaluate import evaluate_mapping
-from simulator.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
-from simulator.paths import data_dir, is_file, resolve_spec
-from simulator.progress import Steps
-from simulator.result import Result
+from simulator.core.evaluate import evaluate_mapping
+from simulator.core.result import Result
+from simulator.drivers.configs import Specs, prepare
 from simulator.spec.arch import Architecture
 from simulator.spec.ceilings import Ceilings, parse_ceilings, positive
 from simulator.spec.workload import Workload, make_workload, parse_shape
-from simulator.textfmt import table
-from simulator.units import format_count
+from simulator.support.atomic import check_writable, output_path, write_text
+from simulator.support.cli import ArgumentParser, guarded
+from simulator.support.errors import Loc, SpecError
+from simulator.support.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
+from simulator.support.paths import data_dir, is_file, resolve_spec
+from simulator.support.progress import Steps
+from simulator.support.textfmt import table
+from simulator.support.units import format_count
 
 # The fused configurations tried at every shape: the architecture's FlashAttention mapping
 # (`mappings/<arch>/flash*.yaml`, by mask) and the automatic strategies that fuse.

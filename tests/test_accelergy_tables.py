@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from simulator.configs import Specs
+from simulator.drivers.configs import Specs
 from simulator.pricing.area import chip_area
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.timeloop_import import import_architecture, import_tables

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from simulator.errors import SpecError
 from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem, analyze
+from simulator.support.errors import SpecError
 from simulator.timeloop.backend import LevelEnergy, energy_pj
 from simulator.timeloop.problems import mapping_from_map_text, mapping_from_timeloop
 

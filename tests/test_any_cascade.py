@@ -12,10 +12,10 @@ import pytest
 
 from simulator.cascade.parse import load_cascade
 from simulator.compare import main as compare_main
-from simulator.configs import Specs, evaluate
-from simulator.errors import SpecError
+from simulator.drivers.configs import Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.workload import make_workload
+from simulator.support.errors import SpecError
 from simulator.sweep import main as sweep_main
 
 from .conftest import CASCADES
@@ -200,7 +200,7 @@ def test_the_rewritten_cascade_fused_beats_the_written_one_kernel_by_kernel(name
     kernel is a point of its space). (The written cascade's kernels compute a scaled sum's
     scaling once per row since issue 42, and move less than the rewritten one fused at its
     fastest.)"""
-    from simulator.cascade.rewrite.search import rewrite
+    from simulator.cascade.rewrite.rule_search import rewrite
     from simulator.cascade.write import to_yaml
 
     path = CASCADES / f"{name}.yaml"
@@ -232,7 +232,7 @@ def test_the_rewritten_cascade_fused_beats_the_written_one_kernel_by_kernel(name
 def test_the_rewriter_computes_a_repeated_subexpression_once():
     """Deferring RMSNorm's division at both matmuls of the FFN makes `X * G` at each; the
     rewritten cascade computes it once and both matmuls read it."""
-    from simulator.cascade.rewrite.search import rewrite
+    from simulator.cascade.rewrite.rule_search import rewrite
 
     out = rewrite(load_cascade(CASCADES / "rmsnorm-ffn.yaml")).cascade
     products = [
@@ -250,7 +250,7 @@ def test_a_spilled_operand_comes_from_dram_each_time_it_is_read(tmp_path):
     for a block of rows that does not fit costs more the more column blocks read them."""
     import yaml
 
-    from simulator.rules.auto import bind, mapping_yaml
+    from simulator.strategies.auto import bind, mapping_yaml
 
     cascade_path = CASCADES / "layernorm-matmul.yaml"
     specs = Specs(cascade_override=str(cascade_path), arch_override="fusemax")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.bind.__main__ import main as bind_main
-from simulator.configs import Specs, evaluate
+from simulator.drivers.configs import Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.workload import make_workload
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.bounds import dram_bound_values
 from simulator.cascade.parse import load_cascade, loads_cascade
-from simulator.configs import STANDARD, Specs, evaluate
+from simulator.core.bounds import dram_bound_values
+from simulator.drivers.configs import STANDARD, Specs, evaluate
 from simulator.spec.workload import make_workload
 
 from .conftest import ROOT

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.cascade.evaluate import evaluate, random_inputs
+from simulator.cascade.execute import evaluate, random_inputs
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.rewrite import rewrite
 from simulator.cascade.rewrite.canonical import canonical

@@ -207,7 +207,7 @@ def test_reduction_over_all_steps_after_the_loop_is_fine(tmp_path, run_cli):
     path = _file(tmp_path, decl, exprs, "shapes: {K: 4}\n")
     code, out, err = run_cli(main, ["eval", path])
     assert code == 0, err
-    from simulator.cascade.evaluate import evaluate, random_inputs
+    from simulator.cascade.execute import evaluate, random_inputs
     from simulator.cascade.parse import load_cascade
 
     cascade = load_cascade(path)
@@ -261,7 +261,7 @@ def test_a_sum_over_a_rank_only_some_terms_read_is_a_warning(tmp_path, run_cli):
     and line. An error later in the same command is the only line; the shipped cascades
     warn of nothing."""
     from simulator.cascade.parse import load_cascade
-    from simulator.errors import take_warnings
+    from simulator.support.errors import take_warnings
 
     from .conftest import CASCADES
 

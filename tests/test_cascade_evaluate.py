@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simulator.cascade.__main__ import main
-from simulator.cascade.evaluate import compare, evaluate, random_inputs, softmax_attention
+from simulator.cascade.execute import compare, evaluate, random_inputs, softmax_attention
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.shapes import resolve_shapes
 

@@ -11,7 +11,7 @@ from simulator.cascade.ops import cascade_ops
 from simulator.cascade.parse import loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.shapes import resolve_shapes
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 from .conftest import CASCADES
 

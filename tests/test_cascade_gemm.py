@@ -7,8 +7,8 @@ import pytest
 
 from simulator.cascade.gemm import gemm_shape
 from simulator.cascade.parse import load_cascade, loads_cascade
-from simulator.errors import SpecError
-from simulator.plan.mapper import gemm_of
+from simulator.plan.gemm_mapper import gemm_of
+from simulator.support.errors import SpecError
 
 from .conftest import ROOT
 

@@ -238,7 +238,7 @@ def test_footprint_is_the_tensors_own_fibre():
 def test_recurrence_with_a_full_reduction_per_step_fails_loudly():
     # Every step of k reduces T over j before the next step can read it: K + 1 passes over
     # j, a count that grows with K. The analysis refuses instead of reporting a capped count.
-    from simulator.errors import SpecError
+    from simulator.support.errors import SpecError
 
     with pytest.raises(SpecError, match="grows with"):
         _report(

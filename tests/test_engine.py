@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from simulator.configs import Specs, evaluate, prepare
-from simulator.errors import SpecError
+from simulator.drivers.configs import Specs, evaluate, prepare
 from simulator.plan.point import plan_point
 from simulator.spec.workload import make_workload
+from simulator.support.errors import SpecError
 from simulator.timing.cycle.functional import check_attention
 from simulator.timing.cycle.simulate import pipelined_point
 from simulator.timing.cycle.waterfall import Waterfall

@@ -349,7 +349,7 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from simulator.cli import abandon, worker_process
+from simulator.support.cli import abandon, worker_process
 
 
 def nap(seconds):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from simulator.run import main as run_main
-from simulator.spec.sweep import PARAMETERS
+from simulator.spec.sweep_file import PARAMETERS
 
 FAST = ["--engine", "analytic", "--seq", "1K"]
 

@@ -8,7 +8,7 @@
 * **More hardware never slower**: doubling the PE array, the buffer or the bandwidth never
   makes the best mapping of those cascades slower (0.5%).
 
-The bounds are the physics of the chip and the cascade (`simulator/bounds.py`); a mapping
+The bounds are the physics of the chip and the cascade (`simulator/core/bounds.py`); a mapping
 that beats one is a model bug to fix, never a result. FLOOR_CASES=N (`make fuzz`) draws N.
 """
 
@@ -19,9 +19,9 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.configs import Specs, evaluate
-from simulator.errors import SpecError
+from simulator.drivers.configs import Specs, evaluate
 from simulator.spec.workload import make_workload
+from simulator.support.errors import SpecError
 
 from .conftest import CASCADES, DATA
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from experiments.bench import verdict
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 
 def test_bench_verdict_fails_over_target():
@@ -140,7 +140,7 @@ LONG_SWEEP = [
 def test_two_sweeps_never_share_an_out(tmp_path):
     """A running sweep holds its --out: a second one (with --resume too) is one line naming
     the holder's PID, and changes nothing; once the first ends, the out is free again."""
-    from simulator.journal import lock_path
+    from simulator.support.journal import lock_path
     from simulator.sweep import main as sweep_main
 
     out = tmp_path / "s.csv"
@@ -422,9 +422,9 @@ def test_a_sweep_grid_is_streamed_never_a_list():
     checks before any work look only as far as the first point that binds."""
     import itertools
 
-    from simulator.configs import Specs
-    from simulator.design_space import Point, check, points
-    from simulator.spec.sweep import SweepSpec
+    from simulator.drivers.configs import Specs
+    from simulator.drivers.design_space import Point, check, points
+    from simulator.spec.sweep_file import SweepSpec
     from simulator.sweep import chunked
 
     values = tuple(16 * (i + 1) for i in range(10_000))
@@ -464,7 +464,7 @@ def test_ctrl_c_inside_an_extension_import_is_still_an_interrupt(run_cli):
     """Ctrl-C landing inside a C extension's first import surfaces as an ImportError whose
     cause is the KeyboardInterrupt: still one line and exit 130, not a traceback; any other
     ImportError is not taken for one."""
-    from simulator.cli import EXIT_INTERRUPTED, INTERRUPTED, guarded
+    from simulator.support.cli import EXIT_INTERRUPTED, INTERRUPTED, guarded
 
     @guarded
     def imports_interrupted(argv):
@@ -626,8 +626,8 @@ def test_long_validate_and_rewrite_show_progress_on_a_terminal(tmp_path, monkeyp
     """validate (a minute from a cold cache on the wide grid) and rewrite --arch (seconds
     per candidate) draw a bar on a terminal's stderr -- and nothing when stderr is not one
     (the CSV, JSON and the tests' captured output stay as they were)."""
-    from simulator import progress
     from simulator.cascade_cli import main as cascade_main
+    from simulator.support import progress
     from simulator.validate import main as validate_main
     from tests.test_silicon import _small_csv
 

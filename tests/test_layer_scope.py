@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.configs import Sizing, Specs
-from simulator.endtoend import LayerOptions, evaluate_layer
+from simulator.drivers.configs import Sizing, Specs
+from simulator.drivers.endtoend import LayerOptions, evaluate_layer
 from simulator.run import main as run_main
 from simulator.spec.workload import make_workload
 

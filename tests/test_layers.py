@@ -47,9 +47,9 @@ def _copy(tmp_path: Path) -> Path:
     ("module", "back_import", "contract"),
     [
         # planning reaching up into the orchestrator
-        ("simulator/plan/facts.py", "from simulator import evaluate", "pipeline's layers"),
+        ("simulator/plan/facts.py", "from simulator.core import evaluate", "pipeline's layers"),
         # a spec reader needing a configuration
-        ("simulator/spec/mapping.py", "from simulator import configs", "pipeline's layers"),
+        ("simulator/spec/mapping.py", "from simulator.drivers import configs", "pipeline's layers"),
         # one timing engine importing the other
         (
             "simulator/timing/cycle/simulate.py",
@@ -59,7 +59,7 @@ def _copy(tmp_path: Path) -> Path:
         # an experiment importing the registry that imports it
         ("experiments/attention.py", "from experiments import registry", "no import cycle"),
         # the package importing its experiments
-        ("simulator/result.py", "import experiments.published", "never the other way"),
+        ("simulator/core/result.py", "import experiments.published", "never the other way"),
     ],
 )
 def test_a_back_import_breaks_a_contract(tmp_path, module, back_import, contract):
@@ -70,3 +70,33 @@ def test_a_back_import_breaks_a_contract(tmp_path, module, back_import, contract
     assert run.returncode != 0
     broken = run.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken, run.stdout
+
+
+def test_the_top_of_the_package_holds_the_entry_points():
+    """Every module at the top of simulator/ is a `python -m` entry point; the rest lives in
+    a folder named for what it is (pyproject.toml's layers name them)."""
+    top = sorted(p.name for p in (ROOT / "simulator").glob("*.py") if p.name != "__init__.py")
+    assert top, "no modules at the top of simulator/"
+    for name in top:
+        text = (ROOT / "simulator" / name).read_text(encoding="utf-8")
+        assert 'if __name__ == "__main__":' in text, f"simulator/{name} is no entry point"
+
+
+def test_no_two_modules_share_a_name():
+    """A module's or a package's name says which one it is, wherever it is imported from
+    (the package markers `__init__` and `__main__` aside)."""
+    package = ROOT / "simulator"
+    seen: dict[str, list[str]] = {}
+    for path in sorted(package.rglob("*")):
+        rel = path.relative_to(package)
+        if "__pycache__" in rel.parts or rel.parts[0] == "_data":
+            continue
+        if path.is_dir() and (path / "__init__.py").exists():
+            name = path.name
+        elif path.suffix == ".py" and path.stem not in ("__init__", "__main__"):
+            name = path.stem
+        else:
+            continue
+        seen.setdefault(name, []).append(str(rel))
+    shared = {name: where for name, where in seen.items() if len(where) > 1}
+    assert not shared, shared

@@ -8,11 +8,11 @@ import dataclasses
 
 import pytest
 
-from simulator.configs import Specs, prepare
-from simulator.errors import SpecError
+from simulator.drivers.configs import Specs, prepare
 from simulator.plan.point import plan_point
 from simulator.run import main
 from simulator.spec.workload import make_workload
+from simulator.support.errors import SpecError
 from simulator.timing.cycle.simulate import pipelined_point
 from simulator.timing.cycle.waterfall import Waterfall
 from simulator.timing.options import TimingOptions
@@ -113,7 +113,7 @@ def test_max_sim_s_help_readme_and_behaviour_agree(run_cli, capsys):
     past the limit is refused in one line. The README says the same; a sweep has no limit
     unless given one, as its help says."""
     from simulator.compare import main as compare_main
-    from simulator.configs import DEFAULT_MAX_SIM_S
+    from simulator.drivers.configs import DEFAULT_MAX_SIM_S
     from simulator.run import build_parser as run_parser
     from simulator.sweep import build_parser as sweep_parser
 

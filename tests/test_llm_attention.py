@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from simulator.compare import main as compare_main
-from simulator.configs import Specs, evaluate
-from simulator.errors import SpecError
+from simulator.drivers.configs import Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.workload import make_workload
+from simulator.support.errors import SpecError
 
 TILE = 256  # FuseMax's 2D array: P0 = M0 = 256
 

@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from simulator.cascade.__main__ import main
-from simulator.cascade.evaluate import compare, compare_reference, evaluate, random_inputs
+from simulator.cascade.execute import compare, compare_reference, evaluate, random_inputs
 from simulator.cascade.ops import cascade_ops, count_points
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.references import attention, attention_mask
 from simulator.cascade.shapes import resolve_shapes
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 from .conftest import CASCADES
 

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 
 from simulator.cascade.parse import load_cascade
-from simulator.configs import Specs, evaluate
-from simulator.errors import SpecError
-from simulator.paths import resolve_spec
-from simulator.plan import mapper
+from simulator.drivers.configs import Specs, evaluate
+from simulator.plan import gemm_mapper
 from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem, analyze
-from simulator.plan.mapper import Gemm, gemm_of, map_gemm, prices_of
+from simulator.plan.gemm_mapper import Gemm, gemm_of, map_gemm, prices_of
 from simulator.run import main as run_main
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.linear import LevelRule, MapperSettings, load_linear
 from simulator.spec.workload import make_workload
+from simulator.support.errors import SpecError
+from simulator.support.paths import resolve_spec
 
 from .conftest import ROOT
 
@@ -202,13 +202,13 @@ def test_vectorised_counts_equal_the_access_model(archs):
         keep = tuple(t for t in ("left", "right", "output") if rng.random() < 0.6)
         f0, f1, f2 = (np.array([[f[d][i]] for d in range(3)], dtype=float) for i in range(3))
         sv = np.array(s, dtype=float)
-        inner0, inner1 = mapper._innermost(f0, o0), mapper._innermost(f1, o1)
+        inner0, inner1 = gemm_mapper._innermost(f0, o0), gemm_mapper._innermost(f1, o1)
         traffic = energy = 0.0
         for t in ("left", "right", "output"):
-            tr, en = mapper._terms(
+            tr, en = gemm_mapper._terms(
                 t,
                 t in keep,
-                *mapper._tile_visits(t, f0, f1, inner0, inner1),
+                *gemm_mapper._tile_visits(t, f0, f1, inner0, inner1),
                 f0,
                 f1,
                 f2,
@@ -224,7 +224,7 @@ def test_vectorised_counts_equal_the_access_model(archs):
             "G",
             tuple(zip(ranks, ext, strict=True)),
             tuple(
-                DataSpace(names[t], tuple(ranks[d] for d in mapper.INDEXED[t]), t == "output")
+                DataSpace(names[t], tuple(ranks[d] for d in gemm_mapper.INDEXED[t]), t == "output")
                 for t in ("left", "right", "output")
             ),
         )
@@ -318,7 +318,7 @@ def test_bad_mapper_settings_name_file_and_line(tmp_path, run_cli):
 
 
 def test_unfused_qk_and_av_are_mapped_by_the_mapper():
-    from simulator.configs import prepare
+    from simulator.drivers.configs import prepare
     from simulator.plan.extents import choose_extents
     from simulator.plan.facts import cascade_facts
 
@@ -339,7 +339,7 @@ def test_unfused_qk_and_av_are_mapped_by_the_mapper():
 
 
 def test_a_mapper_phase_schedules_one_gemm(tmp_path):
-    from simulator.configs import prepare
+    from simulator.drivers.configs import prepare
 
     text = (ROOT / "mappings" / "unfused.yaml").read_text()
     bad = text.replace(

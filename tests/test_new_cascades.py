@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from simulator.cascade.evaluate import compare, evaluate, random_inputs
+from simulator.cascade.execute import compare, evaluate, random_inputs
 from simulator.cascade.ops import ops_per_point
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes

@@ -19,11 +19,11 @@ import pytest
 
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.write import to_yaml
-from simulator.configs import Specs, evaluate
-from simulator.errors import SpecError
-from simulator.rules.auto import workload_extents
-from simulator.rules.facts import load_facts
+from simulator.drivers.configs import Specs, evaluate
 from simulator.spec.workload import make_workload
+from simulator.strategies.auto import workload_extents
+from simulator.strategies.binder_facts import load_facts
+from simulator.support.errors import SpecError
 
 from .conftest import CASCADES
 from .notations import notations

@@ -10,14 +10,14 @@ import math
 import numpy as np
 import pytest
 
-from simulator.cascade.evaluate import evaluate, random_inputs, run_tile, tensor_shape
+from simulator.cascade.execute import evaluate, random_inputs, run_tile, tensor_shape
 from simulator.cascade.ir import FUNCTIONS, VarValue
 from simulator.cascade.ops import KINDS, cascade_ops, totals
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.shapes import resolve_shapes
 from simulator.cascade.write import to_yaml
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 from .conftest import CASCADES
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from simulator.cascade.ir import FUNCTIONS
-from simulator.errors import SpecError
 from simulator.spec.arch import missing_operations
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.tables import load_energy_table
+from simulator.support.errors import SpecError
 
 from .conftest import ROOT
 

@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from simulator.cascade.evaluate import evaluate, random_inputs
+from simulator.cascade.execute import evaluate, random_inputs
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.shapes import resolve_shapes

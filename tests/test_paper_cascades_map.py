@@ -16,12 +16,12 @@ import pytest
 
 from simulator.cascade.ops import count_points, ops_per_point
 from simulator.cascade.parse import load_cascade
-from simulator.configs import Specs, evaluate
-from simulator.paths import resolve_spec
-from simulator.rules.auto import instances_of, workload_extents
-from simulator.rules.facts import load_facts
+from simulator.drivers.configs import Specs, evaluate
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload
+from simulator.strategies.auto import instances_of, workload_extents
+from simulator.strategies.binder_facts import load_facts
+from simulator.support.paths import resolve_spec
 
 from .conftest import DATA
 

@@ -208,9 +208,9 @@ def test_ctrl_c_at_every_step_of_a_figure_write(sweep, tmp_path, monkeypatch, ca
 
     import matplotlib.figure
 
-    from simulator import atomic
     from simulator.compare import main as compare_main
     from simulator.roofline import main as roofline_main
+    from simulator.support import atomic
 
     original_save = matplotlib.figure.Figure.savefig
     original_replace = os_module.replace
@@ -307,7 +307,7 @@ def test_compare_leaves_out_value_labels_that_would_overlap():
     compare labels them: the labels that would overlap one shown are hidden, left to right,
     and no two shown ones overlap; one per run of equal neighbours at least stays."""
     from simulator.compare import SMALL_PT, _thin_out
-    from simulator.figures import pyplot
+    from simulator.support.figures import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.6, 3.0), layout="constrained")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from simulator.paths import data_dir, resolve_spec
+from simulator.support.paths import data_dir, resolve_spec
 
 from .conftest import ROOT
 

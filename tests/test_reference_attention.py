@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.configs import Specs, evaluate
+from simulator.drivers.configs import Specs, evaluate
 from simulator.spec.workload import make_workload
 
 from .reference import CONFIGS, MODELS, SEQS, attention
@@ -88,7 +88,7 @@ def test_binding_hides_fill_and_drain_at_long_sequences(results):
 def test_several_variants_at_once_are_each_the_single_evaluation(config):
     """`evaluate_variants` binds and plans once for several engines and accountings: each of
     its results is the one `evaluate` gives alone (both engines, both accountings)."""
-    from simulator.configs import evaluate_variants
+    from simulator.drivers.configs import evaluate_variants
 
     workload = make_workload("bert", "4K")
     variants = [("analytic", "published"), ("cycle", "corrected"), ("analytic", "corrected")]

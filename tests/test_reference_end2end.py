@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from simulator.configs import Specs
-from simulator.endtoend import LayerOptions, evaluate_layer, evaluate_linear
+from simulator.drivers.configs import Specs
+from simulator.drivers.endtoend import LayerOptions, evaluate_layer, evaluate_linear
 from simulator.run import main as run_main
 from simulator.spec.workload import make_workload
 

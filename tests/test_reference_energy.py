@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from simulator.configs import Specs, evaluate, prepare
-from simulator.evaluate import evaluate_mapping
+from simulator.core.evaluate import evaluate_mapping
+from simulator.drivers.configs import Specs, evaluate, prepare
 from simulator.pricing.area import chip_area
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload

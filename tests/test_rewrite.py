@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.cascade.__main__ import main
-from simulator.cascade.evaluate import compare, evaluate, random_inputs
+from simulator.cascade.execute import compare, evaluate, random_inputs
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite import rewrite

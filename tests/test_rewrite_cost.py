@@ -13,7 +13,7 @@ import pytest
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade_cli import main as cascade_main
-from simulator.configs import Specs, evaluate
+from simulator.drivers.configs import Specs, evaluate
 from simulator.spec.workload import make_workload, parse_shape
 
 from .conftest import ROOT

@@ -16,11 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.cascade.__main__ import main
-from simulator.cascade.evaluate import compare, evaluate, random_inputs
+from simulator.cascade.execute import compare, evaluate, random_inputs
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite import rewrite
 from simulator.cascade.rewrite.draft import without_dead
+from simulator.cascade.rewrite.rule_search import pass_floor
 from simulator.cascade.rewrite.rules import (
     chunked_variance,
     iterative_reduction,
@@ -30,7 +31,6 @@ from simulator.cascade.rewrite.rules import (
     welford_variance,
 )
 from simulator.cascade.rewrite.rules.base import Context
-from simulator.cascade.rewrite.search import pass_floor
 from simulator.cascade.shapes import resolve_shapes
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.cascade.evaluate import compare, evaluate, random_inputs
+from simulator.cascade.execute import compare, evaluate, random_inputs
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite.draft import without_dead
@@ -28,7 +28,7 @@ from simulator.cascade.rewrite.rules import (
 from simulator.cascade.rewrite.rules.base import Context
 from simulator.cascade.shapes import resolve_shapes
 from simulator.cascade.write import to_yaml
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 

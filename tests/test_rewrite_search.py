@@ -6,19 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from simulator.cascade.evaluate import compare
+from simulator.cascade.execute import compare
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite import rewrite
 from simulator.cascade.rewrite.everywhere import everywhere
-from simulator.cascade.rewrite.rules import distribute_contraction, iterative_reduction
-from simulator.cascade.rewrite.rules.base import Context
-from simulator.cascade.rewrite.search import (
+from simulator.cascade.rewrite.rule_search import (
     MAX_EXPANSIONS,
     MIN_EXPANSIONS,
     PATIENCE,
     Budget,
 )
+from simulator.cascade.rewrite.rules import distribute_contraction, iterative_reduction
+from simulator.cascade.rewrite.rules.base import Context
 from simulator.cascade.shapes import resolve_shapes
 
 ROOT = Path(__file__).resolve().parents[1]

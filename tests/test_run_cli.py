@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator import configs as configs_module
+from simulator.drivers import configs as configs_module
 from simulator.run import main
 
 from .conftest import ROOT
@@ -165,7 +165,7 @@ def test_deleting_a_mapping_file_removes_that_configuration(tmp_path, monkeypatc
         configs_module, "data_dir", lambda kind: copy if kind == "mappings" else real(kind)
     )
     monkeypatch.setattr(
-        "simulator.paths.data_dir", lambda kind: copy if kind == "mappings" else real(kind)
+        "simulator.support.paths.data_dir", lambda kind: copy if kind == "mappings" else real(kind)
     )
     records = _json(run_cli, "--seq", "4K")
     assert [r["accelerator"] for r in records] == ["unfused", "flat", "arch", "binding"]

@@ -13,17 +13,17 @@ from hypothesis import strategies as st
 
 from simulator.bind.__main__ import main as bind_main
 from simulator.cascade.parse import load_cascade
-from simulator.configs import Specs, evaluate
-from simulator.evaluate import evaluate_mapping
+from simulator.core.evaluate import evaluate_mapping
+from simulator.drivers.configs import Specs, evaluate
 from simulator.mapper.resolve import resolved
 from simulator.mapper.search import SearchOptions, search
 from simulator.mapper.space import with_factors
-from simulator.paths import resolve_spec
-from simulator.rules.auto import bind, bind_context, mapping_yaml, template
 from simulator.run import main as run_main
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.mapping import loads_mapping
 from simulator.spec.workload import make_workload
+from simulator.strategies.auto import bind, bind_context, mapping_yaml, template
+from simulator.support.paths import resolve_spec
 
 from .conftest import CASCADES, DATA
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.configs import Specs, evaluate
+from simulator.drivers.configs import Specs, evaluate
 from simulator.plan.waves import (
     SharedRead,
     cached_values,
@@ -226,7 +226,7 @@ def test_causal_unit_weights_count_chunks():
         "custom", "2K", {"batch": 1, "heads": 8, "kv_heads": 8, "embed": 128, "causal": True}
     )
     specs = Specs(arch_override=str(H100))
-    from simulator.configs import prepare
+    from simulator.drivers.configs import prepare
     from simulator.plan.point import plan_point
 
     cascade, mapping, arch = prepare(specs, "h100/flash-causal", w)

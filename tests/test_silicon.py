@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from simulator.configs import Specs, evaluate, prepare
-from simulator.errors import SpecError
-from simulator.evaluate import evaluate_mapping
+from simulator.core.evaluate import evaluate_mapping
+from simulator.drivers.configs import Specs, evaluate, prepare
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.sustained import with_sustained
 from simulator.spec.workload import make_workload
+from simulator.support.errors import SpecError
 from simulator.validate import (
     causal_ratios,
     read_measured,

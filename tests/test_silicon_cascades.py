@@ -20,11 +20,11 @@ import pytest
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.write import einsum_yaml
 from simulator.compare import main as compare_main
-from simulator.configs import Specs, evaluate
-from simulator.errors import SpecError
+from simulator.drivers.configs import Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.ceilings import Ceilings, read_ceilings
 from simulator.spec.workload import make_workload
+from simulator.support.errors import SpecError
 from simulator.sweep import main as sweep_main
 from simulator.validate import (
     CASCADE_SPLIT_COLUMNS,

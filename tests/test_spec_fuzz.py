@@ -17,9 +17,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.journal import journal_path
 from simulator.run import main as run_main
-from simulator.spec.sweep import PARAMETERS
+from simulator.spec.sweep_file import PARAMETERS
+from simulator.support.journal import journal_path
 from simulator.sweep import main as sweep_main
 
 from .spec_fuzz import ROOT, TEXT, TREE, arch_copy, dump, mutate, no_partial_files, run_case

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.configs import Specs, evaluate
-from simulator.design_space import compute_bound
+from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.design_space import compute_bound
 from simulator.spec.workload import make_workload
 from simulator.sweep import main
 from tests.reference import rows

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator import design_space, journal
+from simulator.drivers import design_space
+from simulator.support import journal
 from simulator.sweep import main
 
 from .conftest import ROOT

@@ -108,7 +108,7 @@ def test_successful_run_is_compared(tmp_path, monkeypatch, run_cli):
 @pytest.mark.skipif(shutil.which("timeloop-model") is None, reason="timeloop-model not installed")
 def test_real_timeloop_runs_every_exported_einsum(tmp_path):
     from simulator.export import main as export_main
-    from simulator.timeloop.export import read_einsum
+    from simulator.timeloop.inputs import read_einsum
 
     assert export_main(["timeloop", "--accel", "binding", "--seq", "1K", "-o", str(tmp_path)]) == 0
     for d in sorted(tmp_path.iterdir()):

@@ -10,13 +10,13 @@ import re
 import pytest
 import yaml
 
-from simulator.configs import Specs, evaluate, prepare
-from simulator.errors import SpecError
+from simulator.drivers.configs import Specs, evaluate, prepare
 from simulator.export import main as export_main
 from simulator.plan.accesses import analyze
 from simulator.pricing.energy import action_counts, price
 from simulator.spec.workload import make_workload
-from simulator.timeloop.export import (
+from simulator.support.errors import SpecError
+from simulator.timeloop.inputs import (
     FILES,
     PROCESSED,
     SIDECAR,

@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from simulator.configs import Specs, evaluate
-from simulator.errors import Loc, SpecError
+from simulator.drivers.configs import Specs, evaluate
 from simulator.plan.accesses import DataSpace, analyze
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.tables import check_tables, load_energy_table
@@ -19,7 +18,8 @@ from simulator.spec.timeloop_import import (
     storage_levels,
 )
 from simulator.spec.workload import make_workload
-from simulator.timeloop.export import read_processed
+from simulator.support.errors import Loc, SpecError
+from simulator.timeloop.inputs import read_processed
 from simulator.timeloop.problems import load_mapping, load_problem, mapping_from_map_text
 
 from .conftest import DATA, ROOT
@@ -301,7 +301,7 @@ def test_flat_tables_import_with_the_projects_spelling():
 def test_a_file_with_its_own_operations_keeps_them(tmp_path):
     """An exported path of FuseMax's 2D array with the project's `operations` written in:
     `like` (FLAT, whose 2D PEs have no exp) supplies names only, not operations."""
-    from simulator.timeloop.export import architecture_yaml, dump
+    from simulator.timeloop.inputs import architecture_yaml, dump
 
     own = _project("fusemax")
     text = dump(architecture_yaml(own, "PE2D")).replace(

@@ -13,13 +13,13 @@ import re
 import pytest
 import yaml
 
-from simulator.configs import Specs, prepare
-from simulator.errors import SpecError
+from simulator.drivers.configs import Specs, prepare
 from simulator.export import main as export_main
 from simulator.export import write
 from simulator.plan.accesses import analyze
 from simulator.spec.workload import make_workload
-from simulator.timeloop.export import (
+from simulator.support.errors import SpecError
+from simulator.timeloop.inputs import (
     PROCESSED,
     configuration_views,
     export_configuration,

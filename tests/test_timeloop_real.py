@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from simulator.configs import Specs, prepare
+from simulator.drivers.configs import Specs, prepare
 from simulator.plan.accesses import analyze
 from simulator.spec.tables import load_area_table, load_energy_table
 from simulator.spec.workload import make_workload
 from simulator.timeloop.backend import own_numbers, parse_stats
-from simulator.timeloop.export import export_configuration
+from simulator.timeloop.inputs import export_configuration
 
 from .conftest import DATA
 
@@ -190,7 +190,7 @@ def test_flats_64k_fits_only_through_its_published_spill(tmp_path):
     fibres once (SN and A are computed in place over QK), minus the spilled share, plus the
     output rows and the row of SN: at BERT 64K it fits with FLAT's 1/129 spill and not
     without it."""
-    from simulator.errors import SpecError
+    from simulator.support.errors import SpecError
 
     specs = Specs()
     w = make_workload("bert", "64K")
@@ -211,7 +211,7 @@ def test_flats_64k_fits_only_through_its_published_spill(tmp_path):
             "offchip,onchip,output,output,row,256,0",
         )
     )
-    from simulator.configs import evaluate
+    from simulator.drivers.configs import evaluate
 
     with pytest.raises(SpecError, match="does not fit"):
         evaluate(Specs(), str(mappings / "flat.yaml"), w)

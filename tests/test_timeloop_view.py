@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.configs import Specs, evaluate, prepare
+from simulator.drivers.configs import Specs, evaluate, prepare
 from simulator.plan.accesses import analyze
 from simulator.plan.extents import choose_extents
 from simulator.plan.facts import cascade_facts

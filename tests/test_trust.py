@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from simulator import evaluate as evaluate_module
-from simulator.bounds import Bounds
-from simulator.configs import Specs, evaluate
-from simulator.errors import BoundBreach, SpecError
+from simulator.core import evaluate as evaluate_module
+from simulator.core.bounds import Bounds
+from simulator.drivers.configs import Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload
+from simulator.support.errors import BoundBreach, SpecError
 from simulator.sweep import main as sweep_main
 
 from .conftest import ROOT

@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from simulator.bounds import onchip_values
-from simulator.configs import Specs, evaluate
-from simulator.paths import resolve_spec
+from simulator.core.bounds import onchip_values
+from simulator.drivers.configs import Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload
+from simulator.support.paths import resolve_spec
 
 from .conftest import DATA
 

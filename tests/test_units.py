@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.errors import SpecError
-from simulator.units import MAX_EXPONENT, divisors, parse_bytes, parse_count
+from simulator.support.errors import SpecError
+from simulator.support.units import MAX_EXPONENT, divisors, parse_bytes, parse_count
 
 
 @pytest.mark.parametrize(
@@ -59,8 +59,8 @@ def test_spec_expressions_stay_real() -> None:
     spec) is one line, not a complex number deep in pricing."""
     import pytest
 
-    from simulator.errors import SpecError
     from simulator.spec.expr import evaluate
+    from simulator.support.errors import SpecError
 
     assert evaluate("(64/64) ** 1.56", {}, None) == 1.0
     with pytest.raises(SpecError, match="fractional power"):
@@ -85,7 +85,7 @@ def test_decimal_and_binary_sizes_are_distinct(text: str, value: int) -> None:
 
 
 def test_a_fraction_of_bytes_is_refused_and_bandwidths_follow_sizes() -> None:
-    from simulator.units import parse_bandwidth
+    from simulator.support.units import parse_bandwidth
 
     with pytest.raises(SpecError, match="not a whole number"):
         parse_bytes("1.6TiB")  # 1759218604441.6 bytes
@@ -99,7 +99,7 @@ def test_a_fraction_of_bytes_is_refused_and_bandwidths_follow_sizes() -> None:
 def test_counts_print_short_and_read_back(n: int) -> None:
     """A count prints with a binary multiple only while the number stays short (2^64 is
     16E, not 16777216T), else as its digits; either way it reads back exactly."""
-    from simulator.units import format_count
+    from simulator.support.units import format_count
 
     text = format_count(n)
     assert parse_count(text) == n
@@ -107,7 +107,7 @@ def test_counts_print_short_and_read_back(n: int) -> None:
 
 
 def test_the_largest_count_is_short() -> None:
-    from simulator.units import format_count
+    from simulator.support.units import format_count
 
     assert format_count(2**64) == "16E"
     assert format_count(10**12) == "1000000000000"  # not 976562500K

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator import rules
-from simulator.configs import Specs, evaluate, prepare
-from simulator.errors import BoundBreach
-from simulator.evaluate import check_floor
-from simulator.floors import attended_pairs, attention_floor, peak_macs_per_s
+from simulator.core.evaluate import check_floor
+from simulator.core.floors import attended_pairs, attention_floor, peak_macs_per_s
+from simulator.drivers.configs import Specs, evaluate, prepare
 from simulator.run import main as run_main
 from simulator.spec.workload import make_workload
+from simulator.strategies import auto
+from simulator.support.errors import BoundBreach
 
 
 def _pairs_by_count(p: int, m: int, mask: str, w: int) -> int:
@@ -97,9 +97,7 @@ def test_a_cascade_that_loses_the_heads_is_caught(run_cli, monkeypatch):
     attends nothing and ran one head of twelve): the planned point's own bounds moved with
     it; the workload's floor does not -- one line, exit 3."""
     monkeypatch.setenv("FUSEMAX_SIM_CACHE", "off")  # searched afresh, with the bug
-    monkeypatch.setattr(
-        rules.auto, "instances_of", lambda shapes, facts: dict(facts.keyless_instances)
-    )
+    monkeypatch.setattr(auto, "instances_of", lambda shapes, facts: dict(facts.keyless_instances))
     argv = ["--seq", "4K", "--mapping", "auto", "--engine", "analytic"]
     code, out, err = run_cli(run_main, argv)
     assert code == 3 and not out, out

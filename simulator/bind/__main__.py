@@ -19,14 +19,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from simulator.atomic import check_writable, output_path, write_text
 from simulator.cascade.parse import load_cascade
-from simulator.cli import ArgumentParser, guarded
-from simulator.configs import Specs, check_shape, workload_from_args
+from simulator.drivers.configs import Specs, check_shape, workload_from_args
 from simulator.mapper.search import DEFAULT_SEARCH_S, OBJECTIVES, SearchOptions, search
-from simulator.paths import data_dir, resolve_spec
-from simulator.progress import SearchProgress
-from simulator.rules.auto import (
+from simulator.spec.arch_file import load_architecture
+from simulator.spec.workload import PHASES
+from simulator.strategies.auto import (
     DEFAULT_ARCH,
     STRATEGIES,
     bind,
@@ -34,9 +32,11 @@ from simulator.rules.auto import (
     mapping_yaml,
     reference,
 )
-from simulator.spec.arch_file import load_architecture
-from simulator.spec.workload import PHASES
-from simulator.units import parse_count
+from simulator.support.atomic import check_writable, output_path, write_text
+from simulator.support.cli import ArgumentParser, guarded
+from simulator.support.paths import data_dir, resolve_spec
+from simulator.support.progress import SearchProgress
+from simulator.support.units import parse_count
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@
 * :func:`compare_reference` -- a cascade against the numpy reference its file names.
 """
 
-from simulator.cascade.evaluate import compare, compare_reference, evaluate, random_inputs
+from simulator.cascade.execute import compare, compare_reference, evaluate, random_inputs
 from simulator.cascade.graph import dependency_graph, recurrences
 from simulator.cascade.ir import Cascade, Einsum
 from simulator.cascade.ops import cascade_ops

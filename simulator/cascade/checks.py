@@ -40,7 +40,7 @@ from simulator.cascade.ir import (
     reads_previous_step,
 )
 from simulator.cascade.transform import RawStatement, expand
-from simulator.errors import Loc, SpecError
+from simulator.support.errors import Loc, SpecError
 
 
 def _affine_terms(ix: Index, loc: Loc) -> tuple[list[tuple[str, tuple[Any, ...]]], list[Any]]:

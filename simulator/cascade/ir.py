@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.errors import Loc
+from simulator.support.errors import Loc
 
 # --------------------------------------------------------------------------------------
 # Index expressions (inside brackets): integers, shape symbols and variables.

@@ -49,7 +49,7 @@ from simulator.cascade.ir import (
     kind_of,
     rank_of,
 )
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 # Every kind, in the order reports list them: the arithmetic units, then the functions.
 _FIRST = ("mac", "mul", "add", "max", "exp", "divide", "log", "sqrt")

@@ -44,10 +44,10 @@ from simulator.cascade.ir import (
 )
 from simulator.cascade.references import ALGORITHMS, check_reference
 from simulator.cascade.transform import expand, free_names, parse_body, parse_text
-from simulator.errors import Loc, SpecError, warn
-from simulator.progress import Steps
 from simulator.spec import yamlio
 from simulator.spec.yamlio import LocDict, LocList, LocStr
+from simulator.support.errors import Loc, SpecError, warn
+from simulator.support.progress import Steps
 
 TOP_KEYS = ("name", "description", "shapes", "operators", "einsum", "reference")
 EINSUM_KEYS = ("declaration", "expressions")

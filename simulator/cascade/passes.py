@@ -46,8 +46,8 @@ from dataclasses import dataclass
 
 from simulator.cascade.graph import components, recurrences
 from simulator.cascade.ir import Access, Cascade, Einsum, ISym, Read, index_vars, rank_of
-from simulator.errors import SpecError
-from simulator.progress import Steps
+from simulator.support.errors import SpecError
+from simulator.support.progress import Steps
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ A cascade file may name the computation it implements with an optional top-level
     reference: {algorithm: attention, mask: causal}
 
 and `python -m simulator.cascade compare FILE --reference` then runs the cascade against
-the reference below on random inputs (:func:`simulator.cascade.evaluate.compare_reference`).
+the reference below on random inputs (:func:`simulator.cascade.execute.compare_reference`).
 The references are plain numpy, independent of the IR and its evaluation, so that a cascade
 which is wrong -- a dropped filter, a lost correction factor -- cannot agree with them by
 sharing the mistake.
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from simulator.cascade.ir import Cascade, Reference
-from simulator.errors import Loc, SpecError
+from simulator.support.errors import Loc, SpecError
 
 # algorithm -> option -> allowed values (the first is the default); None: the name of one
 # of the cascade's size parameters.

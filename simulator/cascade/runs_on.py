@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
-from simulator.paths import data_dir
 from simulator.spec.arch_file import load_architecture
+from simulator.support.paths import data_dir
 
 
 def needed_operations(cascade: Cascade) -> list[str]:

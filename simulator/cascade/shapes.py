@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from simulator.cascade.ir import Cascade
-from simulator.errors import Loc, SpecError
-from simulator.units import parse_count
+from simulator.support.errors import Loc, SpecError
+from simulator.support.units import parse_count
 
 
 def parse_shape_arg(text: str) -> dict[str, int]:

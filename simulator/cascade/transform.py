@@ -33,8 +33,8 @@ from simulator.cascade.ir import (
     Operator,
     Read,
 )
-from simulator.errors import Loc, SpecError
 from simulator.spec.yamlio import LocStr
+from simulator.support.errors import Loc, SpecError
 
 
 @functools.lru_cache(maxsize=1)

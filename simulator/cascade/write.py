@@ -20,7 +20,7 @@ from simulator.cascade.ir import (
     Reference,
     Size,
 )
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 _INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2)}
 

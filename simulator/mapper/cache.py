@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from simulator.atomic import write_text
-from simulator.result import SearchStats
+from simulator.core.result import SearchStats
+from simulator.support.atomic import write_text
 
 ENV = "FUSEMAX_SIM_CACHE"
 FORMAT = 1  # bumped when an entry's layout changes

@@ -1,7 +1,7 @@
 """A mapping file fixed to a point: (mapping spec, cascade, architecture, workload) -> Mapping.
 
 What every evaluation of a mapping file starts from -- a hand-written one in
-:mod:`simulator.configs` and each candidate of the search alike: the workload's names
+:mod:`simulator.drivers.configs` and each candidate of the search alike: the workload's names
 (`shapes:`, `instances:`), the architecture's parameters (`PE2D.meshX`) and the cascade's
 ranks and tensors, against which every name the file uses is checked.
 """

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.errors import BoundBreach, DoesNotFit, SpecError
-from simulator.evaluate import evaluate_mapping
+from simulator.core.evaluate import evaluate_mapping
+from simulator.core.result import Result, SearchStats
 from simulator.mapper import cache
 from simulator.mapper.resolve import resolved
 from simulator.mapper.space import (
@@ -36,10 +36,10 @@ from simulator.mapper.space import (
     tile_choices,
     with_factors,
 )
-from simulator.result import Result, SearchStats
-from simulator.rules.auto import BindContext, mapping_yaml
 from simulator.spec.mapping import Mapping, MappingSpec, loads_mapping, mapping_from_data
 from simulator.spec.tables import AreaTable, EnergyTable
+from simulator.strategies.auto import BindContext, mapping_yaml
+from simulator.support.errors import BoundBreach, DoesNotFit, SpecError
 
 OBJECTIVES = ("latency", "energy", "edp", "traffic")
 DEFAULT_SEARCH_S = 2.0

@@ -8,7 +8,7 @@ found is a file a user can read, edit and run again. The space is spanned by
 * **templates** -- the structural choices (which Einsums share a phase, which ranks go
   across each array's PEs and the cores, the array each Einsum runs on, where each tensor
   lives and which loop it is kept below, the schedule), each written by a rule of
-  :mod:`simulator.rules` from the cascade's graph and the architecture, with its knobs
+  :mod:`simulator.strategies` from the cascade's graph and the architecture, with its knobs
   (reuse across a group's heads; pipelined or one tile at a time; whole fibres on chip or
   through DRAM; output- or weight-stationary contractions; the lanes of a 1D array
   spreading rows or chunks ...);
@@ -29,14 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.cascade.ir import Cascade
-from simulator.errors import Loc, SpecError
 from simulator.plan.extents import fixed_extents, search_candidates
 from simulator.plan.nest import resolve_extents
-from simulator.rules.auto import BindContext, template
-from simulator.rules.roles import scales
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload
+from simulator.strategies.auto import BindContext, template
+from simulator.strategies.roles import scales
+from simulator.support.errors import Loc, SpecError
 
 STRATEGIES = ("fusemax", "flat", "unfused", "fused")
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade, Einsum
 from simulator.cascade.ops import count_points, iteration_extents, ops_per_point
-from simulator.errors import SpecError
 from simulator.plan.facts import CascadeFacts
 from simulator.plan.nest import Nest
 from simulator.plan.phases import PhasePlan
 from simulator.spec.arch import Architecture, Array, declare_hint
 from simulator.spec.mapping import Mapping
+from simulator.support.errors import SpecError
 
 
 @dataclass(frozen=True)

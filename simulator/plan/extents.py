@@ -15,7 +15,6 @@ import math
 from collections.abc import Mapping as TMapping
 
 from simulator.cascade.ir import Cascade
-from simulator.errors import DoesNotFit, Loc, NotDivisible, SpecError
 from simulator.plan.facts import CascadeFacts
 from simulator.plan.nest import merged_partitions, resolve_extents
 from simulator.plan.phases import PhasePlan, plan_phase
@@ -24,7 +23,8 @@ from simulator.spec import expr
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload
-from simulator.units import divisors
+from simulator.support.errors import DoesNotFit, Loc, NotDivisible, SpecError
+from simulator.support.units import divisors
 
 MAX_SEARCH_POINTS = 100_000
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.cascade.ir import Cond, Einsum, IBin, IInt, Index, ISym, IVar, rank_of
-from simulator.errors import SpecError
 from simulator.plan.nest import Partitions, leaf_components
+from simulator.support.errors import SpecError
 
 MAX_ENUMERATED = 1 << 22  # loop combinations enumerated per count (the rest in closed form)
 

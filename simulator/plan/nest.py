@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.cascade.ir import Cascade, Einsum, rank_of
-from simulator.errors import Loc, NotDivisible, SpecError
+from simulator.support.errors import Loc, NotDivisible, SpecError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ Planning step 2 (after the extents): for every phase of the mapping,
   slot (computed in place: FLAT's SN over QK, A over SN); tensors with `spill: auto` give
   up the fraction that does not fit.
 
-A phase with `mapper:` is a GEMM planned by the GEMM mapper (:mod:`simulator.plan.mapper`):
+A phase with `mapper:` is a GEMM planned by the GEMM mapper (:mod:`simulator.plan.gemm_mapper`):
 its traffic is the chosen mapping's DRAM access counts.
 """
 
@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.plan.facts import CascadeFacts, canonical, placement_of
-from simulator.plan.mapper import GemmMapping, gemm_of, map_gemm, objective_table
+from simulator.plan.gemm_mapper import GemmMapping, gemm_of, map_gemm, objective_table
 from simulator.plan.masks import active_fraction, constraints
 from simulator.plan.nest import (
     Nest,

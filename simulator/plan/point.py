@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade
-from simulator.errors import Loc, SpecError
 from simulator.plan.costs import EinsumCost, plan_costs
 from simulator.plan.extents import choose_extents, example_shape_notes, factor_context
 from simulator.plan.facts import CascadeFacts, cascade_facts
@@ -23,6 +22,7 @@ from simulator.plan.waves import MAX_SCHEDULED_WAVES, makespan, unit_loops, unit
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload
+from simulator.support.errors import Loc, SpecError
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import Loc, SpecError
 from simulator.spec import expr
 from simulator.spec.yamlio import LocDict, LocList, LocStr
+from simulator.support.errors import Loc, SpecError
 
 _MISSING = object()  # not looked up yet
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from simulator.errors import SpecError
-from simulator.paths import is_file, resolve_spec
 from simulator.spec import expr, yamlio
 from simulator.spec import timeloop_import as ti
 from simulator.spec.arch import Architecture, build_architecture
 from simulator.spec.yamlio import LocDict
+from simulator.support.errors import SpecError
+from simulator.support.paths import is_file, resolve_spec
 
 
 def load_architecture(path: str | Path) -> Architecture:

@@ -30,9 +30,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.errors import Loc, SpecError
 from simulator.spec.arch import Architecture
 from simulator.spec.sustained import with_sustained
+from simulator.support.errors import Loc, SpecError
 
 # impl -> (field, column, scale): the rates, then the fixed costs
 RATES = {

@@ -15,7 +15,7 @@ import functools
 import math
 from collections.abc import Mapping
 
-from simulator.errors import Loc, SpecError
+from simulator.support.errors import Loc, SpecError
 
 Number = int | float
 

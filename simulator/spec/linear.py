@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import Loc, SpecError
 from simulator.spec import yamlio
 from simulator.spec.yamlio import LocDict, LocList
+from simulator.support.errors import Loc, SpecError
 
 DIMS = ("rows", "cols", "reduction")
 TENSORS = ("left", "right", "output")

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import Loc, SpecError
 from simulator.spec import expr, yamlio
 from simulator.spec.linear import parse_mapper
 from simulator.spec.yamlio import LocDict, LocList, LocStr
-from simulator.units import parse_count
+from simulator.support.errors import Loc, SpecError
+from simulator.support.units import parse_count
 
 TOP_KEYS = (
     "label",
@@ -115,7 +115,7 @@ class Phase:
     # `tiles_in_flight` bounds the tiles the 2D array works on at once (None: registers).
     pipeline: bool = False
     tiles_in_flight: int | None = None
-    # A GEMM phase mapped by the GEMM mapper (`plan/mapper.py`) under these settings
+    # A GEMM phase mapped by the GEMM mapper (`plan/gemm_mapper.py`) under these settings
     # (`simulator.spec.linear.MapperSettings`) instead of the phase's loops and placements.
     mapper: Any = None
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from simulator.errors import SpecError
 from simulator.spec.arch import Architecture, Array
+from simulator.support.errors import SpecError
 
 
 @dataclass(frozen=True)

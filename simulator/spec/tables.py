@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import Loc, SpecError
 from simulator.spec import expr, yamlio
 from simulator.spec.yamlio import LocDict, LocList
+from simulator.support.errors import Loc, SpecError
 
 STORAGE_ACTIONS = ("read", "write", "update")
 COMPUTE_ACTIONS = ("compute",)

@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import Loc, SpecError
 from simulator.spec import arch as arch_mod
 from simulator.spec import expr, yamlio
 from simulator.spec.arch import Architecture
 from simulator.spec.tables import AreaTable, EnergyTable, load_area_table, load_energy_table
 from simulator.spec.yamlio import LocDict, LocList
+from simulator.support.errors import Loc, SpecError
 
 # Timeloop input sections an architecture file may carry besides the architecture; they
 # describe Accelergy's component classes, the mapper or a workload, which the import does

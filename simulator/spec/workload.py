@@ -16,11 +16,11 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.errors import Loc, SpecError
-from simulator.paths import data_dir
 from simulator.spec import yamlio
 from simulator.spec.yamlio import LocDict, LocList
-from simulator.units import format_count, parse_count
+from simulator.support.errors import Loc, SpecError
+from simulator.support.paths import data_dir
+from simulator.support.units import format_count, parse_count
 
 FIELDS = ("batch", "heads", "embed", "value_embed", "dmodel", "ffn")
 # Optional model fields (LLMs): K/V heads (grouped-query attention; default: heads) and the

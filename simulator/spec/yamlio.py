@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from simulator.errors import Loc, SpecError
+from simulator.support.errors import Loc, SpecError
 
 TIMELOOP_TAGS = ("Container", "Component", "Parallel", "Hierarchical")
 # Collections nested in one another, at most (the shipped specs nest 12 deep).

@@ -31,14 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.configs import Specs, is_auto, prepare
-from simulator.errors import Loc, SpecError
+from simulator.drivers.configs import Specs, is_auto, prepare
 from simulator.plan.accesses import AccessReport, analyze
 from simulator.spec.arch import Architecture
 from simulator.spec.tables import EnergyTable
 from simulator.spec.workload import Workload
-from simulator.textfmt import table
-from simulator.timeloop.export import (
+from simulator.support.errors import Loc, SpecError
+from simulator.support.textfmt import table
+from simulator.timeloop.inputs import (
     MODEL_INPUTS,
     ExportedEinsum,
     Spelling,

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import Loc, SpecError
 from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem
 from simulator.spec.timeloop_import import load_yaml
 from simulator.spec.yamlio import LocDict, LocList
+from simulator.support.errors import Loc, SpecError
 
 
 def load_problem(path: str | Path) -> Problem:

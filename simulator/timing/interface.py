@@ -1,7 +1,7 @@
 """What a timing engine is: a planned phase in, a :class:`PhaseTiming` out.
 
 Both engines (:mod:`simulator.timing.analytic`, :mod:`simulator.timing.cycle`) implement
-:class:`TimingEngine`; the orchestrator (:mod:`simulator.evaluate`) picks one by name. A
+:class:`TimingEngine`; the orchestrator (:mod:`simulator.core.evaluate`) picks one by name. A
 new engine is a new module with a `time_phase` function and one entry in the
 orchestrator's table. The memory times every engine charges the same way -- DRAM traffic
 over bandwidth, the global buffer's port accesses over its port bandwidth -- are here.

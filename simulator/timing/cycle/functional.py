@@ -2,7 +2,7 @@
 
 Each array sees the data through its own view. An operation, when the simulator starts it,
 reads its inputs from its array's view, computes its tile of the Einsum (the cascade's own
-semantics, :mod:`simulator.cascade.evaluate`, restricted to the tile the epoch's loops
+semantics, :mod:`simulator.cascade.execute`, restricted to the tile the epoch's loops
 select) and writes the results, which become visible on its own array when the operation
 ends and on the other array after the reduction or broadcast latency. Values that have not
 arrived are NaN. So a schedule that starts an operation before its inputs arrive -- a
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cascade.evaluate import (
+from simulator.cascade.execute import (
     random_inputs,
     relative_error,
     run_tile,
@@ -28,7 +28,7 @@ from simulator.cascade.evaluate import (
     tensor_shape,
 )
 from simulator.cascade.ir import rank_of
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 from simulator.timing.cycle.program import OpSpec
 from simulator.timing.cycle.simulate import PipelinedPoint
 from simulator.timing.cycle.waterfall import Waterfall

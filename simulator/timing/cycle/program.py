@@ -27,13 +27,13 @@ from enum import Enum
 
 from simulator.cascade.ir import ISym, IVar, rank_of
 from simulator.cascade.ops import count_points, iteration_extents
-from simulator.errors import SpecError
 from simulator.plan.costs import cycles_per_point
 from simulator.plan.facts import CascadeFacts, canonical
 from simulator.plan.masks import einsum_filters
 from simulator.plan.nest import Nest, leaf_components
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping, Phase
+from simulator.support.errors import SpecError
 
 
 class DepKind(Enum):

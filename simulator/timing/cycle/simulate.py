@@ -19,7 +19,6 @@ import math
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade
-from simulator.errors import CannotSimulate, SpecError
 from simulator.plan.costs import cycles_per_point
 from simulator.plan.extents import workload_shapes
 from simulator.plan.facts import CascadeFacts
@@ -27,6 +26,7 @@ from simulator.plan.phases import PhasePlan
 from simulator.plan.point import PlannedPhase, PointPlan
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
+from simulator.support.errors import CannotSimulate, SpecError
 from simulator.timing.cycle.program import (
     OpSpec,
     Program,

@@ -40,10 +40,10 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from simulator.errors import CannotSimulate, SimulationLimit
+from simulator.support.errors import CannotSimulate, SimulationLimit
+from simulator.support.units import format_duration
 from simulator.timing.cycle.program import DepKind, OpSpec, Program
 from simulator.timing.options import UNLIMITED, TimingOptions
-from simulator.units import format_duration
 
 DRAM_RESOLUTION = 64  # DRAM time kept in 1/64 cycle
 # Block periods looked for: the state at a block's start may alternate, and a fractional

@@ -30,7 +30,7 @@ from simulator.cascade.rewrite.draft import (
     statement,
 )
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
-from simulator.units import divisors
+from simulator.support.units import divisors
 
 NAME = "partition-rank"
 STABLE = True

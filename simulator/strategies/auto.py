@@ -1,16 +1,16 @@
 """Automatic binding: (cascade, architecture, workload, strategy) -> an ordinary mapping file.
 
-The strategies read the cascade's graph (:mod:`simulator.rules.roles`) and the
+The strategies read the cascade's graph (:mod:`simulator.strategies.roles`) and the
 architecture's arrays and operation tables:
 
-* `fusemax` (:mod:`simulator.rules.fusemax`) -- one-pass cascades, fused on a 2D and a 1D
+* `fusemax` (:mod:`simulator.strategies.fusemax`) -- one-pass cascades, fused on a 2D and a 1D
   array, the pipelined waterfall where the arrays are coupled;
-* `flat` (:mod:`simulator.rules.flat`) -- FLAT's fused, row-granular dataflow for cascades
+* `flat` (:mod:`simulator.strategies.flat`) -- FLAT's fused, row-granular dataflow for cascades
   that normalise whole fibres (3-pass softmax): the contractions on the 2D array, the
   fibre-wide Einsums on the 1D array, fibres kept on chip while they fit;
-* `unfused` (:mod:`simulator.rules.unfused`) -- every GEMM its own phase through the GEMM
+* `unfused` (:mod:`simulator.strategies.unfused`) -- every GEMM its own phase through the GEMM
   mapper, the Einsums between them a phase walking one fibre at a time, all through DRAM;
-* `fused` (:mod:`simulator.rules.fused`) -- any cascade in as few phases as its passes
+* `fused` (:mod:`simulator.strategies.fused`) -- any cascade in as few phases as its passes
   allow: a one-pass recurrence as FuseMax binds it, FLAT's shape as FLAT binds it, anything
   else over blocks of rows with its fibres on chip while they fit.
 
@@ -31,16 +31,16 @@ import yaml
 
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.normal import mapping_view
-from simulator.errors import SpecError
-from simulator.rules.chain import chain_mapping
-from simulator.rules.facts import BinderFacts, load_facts
-from simulator.rules.flat import flat_mapping
-from simulator.rules.fused import fused_mapping
-from simulator.rules.fusemax import fusemax_mapping
-from simulator.rules.roles import Roles, cascade_roles
-from simulator.rules.unfused import unfused_mapping
 from simulator.spec.arch import Architecture
 from simulator.spec.workload import Workload
+from simulator.strategies.binder_facts import BinderFacts, load_facts
+from simulator.strategies.chain import chain_mapping
+from simulator.strategies.flat import flat_mapping
+from simulator.strategies.fused import fused_mapping
+from simulator.strategies.fusemax import fusemax_mapping
+from simulator.strategies.roles import Roles, cascade_roles
+from simulator.strategies.unfused import unfused_mapping
+from simulator.support.errors import SpecError
 
 STRATEGIES = ("fusemax", "flat", "unfused", "fused")
 # The architecture each strategy binds to when none is given: FuseMax's for its own

@@ -4,10 +4,10 @@ Rules read from the cascade's graph, in order:
 
 * **a one-pass recurrence over the chunks of a partitioned rank** (`RM[m1+1, p] = ...` over
   `K[e, m1*M0 + m0]`) is interleaved over the two arrays as FuseMax binds 1-pass attention
-  (:mod:`simulator.rules.fusemax`: the waterfall of epochs, generalised to any such
+  (:mod:`simulator.strategies.fusemax`: the waterfall of epochs, generalised to any such
   cascade);
 * **two contractions with the Einsums between them normalising whole fibres** (the 3-pass
-  softmax) run as FLAT runs them (:mod:`simulator.rules.flat`: the fibres of a block of rows
+  softmax) run as FLAT runs them (:mod:`simulator.strategies.flat`: the fibres of a block of rows
   kept on chip while they fit);
 * **anything else** -- one phase over blocks of rows (FLAT's rule, generalised): the rows
   (the ranks every Einsum iterates and none reduces; the widest across the 2D array's
@@ -28,13 +28,13 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
-from simulator.errors import SpecError
-from simulator.rules.flat import flat_mapping, soonest_arrays
-from simulator.rules.fusemax import applies as fusemax_applies
-from simulator.rules.fusemax import arrays_of, fusemax_mapping, supports
-from simulator.rules.roles import Roles, einsum_ranks, reduced_ranks, tile
-from simulator.rules.unfused import chained, gemm_dims
 from simulator.spec.arch import Architecture, Array
+from simulator.strategies.flat import flat_mapping, soonest_arrays
+from simulator.strategies.fusemax import applies as fusemax_applies
+from simulator.strategies.fusemax import arrays_of, fusemax_mapping, supports
+from simulator.strategies.roles import Roles, einsum_ranks, reduced_ranks, tile
+from simulator.strategies.unfused import chained, gemm_dims
+from simulator.support.errors import SpecError
 
 LABEL = "auto: fused"
 

@@ -26,7 +26,7 @@ over rows `P`), as FuseMax's Mapping 1 binds 1-pass attention:
 * **schedule** -- coupled arrays (a reduction into the 1D array and a broadcast back) run
   the pipelined waterfall (`pipeline: {}`, or one tile in flight with `pipelined=False`);
   arrays that only exchange tiles through the buffer overlap whole
-  (:mod:`simulator.rules.schedule`).
+  (:mod:`simulator.strategies.schedule_tree`).
 """
 
 from __future__ import annotations
@@ -36,11 +36,15 @@ from typing import Any
 
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
-from simulator.errors import Loc, SpecError
-from simulator.rules.roles import Roles, einsum_ranks, reduced_ranks, tile
-from simulator.rules.schedule import decoupled_schedule, two_stage_schedule, waterfall_schedule
-from simulator.rules.spatial import filling
 from simulator.spec.arch import Architecture, Array, missing_operations
+from simulator.strategies.roles import Roles, einsum_ranks, reduced_ranks, tile
+from simulator.strategies.schedule_tree import (
+    decoupled_schedule,
+    two_stage_schedule,
+    waterfall_schedule,
+)
+from simulator.strategies.spatial import filling
+from simulator.support.errors import Loc, SpecError
 
 
 def applies(roles: Roles) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from simulator.atomic import atomic_paths, interrupts_held
+from simulator.support.atomic import atomic_paths, interrupts_held
 
 EMBEDDABLE_FONTS = {"pdf.fonttype": 42, "ps.fonttype": 42}
 # Drawn at the size they print: a two-column paper's text width, no text under 7 pt.

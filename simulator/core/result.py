@@ -1,6 +1,6 @@
 """The result of evaluating one configuration at one workload point (engine-independent).
 
-Pipeline: the product, built by :mod:`simulator.evaluate` from a plan, its phase timings and
+Pipeline: the product, built by :mod:`simulator.core.evaluate` from a plan, its phase timings and
 its price; the command-line tools, sweeps and experiments read it.
 """
 
@@ -105,7 +105,7 @@ class Result:
     epochs: int = 0
     simulated_epochs: int = 0
     # Lower bounds of any schedule on the same arrays, buffer and bandwidth
-    # (simulator.bounds): useful work on the busiest array, and the DRAM traffic no buffer
+    # (simulator.core.bounds): useful work on the busiest array, and the DRAM traffic no buffer
     # of this size avoids; `bound_binds` says which of the two sets the latency bound.
     ops: float = 0.0  # useful operations (the cascade's counts of kept points), all instances
     executed_ops: float = 0.0  # operations the arrays execute (masked points of whole tiles too)

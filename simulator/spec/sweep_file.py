@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import Loc, SpecError
 from simulator.spec import yamlio
 from simulator.spec.expr import is_arithmetic
 from simulator.spec.mapping import ALIASES
 from simulator.spec.workload import PHASES, parse_shape
 from simulator.spec.yamlio import LocDict, LocList
-from simulator.units import parse_bandwidth, parse_bytes, parse_count
+from simulator.support.errors import Loc, SpecError
+from simulator.support.units import parse_bandwidth, parse_bytes, parse_count
 
 
 def _name(text: str | int | float, what: str = "name") -> str:

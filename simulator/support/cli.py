@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from types import TracebackType
 
-from simulator.errors import BoundBreach, SpecError, take_warnings
+from simulator.support.errors import BoundBreach, SpecError, take_warnings
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3  # a result that breaks its own lower bound: a bug of the tool
@@ -136,7 +136,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 def worker_process(parent: int) -> None:
     """Initializer of a worker process: Ctrl-C and SIGTERM are its parent's to handle (the
     parent ends its workers: :func:`abandon`), and it ends with its parent. The parent
-    starts its workers with both signals held (:func:`simulator.atomic.interrupts_held`),
+    starts its workers with both signals held (:func:`simulator.support.atomic.interrupts_held`),
     so one that came meanwhile is dropped here, not a traceback from a half-started
     worker."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)

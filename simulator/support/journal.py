@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 FORMAT = "fusemax-sweep-journal/1"
 SUFFIX = ".journal"

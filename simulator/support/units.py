@@ -14,7 +14,7 @@ import math
 import re
 from fractions import Fraction
 
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 _SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50, "E": 2**60}
 _DECIMAL = {"K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}

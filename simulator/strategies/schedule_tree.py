@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.rules.roles import Roles
+from simulator.strategies.roles import Roles
 
 
 def _par(two: list[str], one: list[str]) -> list[Any]:

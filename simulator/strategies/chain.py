@@ -28,14 +28,14 @@ from typing import Any
 
 from simulator.cascade.ir import Cascade
 from simulator.cascade.passes import analyze_passes
-from simulator.errors import SpecError
-from simulator.rules.flat import soonest_arrays
-from simulator.rules.fusemax import arrays_of, keep_point, supports
-from simulator.rules.roles import Roles, einsum_ranks, reduced_ranks, tile
-from simulator.rules.schedule import decoupled_schedule
-from simulator.rules.spatial import filling
-from simulator.rules.unfused import chained, gemm_dims
 from simulator.spec.arch import Architecture
+from simulator.strategies.flat import soonest_arrays
+from simulator.strategies.fusemax import arrays_of, keep_point, supports
+from simulator.strategies.roles import Roles, einsum_ranks, reduced_ranks, tile
+from simulator.strategies.schedule_tree import decoupled_schedule
+from simulator.strategies.spatial import filling
+from simulator.strategies.unfused import chained, gemm_dims
+from simulator.support.errors import SpecError
 
 LABEL = "auto: chain"
 

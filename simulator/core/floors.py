@@ -1,13 +1,13 @@
 """Floors from the workload alone: what no cascade, mapping or flag can beat.
 
-The bounds of :mod:`simulator.bounds` are the planned point's own (its cascade's Einsums,
+The bounds of :mod:`simulator.core.bounds` are the planned point's own (its cascade's Einsums,
 its mapping's arrays); these trust nothing but the workload and the chip: the MACs the
 model card says a computation takes (attention's Q K and A V over the (query, key) pairs
 its mask keeps; a layer's projections and FFN at the card's widths) at the chip's peak MAC
 rate -- every array of every core, each PE a MAC per cycle of its slowest unit --, and the
 bytes it must move at least once (the attention's Q, K, V and output; the layer's weights
 and its input and output activations) at the DRAM's bandwidth. A result under either is a
-bug of the tool (:func:`simulator.evaluate.check_floor`).
+bug of the tool (:func:`simulator.core.evaluate.check_floor`).
 
 Pipeline: beside the point's bounds (below the orchestrator).
 """

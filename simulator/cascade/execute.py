@@ -50,7 +50,7 @@ from simulator.cascade.ir import (
 from simulator.cascade.ops import filter_mask, index_grid, iteration_extents
 from simulator.cascade.references import reference_outputs
 from simulator.cascade.shapes import resolve_shapes
-from simulator.errors import Loc, SpecError
+from simulator.support.errors import Loc, SpecError
 
 # What each map action computes: the arithmetic operators, then every function of the
 # language's table (its numpy implementation is its definition).

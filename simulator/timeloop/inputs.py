@@ -52,7 +52,6 @@ from typing import Any
 import yaml
 
 from simulator.cascade.ir import Cascade
-from simulator.errors import Loc, SpecError
 from simulator.plan.accesses import LevelMapping, Loop, Problem, analyze
 from simulator.plan.costs import EinsumCost
 from simulator.plan.point import plan_point
@@ -65,6 +64,7 @@ from simulator.spec.mapping import Mapping
 from simulator.spec.tables import AreaTable, EnergyTable, load_area_table, load_energy_table
 from simulator.spec.workload import Workload
 from simulator.spec.yamlio import LocDict
+from simulator.support.errors import Loc, SpecError
 from simulator.timeloop.problems import load_mapping, load_problem
 
 FILES = ("problem.yaml", "architecture.yaml", "mapping.yaml", "ERT.yaml", "ART.yaml")

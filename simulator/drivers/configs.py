@@ -19,7 +19,7 @@ another architecture (FLAT's published per-point choices hold for its 32 MB, 256
 design).
 
 Pipeline: above the orchestrator. Names and paths -> specs -> a resolved mapping ->
-:func:`simulator.evaluate.evaluate_mapping`.
+:func:`simulator.core.evaluate.evaluate_mapping`.
 
 `python -m simulator.run` and the experiments go through :class:`Specs`, which reads each
 file once (the same cascade serves several mappings) and keeps nothing else.
@@ -37,17 +37,13 @@ from simulator.cascade.ir import Cascade
 from simulator.cascade.normal import mapping_view
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.references import attention_kind
-from simulator.errors import BoundBreach, CannotSimulate, SimulationLimit, SpecError
-from simulator.evaluate import check_floor, evaluate_mapping_variants
-from simulator.floors import attention_floor
+from simulator.core.evaluate import check_floor, evaluate_mapping_variants
+from simulator.core.floors import attention_floor
+from simulator.core.result import Result
 from simulator.mapper.resolve import resolved, workload_fields
 from simulator.mapper.search import DEFAULT_SEARCH_S, Found, SearchOptions, search
 from simulator.mapper.space import needs_padding
-from simulator.paths import data_dir, is_file, resolve_spec
 from simulator.plan.extents import example_shape_notes
-from simulator.result import Result
-from simulator.rules.auto import DEFAULT_ARCH, STRATEGIES, bind_context
-from simulator.rules.facts import load_facts
 from simulator.spec.arch import Architecture
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.ceilings import Ceilings
@@ -76,6 +72,10 @@ from simulator.spec.workload import (
     parse_shape,
     settle_shape,
 )
+from simulator.strategies.auto import DEFAULT_ARCH, STRATEGIES, bind_context
+from simulator.strategies.binder_facts import load_facts
+from simulator.support.errors import BoundBreach, CannotSimulate, SimulationLimit, SpecError
+from simulator.support.paths import data_dir, is_file, resolve_spec
 from simulator.timing.options import UNLIMITED, TimingOptions
 
 T = TypeVar("T")

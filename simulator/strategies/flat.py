@@ -25,12 +25,12 @@ from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.ops import ops_per_point
-from simulator.errors import SpecError
-from simulator.rules.fusemax import arrays_of, supports
-from simulator.rules.roles import Roles, einsum_ranks, in_place, is_gemm, reduced_ranks, tile
-from simulator.rules.spatial import filling
-from simulator.rules.unfused import _fibre_array, chained, indexed_vars
 from simulator.spec.arch import Architecture, Array, missing_operations
+from simulator.strategies.fusemax import arrays_of, supports
+from simulator.strategies.roles import Roles, einsum_ranks, in_place, is_gemm, reduced_ranks, tile
+from simulator.strategies.spatial import filling
+from simulator.strategies.unfused import _fibre_array, chained, indexed_vars
+from simulator.support.errors import SpecError
 
 
 def einsum_time(cascade: Cascade, name: str, array: Array, extents: dict[str, int]) -> float:
@@ -135,7 +135,7 @@ def flat_mapping(
     in each PE), or the `fibre`'s chunks, reduced down the PEs (where the output's columns
     are fewer than the PEs: AV of 128-wide heads on 256 PEs). Tensors a block hands on are
     computed in place over the one they replace where that one is dead
-    (:func:`simulator.rules.roles.in_place`)."""
+    (:func:`simulator.strategies.roles.in_place`)."""
     two, one = arrays_of(arch)
     contractions = [n for n in roles.compute if _contraction(cascade, n)]
     fibre = next(

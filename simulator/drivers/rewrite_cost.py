@@ -19,15 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.cascade.rewrite.search import Candidate, RewriteResult
-from simulator.configs import Specs, evaluate
-from simulator.errors import SpecError
+from simulator.cascade.rewrite.rule_search import Candidate, RewriteResult
+from simulator.core.result import Result
+from simulator.drivers.configs import Specs, evaluate
 from simulator.mapper.search import DEFAULT_SEARCH_S, objective_key
-from simulator.progress import Steps
-from simulator.result import Result
 from simulator.spec.workload import Workload
-from simulator.textfmt import table
-from simulator.units import format_bytes
+from simulator.support.errors import SpecError
+from simulator.support.progress import Steps
+from simulator.support.textfmt import table
+from simulator.support.units import format_bytes
 
 OBJECTIVES = ("latency", "energy", "edp", "traffic", "passes")
 # The mapper's budget per candidate (a count of evaluations): run's default, so a

@@ -1,7 +1,7 @@
 """A GEMM mapper for a 2D PE array: the best tiling, loop order and buffer use of one GEMM.
 
 Pipeline: planning -- the plan of a `mapper:` phase (:mod:`simulator.plan.phases`) and of
-the linear layers (:mod:`simulator.endtoend`).
+the linear layers (:mod:`simulator.drivers.endtoend`).
 
 A GEMM-shaped Einsum `OUT[m, n] = L[k, m] * R[k, n]` has three dims by role: `rows` (m),
 `cols` (n) and `reduction` (k); its tensors are `left`, `right` and `output`. A mapping
@@ -46,12 +46,12 @@ import numpy as np
 
 from simulator.cascade.gemm import batched_gemm_shape, flat_name
 from simulator.cascade.ir import Cascade
-from simulator.errors import SpecError
 from simulator.plan.accesses import AccessReport, DataSpace, LevelMapping, Loop, Problem, analyze
 from simulator.spec.arch import Architecture, Array
 from simulator.spec.linear import DIMS, TENSORS, MapperSettings
 from simulator.spec.tables import EnergyTable, load_energy_table
-from simulator.units import divisors
+from simulator.support.errors import SpecError
+from simulator.support.units import divisors
 
 ROWS, COLS, RED = 0, 1, 2
 INDEXED = {"left": (ROWS, RED), "right": (COLS, RED), "output": (ROWS, COLS)}
@@ -313,7 +313,7 @@ def _array(arch: Architecture, name: str | None, settings: MapperSettings) -> Ar
 
 
 def _divisors(n: int) -> list[int]:
-    return divisors(n)  # bounded work for any extent (simulator.units)
+    return divisors(n)  # bounded work for any extent (simulator.support.units)
 
 
 def _spatial_of(spatial: tuple[tuple[str, int, int], ...], dim: int) -> int:

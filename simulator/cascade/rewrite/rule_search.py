@@ -38,7 +38,7 @@ from types import ModuleType
 
 import numpy as np
 
-from simulator.cascade.evaluate import evaluate, random_inputs
+from simulator.cascade.execute import evaluate, random_inputs
 from simulator.cascade.ir import Cascade, Einsum, rank_of
 from simulator.cascade.passes import PassReport, analyze_passes
 from simulator.cascade.rewrite.canonical import canonical
@@ -47,7 +47,7 @@ from simulator.cascade.rewrite.everywhere import everywhere, sites
 from simulator.cascade.rewrite.rules import RULES
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
 from simulator.cascade.shapes import MissingShapes, resolve_shapes
-from simulator.errors import Loc, SpecError
+from simulator.support.errors import Loc, SpecError
 
 MIN_EXPANSIONS = 32  # candidates whose rewrites are generated, unless the target is reached
 MAX_EXPANSIONS = 128  # ... at most, while the search still finds better candidates

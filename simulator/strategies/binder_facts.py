@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import Loc, SpecError
-from simulator.paths import data_dir
 from simulator.spec import yamlio
 from simulator.spec.yamlio import LocDict
+from simulator.support.errors import Loc, SpecError
+from simulator.support.paths import data_dir
 
 ROLES = ("keys", "queries", "embed", "value_embed", "group", "window")
 # Quantities a strategy may size a role by instead (`unfused.sizes`).

@@ -73,7 +73,7 @@ class BoundBreach(Exception):
 
 # Warnings: input that is valid but probably not what its author meant (one line each,
 # with where it is written). Recorded where they are found; a command line prints them to
-# stderr once its work succeeded (:func:`simulator.cli.guarded`): an error is the one line
+# stderr once its work succeeded (:func:`simulator.support.cli.guarded`): an error is the one line
 # a failed command prints.
 _WARNINGS: dict[str, None] = {}
 

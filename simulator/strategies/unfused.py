@@ -27,11 +27,11 @@ from typing import Any
 from simulator.cascade.gemm import ROLES, batched_gemm_shape
 from simulator.cascade.ir import Access, Cascade, index_vars, rank_of
 from simulator.cascade.passes import pass_index
-from simulator.errors import SpecError
-from simulator.rules.facts import BinderFacts
-from simulator.rules.fusemax import arrays_of, supports
-from simulator.rules.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
 from simulator.spec.arch import Architecture, Array, missing_operations
+from simulator.strategies.binder_facts import BinderFacts
+from simulator.strategies.fusemax import arrays_of, supports
+from simulator.strategies.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
+from simulator.support.errors import SpecError
 
 
 def gemm_dims(cascade: Cascade, einsum: str) -> dict[str, str] | None:

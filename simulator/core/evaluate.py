@@ -6,7 +6,7 @@ The one path every number takes (`simulator.run`, sweeps, end-to-end layers, exp
 2. time (:mod:`simulator.timing`): each phase by the chosen engine (`ENGINES`);
 3. price (:mod:`simulator.pricing`): energy over the timed cycles, area, when the
    architecture names its tables;
-4. the :class:`~simulator.result.Result`: latency and traffic summed over the phases (they
+4. the :class:`~simulator.core.result.Result`: latency and traffic summed over the phases (they
    run one after another; each phase also pays the architecture's measured fixed costs,
    a launch and one DRAM latency, where a measured file gave them), utilisation per array
    and per Einsum.
@@ -17,20 +17,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from simulator.bounds import point_bounds
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
-from simulator.errors import BoundBreach, SpecError
-from simulator.floors import WorkloadFloor
+from simulator.core.bounds import point_bounds
+from simulator.core.floors import WorkloadFloor
+from simulator.core.result import LevelAccess, PhaseCost, Result, TensorTraffic
 from simulator.plan.costs import EinsumCost
 from simulator.plan.point import PointPlan, plan_point
-from simulator.pricing.accesses import level_accesses
-from simulator.pricing.point import price_point
-from simulator.result import LevelAccess, PhaseCost, Result, TensorTraffic
+from simulator.pricing.level_accesses import level_accesses
+from simulator.pricing.point_price import price_point
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.tables import AreaTable, EnergyTable
 from simulator.spec.workload import Workload
+from simulator.support.errors import BoundBreach, SpecError
 from simulator.timing import analytic
 from simulator.timing.cycle import simulate
 from simulator.timing.interface import PhaseTiming, TimingEngine, traffic_bytes
@@ -217,7 +217,7 @@ def check_bounds(result: Result, workload: Workload) -> None:
 
 def check_floor(result: Result, floor: WorkloadFloor, workload: Workload) -> None:
     """The guard that trusts no cascade or mapping: latency at or above the workload's own
-    floor (:mod:`simulator.floors`: its MACs at the chip's peak, its compulsory bytes at
+    floor (:mod:`simulator.core.floors`: its MACs at the chip's peak, its compulsory bytes at
     the bandwidth), DRAM traffic at or above its compulsory bytes. A breach is a bug of
     the model, raised as :class:`BoundBreach`."""
     breaches = []

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.errors import Loc, SpecError
+from simulator.support.errors import Loc, SpecError
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # simulator/ (this module is in support/)
 KINDS = ("cascades", "arch", "mappings")
 
 

@@ -1,7 +1,7 @@
 """End-to-end layer: a configuration's attention plus the model's linear layers on its chip.
 
-Pipeline: a driver above :mod:`simulator.configs`; both parts take the one path every
-number takes (:func:`simulator.evaluate.evaluate_mapping_variants`: plan -> time -> price
+Pipeline: a driver above :mod:`simulator.drivers.configs`; both parts take the one path every
+number takes (:func:`simulator.core.evaluate.evaluate_mapping_variants`: plan -> time -> price
 -> the bound guard).
 
 The attention comes from the configuration's own mapping (`configs.evaluate`). The linear
@@ -11,7 +11,7 @@ spec's (`cascades/linear-layers.yaml`, an encoder layer's six GEMMs) -- sized by
 `shapes:` (`mappings/linear/*.yaml`: one row per token the layer processes, `batch x
 queries`: the sequence in prefill, one decoded token per request in decode) and run as the
 phases of a mapping the spec writes: one GEMM phase per Einsum, each mapped by the GEMM
-mapper (`plan/mapper.py`) under the spec's settings on the design's 2D array, its tiles
+mapper (`plan/gemm_mapper.py`) under the spec's settings on the design's 2D array, its tiles
 spread over every core of the chip (a GPU's SMs), at the point's value format, timed by
 either engine and priced like the attention. The mapper's energy objective uses the
 architecture's corrected table, so the chosen mappings do not depend on the accounting that
@@ -27,17 +27,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.cascade.ir import Cascade
-from simulator.configs import Sizing, Specs, check_shape, evaluate_each, evaluate_variants
-from simulator.errors import CannotSimulate, SimulationLimit, SpecError
-from simulator.evaluate import check_floor, evaluate_mapping_variants
-from simulator.floors import linear_floor
+from simulator.core.evaluate import check_floor, evaluate_mapping_variants
+from simulator.core.floors import linear_floor
+from simulator.core.result import Result
+from simulator.drivers.configs import Sizing, Specs, check_shape, evaluate_each, evaluate_variants
 from simulator.mapper.resolve import resolved
-from simulator.result import Result
 from simulator.spec.arch import Architecture
 from simulator.spec.linear import LinearSpec
 from simulator.spec.mapping import MappingSpec, mapping_from_data
 from simulator.spec.workload import Workload
-from simulator.textfmt import table
+from simulator.support.errors import CannotSimulate, SimulationLimit, SpecError
+from simulator.support.textfmt import table
 from simulator.timing.options import UNLIMITED, TimingOptions
 
 DEFAULT_LINEAR = "gemm"

@@ -22,7 +22,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from simulator.errors import SpecError
+from simulator.support.errors import SpecError
 
 PARTIAL = ".partial-"  # marks a temporary: `.<name>.partial-<pid>`
 

@@ -1,6 +1,6 @@
 """Points of a design-space sweep and their evaluation (pure; `simulator.sweep` is the CLI).
 
-Pipeline: a driver above :mod:`simulator.configs` and :mod:`simulator.endtoend`.
+Pipeline: a driver above :mod:`simulator.drivers.configs` and :mod:`simulator.drivers.endtoend`.
 
 A point is one combination of the sweep's grid. Evaluating it resolves the derived values
 (register depths from the PE array, ...), sizes the buffer by the sweep's rule if it has
@@ -24,16 +24,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.configs import ALIASES, Sizing, Specs, evaluate, settled
-from simulator.endtoend import LayerOptions, evaluate_layer
-from simulator.errors import SpecError
+from simulator.core.result import Result
+from simulator.drivers.configs import ALIASES, Sizing, Specs, evaluate, settled
+from simulator.drivers.endtoend import LayerOptions, evaluate_layer
 from simulator.mapper.resolve import rank_shapes
-from simulator.paths import resolve_sweep
-from simulator.result import Result
 from simulator.spec.ceilings import Ceilings
 from simulator.spec.expr import as_int, names_in
 from simulator.spec.expr import evaluate as evaluate_expr
-from simulator.spec.sweep import (
+from simulator.spec.sweep_file import (
     DEFAULTS,
     OPTIONAL_COLUMNS,
     PARAMETERS,
@@ -42,6 +40,8 @@ from simulator.spec.sweep import (
     load_sweep,
 )
 from simulator.spec.workload import Workload, make_workload, parse_shape
+from simulator.support.errors import SpecError
+from simulator.support.paths import resolve_sweep
 from simulator.timing.options import UNLIMITED, TimingOptions
 
 # Design parameters passed to Architecture.with_overrides as keywords.

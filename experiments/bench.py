@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from simulator.drivers.configs import STANDARD, Specs, evaluate, prepare
+from simulator.drivers.configs import STANDARD, EvalOptions, Specs, evaluate, prepare
 from simulator.plan.gemm_mapper import Gemm, map_gemm
 from simulator.plan.point import plan_point
 from simulator.spec.workload import (
@@ -68,8 +68,12 @@ def bench_sweep() -> float:
 def _cycle_point(config: str, seq: str) -> float:
     specs = Specs()
     workload = make_workload("bert", seq)
-    evaluate(specs, config, workload, engine="analytic")  # specs parsed and cached
-    return _best_of(3, lambda: evaluate(specs, config, workload, engine="cycle"))
+    evaluate(
+        specs, config, workload, options=EvalOptions(engine="analytic")
+    )  # specs parsed and cached
+    return _best_of(
+        3, lambda: evaluate(specs, config, workload, options=EvalOptions(engine="cycle"))
+    )
 
 
 def bench_functional() -> float:

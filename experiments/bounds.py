@@ -18,7 +18,7 @@ from experiments.compare import md_table
 from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
 from simulator.core.result import Result
-from simulator.drivers.configs import STANDARD, Specs, evaluate
+from simulator.drivers.configs import STANDARD, EvalOptions, Specs, evaluate
 from simulator.roofline import draw, roofs
 from simulator.spec.workload import make_workload
 from simulator.support.units import format_count
@@ -82,7 +82,7 @@ def points(selection: Selection) -> list[tuple[str, str, int]]:
 
 def compute(specs: Specs, point: tuple[str, str, int]) -> BoundRow:
     config, model, seq = point
-    r = evaluate(specs, config, make_workload(model, seq), engine="analytic")
+    r = evaluate(specs, config, make_workload(model, seq), options=EvalOptions(engine="analytic"))
     return BoundRow(config, str(r.label), str(r.model), seq, Point.of(r))
 
 

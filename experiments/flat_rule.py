@@ -21,7 +21,7 @@ from pathlib import Path
 from experiments.compare import md_table
 from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
-from simulator.drivers.configs import Specs, evaluate, prepare
+from simulator.drivers.configs import EvalOptions, Specs, evaluate, prepare
 from simulator.plan.facts import cascade_facts, placement_of
 from simulator.spec.workload import make_workload
 from simulator.support.units import format_count
@@ -70,7 +70,7 @@ def _rule_choices(specs: Specs, workload) -> tuple[str, ...]:
     qk = next(em for em in phase.einsums if em.einsum == "QK")
     # output-stationary: the reduction (E) streams through the PEs holding the scores
     stationarity = "output" if "E" in (qk.inner or ()) else "weight"
-    r = evaluate(specs, "auto:flat", workload, engine="analytic")
+    r = evaluate(specs, "auto:flat", workload, options=EvalOptions(engine="analytic"))
     factors = dict(r.factors)
     rows = factors.get("P1", 1) * factors.get("P0", 1)
     return (loc("Q"), fibre("QK"), fibre("A"), loc("AV"), stationarity, str(rows))
@@ -89,8 +89,8 @@ def compute(specs: Specs, point: tuple[str, int]) -> RuleRow:
         row["QK_stationarity"],
         str(int(row["P1"]) if row["QK_stationarity"] == "weight" else 256),
     )
-    flat = evaluate(specs, "flat", w, engine="analytic")
-    rule = evaluate(specs, "auto:flat", w, engine="analytic")
+    flat = evaluate(specs, "flat", w, options=EvalOptions(engine="analytic"))
+    rule = evaluate(specs, "auto:flat", w, options=EvalOptions(engine="analytic"))
     return RuleRow(
         str(flat.model), seq, published, _rule_choices(specs, w), flat.latency_s, rule.latency_s
     )

@@ -28,7 +28,7 @@ from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite.rule_search import rewrite
 from simulator.cascade.write import to_yaml
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.spec.workload import make_workload
 from simulator.support.paths import data_dir
 from simulator.support.units import format_count
@@ -112,7 +112,7 @@ def compute(specs: Specs, point: FusionPoint) -> FusionRow:
         mine = specs.with_cascade(str(path), arch="fusemax")
         config = f"auto:{point.strategy}"
         cascade = mine.cascade_of(config, w)  # (the file parsed once, for both)
-        r = evaluate(mine, config, w, engine="analytic")
+        r = evaluate(mine, config, w, options=EvalOptions(engine="analytic"))
         how = "; ".join(p.name for p in r.phases)
     return FusionRow(
         point.cascade,

@@ -26,7 +26,7 @@ from experiments.compare import md_table
 from experiments.experiment import Context, Experiment, Selection
 from experiments.output import write_csv
 from experiments.plots import Point, Series
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.spec.workload import make_workload
 from simulator.support.units import format_count
 
@@ -90,7 +90,7 @@ def points(selection: Selection) -> list[tuple[str, str, str, str]]:
 def compute(specs: Specs, point: tuple[str, str, str, str]) -> LlmRow:
     model, phase, tokens, strategy = point
     workload = _workload(model, phase, tokens)
-    r = evaluate(specs, f"auto:{strategy}", workload, engine="cycle")
+    r = evaluate(specs, f"auto:{strategy}", workload, options=EvalOptions(engine="cycle"))
     return LlmRow(
         workload.label,
         phase,

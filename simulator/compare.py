@@ -33,7 +33,7 @@ from simulator.drivers.configs import (
     Specs,
     analytic_past_budget,
     check_shape,
-    evaluate_with,
+    evaluate,
     workload_from_args,
 )
 from simulator.spec.arch_file import load_architecture
@@ -47,7 +47,7 @@ from simulator.support.paths import resolve_spec
 from simulator.support.progress import SimulationProgress
 from simulator.support.textfmt import table
 from simulator.support.units import parse_count, parse_seconds
-from simulator.timing.options import UNLIMITED, TimingOptions
+from simulator.timing.options import TimingOptions
 
 STRATEGIES = ("fused", "fusemax", "flat", "unfused")
 
@@ -125,20 +125,17 @@ def compare_cascades(
     strategies: list[str],
     arch: str,
     workload: Workload,
-    engine: str = "cycle",
-    precision: str | None = None,
-    timing: TimingOptions = UNLIMITED,
+    sizing: Sizing,
+    options: EvalOptions,
     notes: list[str] | None = None,
     ceilings: Ceilings | None = None,
 ) -> list[Row]:
-    """Each cascade bound by each strategy and evaluated. `timing`: the cycle engine's
-    limit; past it the point is refused in one line, or -- with `notes` -- shown with the
-    analytic engine's numbers and a note appended there (the default budget's way);
-    `ceilings` (a measured chip's) apply to `arch`, the architecture of the fused and
-    fusemax strategies."""
+    """Each cascade bound by each strategy and evaluated on `arch` sized so (a value
+    format, `--precision`). `options.timing`: the cycle engine's limit; past it the point
+    is refused in one line, or -- with `notes` -- shown with the analytic engine's numbers
+    and a note appended there (the default budget's way); `ceilings` (a measured chip's)
+    apply to `arch`, the architecture of the fused and fusemax strategies."""
     rows = []
-    sizing = Sizing(precision=precision)
-    options = EvalOptions(engine=engine, timing=timing)
     if any(strategy in ("fusemax", "fused") for strategy in strategies):
         Specs(arch_override=arch).check_arch_override()  # a bad --arch: one line, exit 2
     loaded = [(name, resolve_spec("cascades", name)) for name in cascades]
@@ -157,7 +154,7 @@ def compare_cascades(
             one = (
                 analytic_past_budget(specs, workload, sizing, options, notes)
                 if notes is not None
-                else (lambda c, s=specs: evaluate_with(s, c, workload, sizing, options))
+                else (lambda c, s=specs: evaluate(s, c, workload, sizing, options))
             )
             try:
                 r = one(f"auto:{strategy}")
@@ -370,9 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         strategies,
         args.arch,
         workload,
-        args.engine,
-        args.precision,
-        timing,
+        Sizing(precision=args.precision),
+        EvalOptions(engine=args.engine, timing=timing),
         notes,
         ceilings,
     )

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.core.result import Result
-from simulator.drivers.configs import ALIASES, STANDARD, Sizing, Specs, evaluate
+from simulator.drivers.configs import ALIASES, STANDARD, EvalOptions, Sizing, Specs, evaluate
 from simulator.spec.arch import Architecture
 from simulator.spec.workload import default_sequence_lengths, make_workload
 from simulator.support.atomic import check_writable, output_path
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         for seq in seqs:
             w = make_workload(args.model, seq)
             try:
-                r = evaluate(specs, config, w, engine=args.engine)
+                r = evaluate(specs, config, w, options=EvalOptions(engine=args.engine))
             except SpecError as err:
                 if not optional:
                     raise

@@ -32,8 +32,8 @@ from simulator.drivers.configs import (
     Specs,
     analytic_past_budget,
     auto_name,
+    evaluate,
     evaluate_each,
-    evaluate_with,
     is_auto,
     parse_auto,
     shipped_configs,
@@ -311,7 +311,7 @@ def compare(
     one = (
         analytic_past_budget(specs, workload, sizing, options, budget_notes)
         if fallback
-        else (lambda c: evaluate_with(specs, c, workload, sizing, options))
+        else (lambda c: evaluate(specs, c, workload, sizing, options))
     )
     results, failed, notes = evaluate_each(configs, one, optional)
     notes = [*budget_notes, *notes]

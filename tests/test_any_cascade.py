@@ -251,6 +251,7 @@ def test_a_spilled_operand_comes_from_dram_each_time_it_is_read(tmp_path):
     import yaml
 
     from simulator.strategies.auto import bind, mapping_yaml
+    from simulator.strategies.context import bind_context
 
     cascade_path = CASCADES / "layernorm-matmul.yaml"
     specs = Specs(cascade_override=str(cascade_path), arch_override="fusemax")
@@ -258,7 +259,8 @@ def test_a_spilled_operand_comes_from_dram_each_time_it_is_read(tmp_path):
     for f in (2048, 8192):
         w = make_workload("llama3-8b", "4K", {"batch": 1}, shape={"E": 4096, "F": f})
         arch = specs.architecture(specs.config_spec("auto:fused", w))
-        data = bind(load_cascade(cascade_path), arch, w, "fused", str(cascade_path), "fusemax")
+        ctx = bind_context(load_cascade(cascade_path), arch, w, str(cascade_path), "fusemax")
+        data = bind(ctx, "fused")
         body = data["mapping"]
         body["factors"].update({"P1": 4, "F1": 2})  # blocks of 1024 rows x 512 columns
         body["tensors"]["Y"] = {"home": "buffer", "keep": "P2", "spill": 0.5}

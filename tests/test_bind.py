@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.bind.__main__ import main as bind_main
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.workload import make_workload
 
@@ -65,8 +65,8 @@ def test_auto_fusemax_reproduces_binding_in_the_cycle_engine(model, seq):
     specs = Specs()
     w = make_workload(model, seq)
     for hand, auto in (("binding", "auto:fusemax"), ("arch", "auto:fusemax/sequential")):
-        a = evaluate(specs, hand, w, engine="cycle")
-        b = evaluate(specs, auto, w, engine="cycle")
+        a = evaluate(specs, hand, w, options=EvalOptions(engine="cycle"))
+        b = evaluate(specs, auto, w, options=EvalOptions(engine="cycle"))
         assert not _close(a, b, 0.005)
 
 
@@ -106,11 +106,11 @@ def test_decode_by_default_reads_the_models_own_cache(engine, model, attended):
     kv_bytes = 2 * 64 * 8 * attended * 128 * 2
     assert kv_bytes / BANDWIDTH == pytest.approx({32768: 0.0200, 4096: 0.0025}[attended])
     for config in ("auto:fusemax", "auto:flat"):
-        r = evaluate(specs, config, w, engine=engine)
+        r = evaluate(specs, config, w, options=EvalOptions(engine=engine))
         assert kv_bytes / BANDWIDTH <= r.latency_s * (1 + 1e-9)
         assert r.latency_s <= 1.03 * kv_bytes / BANDWIDTH, (config, r.latency_s)
         assert r.util_2d < 0.05
-    r = evaluate(specs, "auto:unfused", w, engine=engine)
+    r = evaluate(specs, "auto:unfused", w, options=EvalOptions(engine=engine))
     scores = 64 * 8 * 4 * 4 * attended * 2  # QK and A written and read, G = 4 rows each
     assert (kv_bytes + scores) / BANDWIDTH <= r.latency_s * (1 + 1e-9)
     assert r.latency_s <= 1.03 * (kv_bytes + scores) / BANDWIDTH

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.core.bounds import dram_bound_values
-from simulator.drivers.configs import STANDARD, Specs, evaluate
+from simulator.drivers.configs import STANDARD, EvalOptions, Sizing, Specs, evaluate
 from simulator.spec.workload import make_workload
 
 from .conftest import ROOT
@@ -83,11 +83,7 @@ def test_no_result_beats_its_bound(model, seq, batch, buffer_mb, bandwidth_gb):
     specs = Specs()
     for config in STANDARD:
         r = evaluate(
-            specs,
-            config,
-            w,
-            buffer_bytes=buffer_mb * 2**20,
-            bandwidth=bandwidth_gb * 1e9,
+            specs, config, w, Sizing(buffer_bytes=buffer_mb * 2**20, bandwidth=bandwidth_gb * 1e9)
         )
         point = f"{config} {model} {seq} B={batch} {buffer_mb} MB {bandwidth_gb} GB/s"
         assert r.latency_s >= r.latency_bound_s * (1 - 1e-9), point
@@ -100,7 +96,7 @@ def test_no_result_beats_its_bound_in_the_cycle_engine(seq):
     specs = Specs()
     w = make_workload("xlm", seq)
     for config in STANDARD:
-        r = evaluate(specs, config, w, engine="cycle")
+        r = evaluate(specs, config, w, options=EvalOptions(engine="cycle"))
         assert r.latency_s >= r.latency_bound_s * (1 - 1e-9), config
 
 
@@ -191,7 +187,7 @@ def test_the_whole_bound_follows_the_closed_form():
     d = w.embed
     ratio = []
     for precision in ("fp32", "fp16"):
-        r = evaluate(specs, "binding", w, precision=precision)
+        r = evaluate(specs, "binding", w, Sizing(precision=precision))
         arch = _fusemax(precision)
         registers = sum(a.mesh_x * a.mesh_y * a.register_words for a in arch.arrays)
         per_head = 2 * q * d + 4 * x * q * d * d / (arch.buffer_values + registers)
@@ -217,8 +213,8 @@ def test_narrower_values_cost_less_to_move_and_compute():
     specs = Specs()
     w = make_workload("xlm", "64K")
     fp16 = evaluate(specs, "binding", w)
-    fp8 = evaluate(specs, "binding", w, precision="fp8")
-    fp32 = evaluate(specs, "binding", w, precision="fp32")
+    fp8 = evaluate(specs, "binding", w, Sizing(precision="fp8"))
+    fp32 = evaluate(specs, "binding", w, Sizing(precision="fp32"))
     assert fp8.traffic_bytes < fp16.traffic_bytes / 2  # half the bytes, bigger tiles
     assert fp8.energy_pj < fp16.energy_pj < fp32.energy_pj
     assert fp32.latency_s > 3 * fp16.latency_s  # a 32-bit MAC takes four cycles

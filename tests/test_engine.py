@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.drivers.configs import Specs, evaluate, prepare
+from simulator.drivers.configs import EvalOptions, Specs, evaluate, prepare
 from simulator.plan.point import plan_point
 from simulator.spec.workload import make_workload
 from simulator.support.errors import SpecError
@@ -105,15 +105,15 @@ def test_extrapolation_with_a_period_of_a_whole_row_of_tiles(specs):
 @pytest.mark.parametrize("seq", ["64K", "256K", "1M"])
 def test_binding_utilisation_matches_analytic_at_long_sequences(specs, model, seq):
     workload = make_workload(model, seq)
-    cycle = evaluate(specs, "binding", workload, engine="cycle")
-    analytic = evaluate(specs, "binding", workload, engine="analytic")
+    cycle = evaluate(specs, "binding", workload, options=EvalOptions(engine="cycle"))
+    analytic = evaluate(specs, "binding", workload, options=EvalOptions(engine="analytic"))
     assert abs(cycle.util_2d - analytic.util_2d) < 0.02
     assert abs(cycle.util_1d - analytic.util_1d) < 0.02
     assert cycle.engine == "cycle" and cycle.simulated_epochs < 5000
 
 
 def test_architecture_shows_its_stalls(specs):
-    r = evaluate(specs, "arch", make_workload("bert", "64K"), engine="cycle")
+    r = evaluate(specs, "arch", make_workload("bert", "64K"), options=EvalOptions(engine="cycle"))
     stalls = {(a, why): n for a, why, n in r.stalls}
     # One tile at a time: the 2D array waits for the previous tile to leave its registers
     # (which waits on the running max coming back from the 1D array); the 1D array waits on
@@ -127,8 +127,8 @@ def test_short_sequence_gap_is_prologue_and_epilogue(specs):
     # At 1K tokens each query block has only 4 key chunks: the waterfall's fill at the
     # start of each block and the 1D array's AV at its end are exposed.
     workload = make_workload("bert", "1K")
-    cycle = evaluate(specs, "binding", workload, engine="cycle")
-    analytic = evaluate(specs, "binding", workload, engine="analytic")
+    cycle = evaluate(specs, "binding", workload, options=EvalOptions(engine="cycle"))
+    analytic = evaluate(specs, "binding", workload, options=EvalOptions(engine="analytic"))
     assert cycle.latency_s >= analytic.latency_s
     assert cycle.latency_s < 1.1 * analytic.latency_s
 
@@ -145,7 +145,12 @@ def test_registers_too_few_for_the_binding(specs, tmp_path):
     mapping = mapping.replace("architecture: fusemax", "architecture: ./tiny-regs.yaml")
     (tmp_path / "map.yaml").write_text(mapping)
     with pytest.raises(SpecError, match="registers"):
-        evaluate(specs, str(tmp_path / "map.yaml"), make_workload("bert", "4K"), engine="cycle")
+        evaluate(
+            specs,
+            str(tmp_path / "map.yaml"),
+            make_workload("bert", "4K"),
+            options=EvalOptions(engine="cycle"),
+        )
 
 
 def test_too_many_tiles_in_flight(specs, tmp_path):
@@ -153,7 +158,12 @@ def test_too_many_tiles_in_flight(specs, tmp_path):
     mapping = mapping.replace("pipeline: {}", "pipeline: {tiles_in_flight: 9}")
     (tmp_path / "map.yaml").write_text(mapping)
     with pytest.raises(SpecError, match="tiles in flight"):
-        evaluate(specs, str(tmp_path / "map.yaml"), make_workload("bert", "4K"), engine="cycle")
+        evaluate(
+            specs,
+            str(tmp_path / "map.yaml"),
+            make_workload("bert", "4K"),
+            options=EvalOptions(engine="cycle"),
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -251,9 +261,9 @@ def test_buffer_ports_throttle_the_waterfall(specs, tmp_path):
     # 138-cycle epoch on its own, and Q and the running numerator RNV come on top.
     workload = make_workload("bert", "16K")
     path = _narrow_buffer_mapping(tmp_path, 256)
-    wide = evaluate(specs, "binding", workload, engine="analytic")
-    narrow = evaluate(specs, path, workload, engine="analytic")
-    cycle = evaluate(specs, path, workload, engine="cycle")
+    wide = evaluate(specs, "binding", workload, options=EvalOptions(engine="analytic"))
+    narrow = evaluate(specs, path, workload, options=EvalOptions(engine="analytic"))
+    cycle = evaluate(specs, path, workload, options=EvalOptions(engine="cycle"))
     epochs = workload.instances * (16384 // 256) ** 2
     kv_floor_s = epochs * (64 + 64) * 256 / 256 / 940e6
     assert narrow.latency_s > max(wide.latency_s, kv_floor_s)
@@ -275,8 +285,8 @@ def test_phase_compute_time_leaves_memory_stalls_out(specs):
     apart. The unfused QK phase at 1M tokens waits on DRAM most of the time: the cycle
     engine's latency is the memory time, its compute the analytic compute."""
     w = make_workload("bert", "1M")
-    cycle = evaluate(specs, "unfused", w, engine="cycle")
-    analytic = evaluate(specs, "unfused", w, engine="analytic")
+    cycle = evaluate(specs, "unfused", w, options=EvalOptions(engine="cycle"))
+    analytic = evaluate(specs, "unfused", w, options=EvalOptions(engine="analytic"))
     for c, a in zip(cycle.phases, analytic.phases, strict=True):
         assert c.compute_s == pytest.approx(a.compute_s, rel=0.01), c.name
         assert c.latency_s >= c.compute_s

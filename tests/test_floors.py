@@ -19,7 +19,7 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import Sizing, Specs, evaluate
 from simulator.spec.workload import make_workload
 from simulator.support.errors import SpecError
 
@@ -83,10 +83,12 @@ def test_no_candidate_is_under_its_bound(
             specs,
             strategy,
             w,
-            pe_dim,
-            buffer_mb * 2**20,
-            bandwidth,
-            resize={"register_words_2d": registers},
+            Sizing.of(
+                pe_dim=pe_dim,
+                buffer_bytes=buffer_mb * 2**20,
+                bandwidth=bandwidth,
+                resize={"register_words_2d": registers},
+            ),
         )
     except SpecError as err:  # a strategy that cannot bind it says so; a breach is a bug
         assert type(err).__name__ != "BoundBreach", str(err)
@@ -117,8 +119,8 @@ def test_more_hardware_never_gives_a_slower_best_mapping(case, arch, seq, grow, 
         "bandwidth": (pe_dim, buffer_mb * 2**20, 2 * bandwidth),
     }[grow]
     try:
-        before = evaluate(specs, "auto", w, *small).latency_s
+        before = evaluate(specs, "auto", w, Sizing(*small)).latency_s
     except SpecError:
         return  # the smaller chip cannot run it: nothing to compare
-    after = evaluate(specs, "auto", w, *big).latency_s
+    after = evaluate(specs, "auto", w, Sizing(*big)).latency_s
     assert after <= before * (1 + SLACK), (path.stem, arch, seq, grow, small, before, after)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from simulator.compare import main as compare_main
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.workload import make_workload
 from simulator.support.errors import SpecError
@@ -19,7 +19,9 @@ TILE = 256  # FuseMax's 2D array: P0 = M0 = 256
 
 
 def _run(cascade: str, workload, engine: str = "analytic", config: str = "auto:fusemax"):
-    return evaluate(Specs(cascade_override=cascade), config, workload, engine=engine)
+    return evaluate(
+        Specs(cascade_override=cascade), config, workload, options=EvalOptions(engine=engine)
+    )
 
 
 def _work_2d(r) -> float:

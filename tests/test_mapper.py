@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from simulator.cascade.parse import load_cascade
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Sizing, Specs, evaluate
 from simulator.plan import gemm_mapper
 from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem, analyze
 from simulator.plan.gemm_mapper import Gemm, gemm_of, map_gemm, prices_of
@@ -209,13 +209,7 @@ def test_vectorised_counts_equal_the_access_model(archs):
                 t,
                 t in keep,
                 *gemm_mapper._tile_visits(t, f0, f1, inner0, inner1),
-                f0,
-                f1,
-                f2,
-                sv,
-                ext,
-                float(np.prod(sv)),
-                float(math.prod(ext)),
+                gemm_mapper._Split.of(ext, sv, f0, f1, f2),
                 prices,
             )
             traffic += float(tr[0])
@@ -361,15 +355,17 @@ def test_cycle_engine_streams_the_mapped_gemm_phases():
     # and agrees with the closed form.
     specs = Specs()
     workload = make_workload("bert", "4K")
-    fast = evaluate(specs, "unfused", workload, bandwidth=1e18, engine="cycle")
-    closed = evaluate(specs, "unfused", workload, bandwidth=1e18, engine="analytic")
+    fast = evaluate(specs, "unfused", workload, Sizing(bandwidth=1e18), EvalOptions(engine="cycle"))
+    closed = evaluate(
+        specs, "unfused", workload, Sizing(bandwidth=1e18), EvalOptions(engine="analytic")
+    )
     skew = 256 + 256 - 2
     for name in ("QK", "AV"):
         (cyc,) = [p for p in fast.phases if p.name == name]
         (ana,) = [p for p in closed.phases if p.name == name]
         assert round(cyc.compute_s * 940e6) == round(ana.compute_s * 940e6) + skew
-    shipped = evaluate(specs, "unfused", workload, engine="cycle")
+    shipped = evaluate(specs, "unfused", workload, options=EvalOptions(engine="cycle"))
     stalls = {(a, why): n for a, why, n in shipped.stalls}
     assert stalls[("PE2D", "memory")] > 0 and stalls[("PE2D", "fill/drain")] == 2 * skew
-    analytic = evaluate(specs, "unfused", workload, engine="analytic")
+    analytic = evaluate(specs, "unfused", workload, options=EvalOptions(engine="analytic"))
     assert shipped.latency_s == pytest.approx(analytic.latency_s, rel=1e-4)

@@ -19,10 +19,10 @@ import pytest
 
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.write import to_yaml
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.spec.workload import make_workload
-from simulator.strategies.auto import workload_extents
 from simulator.strategies.binder_facts import load_facts
+from simulator.strategies.context import workload_extents
 from simulator.support.errors import SpecError
 
 from .conftest import CASCADES
@@ -44,7 +44,7 @@ ARCHS = ("fusemax", "flat")
 def _numbers(path: Path, arch: str, workload) -> tuple[float, float, float] | str:
     specs = Specs(cascade_override=str(path), arch_override=arch)
     try:
-        r = evaluate(specs, "auto", workload, engine="analytic")
+        r = evaluate(specs, "auto", workload, options=EvalOptions(engine="analytic"))
     except SpecError as err:
         return f"not bound: {err.message}"
     return (r.latency_s, r.traffic_bytes, r.energy_pj or 0.0)

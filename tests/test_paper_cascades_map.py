@@ -19,8 +19,8 @@ from simulator.cascade.parse import load_cascade
 from simulator.drivers.configs import Specs, evaluate
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload
-from simulator.strategies.auto import instances_of, workload_extents
 from simulator.strategies.binder_facts import load_facts
+from simulator.strategies.context import instances_of, workload_extents
 from simulator.support.paths import resolve_spec
 
 from .conftest import DATA

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.spec.workload import make_workload
 
 from .reference import CONFIGS, MODELS, SEQS, attention
@@ -93,7 +93,10 @@ def test_several_variants_at_once_are_each_the_single_evaluation(config):
     workload = make_workload("bert", "4K")
     variants = [("analytic", "published"), ("cycle", "corrected"), ("analytic", "corrected")]
     together = evaluate_variants(Specs(), config, workload, variants)
-    alone = [evaluate(Specs(), config, workload, accounting=a, engine=e) for e, a in variants]
+    alone = [
+        evaluate(Specs(), config, workload, options=EvalOptions(accounting=a, engine=e))
+        for e, a in variants
+    ]
     assert together == alone
     assert together[0].energy_pj != together[2].energy_pj  # the accountings do differ
     assert [r.engine for r in together] == ["analytic", "cycle", "analytic"]

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from simulator.core.evaluate import evaluate_mapping
-from simulator.drivers.configs import Specs, evaluate, prepare
+from simulator.drivers.configs import EvalOptions, Specs, evaluate, prepare
 from simulator.pricing.area import chip_area
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload
@@ -27,7 +27,9 @@ INCONSISTENT = {("cascade", s) for s in ("256K", "1M")}
 def published():
     specs = Specs()
     return {
-        (c, m, s): evaluate(specs, c, make_workload(m.lower(), s), accounting="published")
+        (c, m, s): evaluate(
+            specs, c, make_workload(m.lower(), s), options=EvalOptions(accounting="published")
+        )
         for c in CONFIGS
         for m, s in POINTS
     }
@@ -74,7 +76,7 @@ def test_corrected_accounting_prices_what_the_artifact_left_out():
     specs = Specs()
     w = make_workload("bert", "1K")
     corrected = evaluate(specs, "binding", w)
-    published = evaluate(specs, "binding", w, accounting="published")
+    published = evaluate(specs, "binding", w, options=EvalOptions(accounting="published"))
     # every PE's registers and the leakage: strictly more energy than the artifact's rules
     # give with the same tables (the two accountings' tables differ: current Accelergy
     # prices a MAC at 12.9 pJ, the artifact's at 17.2 pJ, see arch/tables/README.md)

@@ -13,7 +13,7 @@ import pytest
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade_cli import main as cascade_main
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.spec.workload import make_workload, parse_shape
 
 from .conftest import ROOT
@@ -25,7 +25,7 @@ def _latency(path, arch: str, at: str, batch: int) -> float:
     """As `run --cascade PATH --mapping auto` times it (its default search budget)."""
     w = make_workload("bert", "4K", {"batch": batch}, shape=parse_shape([at]))
     specs = Specs(cascade_override=str(path), arch_override=arch)
-    return evaluate(specs, "auto", w, engine="analytic").latency_s
+    return evaluate(specs, "auto", w, options=EvalOptions(engine="analytic")).latency_s
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,8 @@ from simulator.run import main as run_main
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.mapping import loads_mapping
 from simulator.spec.workload import make_workload
-from simulator.strategies.auto import bind, bind_context, mapping_yaml, template
+from simulator.strategies.auto import bind, mapping_yaml, template
+from simulator.strategies.context import bind_context
 from simulator.support.paths import resolve_spec
 
 from .conftest import CASCADES, DATA
@@ -37,7 +38,7 @@ def _rule(specs: Specs, strategy: str, workload, arch: str, cascade: str):
     least traffic that fits), evaluated."""
     c = load_cascade(resolve_spec("cascades", cascade))
     a = load_architecture(resolve_spec("arch", arch))
-    data = bind(c, a, workload, strategy, cascade, arch)
+    data = bind(bind_context(c, a, workload, cascade, arch), strategy)
     spec = loads_mapping(mapping_yaml(data), f"<{strategy} rule>", f"rule-{strategy}")
     return evaluate_mapping(c, resolved(spec, c, a, workload), a, workload)
 

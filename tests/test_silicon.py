@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from simulator.core.evaluate import evaluate_mapping
-from simulator.drivers.configs import Specs, evaluate, prepare
+from simulator.drivers.configs import EvalOptions, Specs, evaluate, prepare
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.sustained import with_sustained
 from simulator.spec.workload import make_workload
@@ -124,7 +124,7 @@ def test_one_core_fan_out_changes_nothing(tmp_path):
 def test_cycle_engine_says_it_simulates_one_core():
     w = make_workload("custom", "4K", {"batch": 1, "heads": 32, "kv_heads": 8, "embed": 128})
     with pytest.raises(SpecError, match="simulates one core.*132.*--engine analytic"):
-        evaluate(Specs(arch_override="h100"), "h100/flash", w, engine="cycle")
+        evaluate(Specs(arch_override="h100"), "h100/flash", w, options=EvalOptions(engine="cycle"))
 
 
 # ---------------------------------------------------------------------------------------

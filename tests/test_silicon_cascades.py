@@ -20,7 +20,7 @@ import pytest
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.write import einsum_yaml
 from simulator.compare import main as compare_main
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.ceilings import Ceilings, read_ceilings
 from simulator.spec.workload import make_workload
@@ -75,7 +75,7 @@ def test_ceilings_are_the_measured_rows():
 def _rmsnorm_latency(ceilings: Ceilings | None, e: int = 4096, p: int = 16384) -> float:
     specs = Specs(cascade_override="rmsnorm", arch_override="h100", ceilings=ceilings)
     w = make_workload("custom", 1, {"batch": 1, "heads": 1, "embed": 64}, shape={"E": e, "P": p})
-    return evaluate(specs, "auto:fused", w, engine="analytic").latency_s
+    return evaluate(specs, "auto:fused", w, options=EvalOptions(engine="analytic")).latency_s
 
 
 def test_fixed_costs_are_paid_once_per_phase_on_top_of_the_stream():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import Sizing, Specs, evaluate
 from simulator.drivers.design_space import compute_bound
 from simulator.spec.workload import make_workload
 from simulator.sweep import main
@@ -60,11 +60,13 @@ def test_buffer_rule_doubles_the_minimum_only_when_attention_is_memory_bound(par
         embed = 128 if model == "XLM" else 64
         minimum = pe_dim * embed * 8 * 2
         workload = make_workload(model.lower(), "256K")
-        at_min = evaluate(specs, "binding", workload, pe_dim, minimum, None)
+        at_min = evaluate(specs, "binding", workload, Sizing(pe_dim=pe_dim, buffer_bytes=minimum))
         if compute_bound(at_min):
             assert chosen[(model, pe_dim)] == minimum
         else:
-            doubled = evaluate(specs, "binding", workload, pe_dim, 2 * minimum, None)
+            doubled = evaluate(
+                specs, "binding", workload, Sizing(pe_dim=pe_dim, buffer_bytes=2 * minimum)
+            )
             assert compute_bound(doubled)
             assert chosen[(model, pe_dim)] == 2 * minimum
     # the 512x512 array is the one whose minimum buffer leaves attention waiting on DRAM
@@ -86,9 +88,7 @@ def test_a_user_grid_runs_every_combination_in_order(tmp_path):
             specs,
             "binding",
             make_workload("bert", "64K"),
-            int(r["pe_dim"]),
-            int(r["buffer_bytes"]),
-            None,
+            Sizing(pe_dim=int(r["pe_dim"]), buffer_bytes=int(r["buffer_bytes"])),
         )
         assert float(r["latency_s"]) == direct.latency_s
     # four times the PEs: about a quarter of the (compute-bound) latency
@@ -123,7 +123,9 @@ def test_the_1d_width_and_register_files_are_design_parameters(tmp_path):
         name="regs.csv",
     )
     two, four = (float(r["latency_s"]) for r in regs)
-    analytic = evaluate(Specs(), "binding", make_workload("bert", "256K"), 64, 65536, None)
+    analytic = evaluate(
+        Specs(), "binding", make_workload("bert", "256K"), Sizing(pe_dim=64, buffer_bytes=65536)
+    )
     assert two > 1.3 * four
     assert four == pytest.approx(analytic.latency_s, rel=1e-3)
 

@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from simulator.drivers.configs import Specs, evaluate, prepare
+from simulator.drivers.configs import EvalOptions, Specs, evaluate, prepare
 from simulator.export import main as export_main
 from simulator.plan.accesses import analyze
 from simulator.pricing.energy import action_counts, price
@@ -352,7 +352,7 @@ def test_exported_counts_are_the_energy_models(exported, original, accounting):
     """One source of truth: the accesses of the exported (re-imported) mappings, priced as
     the energy model prices them, give exactly the energy `simulator.run` reports."""
     specs, workload, cascade, mapping, arch, views, costs = original
-    result = evaluate(specs, "binding", workload, accounting=accounting)
+    result = evaluate(specs, "binding", workload, options=EvalOptions(accounting=accounting))
     assert all(t.spill_bytes == 0 for t in result.tensors)
     back = [read_einsum(exported / e).view for e in views]
     counts = action_counts(

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from simulator.core import evaluate as evaluate_module
 from simulator.core.bounds import Bounds
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Sizing, Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload
@@ -142,7 +142,7 @@ def test_flat_follows_the_buffer():
     published choice no longer applies and FLAT moves more data."""
     specs = Specs()
     w = make_workload("bert", "64K")
-    rows = [evaluate(specs, "flat", w, buffer_bytes=b) for b in (4 << 20, 32 << 20)]
+    rows = [evaluate(specs, "flat", w, Sizing(buffer_bytes=b)) for b in (4 << 20, 32 << 20)]
     assert rows[0].traffic_bytes > rows[1].traffic_bytes
     assert rows[0].accelerator == "auto-flat" and rows[1].accelerator == "flat"
 
@@ -322,7 +322,7 @@ def test_no_record_beats_its_bound(model, seq, config, cascade, phase, buffer, p
     w = make_workload(model, seq, phase=phase, context=None)
     specs = Specs(cascade_override=cascade)
     try:
-        r = evaluate(specs, config, w, pe_dim=pe_dim, buffer_bytes=buffer)
+        r = evaluate(specs, config, w, Sizing(pe_dim=pe_dim, buffer_bytes=buffer))
     except SpecError:
         event("refused")
         return
@@ -346,7 +346,7 @@ def test_no_record_beats_its_bound(model, seq, config, cascade, phase, buffer, p
 def test_no_cycle_engine_record_beats_its_bound(model, seq, config, phase, pe_dim):
     w = make_workload(model, seq, phase=phase)
     try:
-        r = evaluate(Specs(), config, w, pe_dim=pe_dim, engine="cycle")
+        r = evaluate(Specs(), config, w, Sizing(pe_dim=pe_dim), EvalOptions(engine="cycle"))
     except SpecError:
         return
     assert r.latency_s >= r.latency_bound_s * (1 - 1e-9)

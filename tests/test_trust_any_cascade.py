@@ -9,7 +9,7 @@ import math
 import pytest
 
 from simulator.core.bounds import onchip_values
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.run import main as run_main
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload
@@ -186,8 +186,8 @@ def test_the_roofline_counts_the_work_the_workload_needs(run_cli):
     masked half of its whole tiles), shown apart."""
     w = make_workload("llama3-8b", "64K")
     specs = Specs()
-    unfused = evaluate(specs, "auto:unfused", w, engine="analytic")
-    flat = evaluate(specs, "auto:flat", w, engine="analytic")
+    unfused = evaluate(specs, "auto:unfused", w, options=EvalOptions(engine="analytic"))
+    flat = evaluate(specs, "auto:flat", w, options=EvalOptions(engine="analytic"))
     assert unfused.ops == pytest.approx(flat.ops, rel=1e-9)
     assert unfused.executed_ops > 1.9 * unfused.ops
     assert flat.executed_ops < 1.1 * flat.ops  # its masked tiles skipped

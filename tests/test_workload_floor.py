@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from simulator.core.evaluate import check_floor
 from simulator.core.floors import attended_pairs, attention_floor, peak_macs_per_s
-from simulator.drivers.configs import Specs, evaluate, prepare
+from simulator.drivers.configs import EvalOptions, Specs, evaluate, prepare
 from simulator.run import main as run_main
 from simulator.spec.workload import make_workload
-from simulator.strategies import auto
+from simulator.strategies import context
 from simulator.support.errors import BoundBreach
 
 
@@ -73,7 +73,9 @@ def test_no_record_under_the_workloads_floor(model, seq, batch, decode, config):
     phase = {"phase": "decode", "context": seq} if decode else {}
     w = make_workload(model, "1" if decode else seq, {"batch": batch}, **phase)
     specs = Specs()
-    r = evaluate(specs, config, w, engine="analytic")  # the guard raises inside
+    r = evaluate(
+        specs, config, w, options=EvalOptions(engine="analytic")
+    )  # the guard raises inside
     _c, _m, arch = prepare(specs, config, w)
     floor = attention_floor(w, arch)
     assert r.latency_s >= floor.latency_s * (1 - 1e-9)
@@ -83,7 +85,7 @@ def test_no_record_under_the_workloads_floor(model, seq, batch, decode, config):
 def test_a_record_under_the_floor_is_refused():
     w = make_workload("bert", "4K")
     specs = Specs()
-    r = evaluate(specs, "binding", w, engine="analytic")
+    r = evaluate(specs, "binding", w, options=EvalOptions(engine="analytic"))
     _c, _m, arch = prepare(specs, "binding", w)
     floor = attention_floor(w, arch)
     with pytest.raises(BoundBreach, match="floor"):
@@ -97,7 +99,9 @@ def test_a_cascade_that_loses_the_heads_is_caught(run_cli, monkeypatch):
     attends nothing and ran one head of twelve): the planned point's own bounds moved with
     it; the workload's floor does not -- one line, exit 3."""
     monkeypatch.setenv("FUSEMAX_SIM_CACHE", "off")  # searched afresh, with the bug
-    monkeypatch.setattr(auto, "instances_of", lambda shapes, facts: dict(facts.keyless_instances))
+    monkeypatch.setattr(
+        context, "instances_of", lambda shapes, facts: dict(facts.keyless_instances)
+    )
     argv = ["--seq", "4K", "--mapping", "auto", "--engine", "analytic"]
     code, out, err = run_cli(run_main, argv)
     assert code == 3 and not out, out

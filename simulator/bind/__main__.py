@@ -28,10 +28,10 @@ from simulator.strategies.auto import (
     DEFAULT_ARCH,
     STRATEGIES,
     bind,
-    bind_context,
     mapping_yaml,
     reference,
 )
+from simulator.strategies.context import bind_context
 from simulator.support.atomic import check_writable, output_path, write_text
 from simulator.support.cli import ArgumentParser, guarded
 from simulator.support.paths import data_dir, resolve_spec
@@ -113,16 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     arch_ref = reference(arch_path, data_dir("arch"), folder)
     pipelined, reuse = not args.sequential, not args.no_reuse
     if args.rule:
-        data = bind(
-            cascade,
-            arch,
-            workload,
-            args.strategy,
-            cascade_ref,
-            arch_ref,
-            pipelined=pipelined,
-            reuse=reuse,
-        )
+        ctx = bind_context(cascade, arch, workload, cascade_ref, arch_ref)
+        data = bind(ctx, args.strategy, pipelined=pipelined, reuse=reuse)
         how = f"the {args.strategy} strategy's rule"
     else:
         options = SearchOptions(args.strategy, pipelined, reuse, args.objective, args.search_s)

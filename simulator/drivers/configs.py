@@ -72,8 +72,9 @@ from simulator.spec.workload import (
     parse_shape,
     settle_shape,
 )
-from simulator.strategies.auto import DEFAULT_ARCH, STRATEGIES, bind_context
+from simulator.strategies.auto import DEFAULT_ARCH, STRATEGIES
 from simulator.strategies.binder_facts import load_facts
+from simulator.strategies.context import bind_context
 from simulator.support.errors import BoundBreach, CannotSimulate, SimulationLimit, SpecError
 from simulator.support.paths import data_dir, is_file, resolve_spec
 from simulator.timing.options import UNLIMITED, TimingOptions
@@ -606,38 +607,19 @@ class EvalOptions:
         return dataclasses.replace(self, engine="analytic")
 
 
-def evaluate_with(
+def evaluate(
     specs: Specs,
     config: str,
     workload: Workload,
     sizing: Sizing | None = None,
     options: EvalOptions = EvalOptions(),
 ) -> Result:
-    """One configuration at one workload point on the architecture sized so: the driver's
-    form of :func:`evaluate` (the sizing and one options object)."""
+    """One configuration (a mapping file) at one workload point, on the architecture
+    `sizing` resizes (:class:`Sizing`: `--pe-dim`, `--buffer-bytes`, `--bandwidth`, further
+    overrides of :meth:`Architecture.with_overrides`, a value format), evaluated as
+    `options` says (:class:`EvalOptions`: the accounting, the engine, its limits)."""
     variant = [(options.engine, options.accounting)]
     return evaluate_variants(specs, config, workload, variant, sizing, options.timing)[0]
-
-
-def evaluate(
-    specs: Specs,
-    config: str,
-    workload: Workload,
-    pe_dim: int | None = None,
-    buffer_bytes: int | None = None,
-    bandwidth: float | None = None,
-    accounting: str = "corrected",
-    engine: str = "analytic",
-    *,
-    resize: dict[str, int] | None = None,
-    precision: str | int | None = None,
-    timing: TimingOptions = UNLIMITED,
-) -> Result:
-    """One configuration (a mapping file) at one workload point (`resize`: the further
-    keyword overrides of :meth:`Architecture.with_overrides`, e.g. `pe_dim_1d`;
-    `precision`: a value format the architecture lists, by name or bits)."""
-    sizing = Sizing.of(pe_dim, buffer_bytes, bandwidth, resize, precision)
-    return evaluate_variants(specs, config, workload, [(engine, accounting)], sizing, timing)[0]
 
 
 # Seconds one phase's cycle simulation may take when --max-sim-s is not given (run,
@@ -656,7 +638,7 @@ def analytic_past_budget(
 
     def run(config: str) -> Result:
         try:
-            return evaluate_with(specs, config, workload, sizing, options)
+            return evaluate(specs, config, workload, sizing, options)
         except SimulationLimit as err:
             # what the refusal says after "stopped at --max-sim-s S:" (the config's name,
             # auto:fusemax, has a colon of its own)
@@ -666,10 +648,10 @@ def analytic_past_budget(
                 f"budget ({why}); shown: the analytic engine's numbers (--max-sim-s SECONDS "
                 "simulates longer)"
             )
-            return evaluate_with(specs, config, workload, sizing, options.analytic())
+            return evaluate(specs, config, workload, sizing, options.analytic())
         except CannotSimulate as err:
             notes.append(f"{config}: {err.message}; shown: the analytic engine's numbers")
-            return evaluate_with(specs, config, workload, sizing, options.analytic())
+            return evaluate(specs, config, workload, sizing, options.analytic())
 
     return run
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.core.result import Result
-from simulator.drivers.configs import ALIASES, Sizing, Specs, evaluate, settled
+from simulator.drivers.configs import ALIASES, EvalOptions, Sizing, Specs, evaluate, settled
 from simulator.drivers.endtoend import LayerOptions, evaluate_layer
 from simulator.mapper.resolve import rank_shapes
 from simulator.spec.ceilings import Ceilings
@@ -289,13 +289,13 @@ def run_attention(
         specs,
         d.config,
         d.workload,
-        d.pe_dim,
-        d.buffer_bytes,
-        d.bandwidth,
-        spec.accounting,
-        engine,
-        resize=dict(d.resize),
-        timing=timing,
+        Sizing.of(
+            pe_dim=d.pe_dim,
+            buffer_bytes=d.buffer_bytes,
+            bandwidth=d.bandwidth,
+            resize=dict(d.resize),
+        ),
+        EvalOptions(accounting=spec.accounting, engine=engine, timing=timing),
     )
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from simulator.cascade.rewrite.rule_search import Candidate, RewriteResult
 from simulator.core.result import Result
-from simulator.drivers.configs import Specs, evaluate
+from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.mapper.search import DEFAULT_SEARCH_S, objective_key
 from simulator.spec.workload import Workload
 from simulator.support.errors import SpecError
@@ -97,7 +97,7 @@ def rank(
                 search_s=search_s,
             )
             try:
-                r = evaluate(specs, "auto", workload, engine="analytic")
+                r = evaluate(specs, "auto", workload, options=EvalOptions(engine="analytic"))
             except SpecError as err:
                 out.append(Ranked(i, candidate, None, err.message.splitlines()[0]))
                 continue

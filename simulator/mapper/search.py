@@ -38,7 +38,8 @@ from simulator.mapper.space import (
 )
 from simulator.spec.mapping import Mapping, MappingSpec, loads_mapping, mapping_from_data
 from simulator.spec.tables import AreaTable, EnergyTable
-from simulator.strategies.auto import BindContext, mapping_yaml
+from simulator.strategies.auto import mapping_yaml
+from simulator.strategies.context import BindContext
 from simulator.support.errors import BoundBreach, DoesNotFit, SpecError
 
 OBJECTIVES = ("latency", "energy", "edp", "traffic")

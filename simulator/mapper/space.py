@@ -34,7 +34,8 @@ from simulator.plan.nest import resolve_extents
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload
-from simulator.strategies.auto import BindContext, template
+from simulator.strategies.auto import template
+from simulator.strategies.context import BindContext
 from simulator.strategies.roles import scales
 from simulator.support.errors import Loc, SpecError
 

@@ -247,9 +247,8 @@ def map_gemm(
         if not fits.any():
             continue
         f0, f1, f2 = f0[:, fits], f1[:, fits], f2[:, fits]
-        found = _best_in(
-            ext, s, f0, f1, f2, settings, prices, capacity, compute_s, per_value_s, secondary
-        )
+        split = _Split.of(ext, s, f0, f1, f2)
+        found = _best_in(split, settings, prices, capacity, compute_s, per_value_s, secondary)
         evaluated += found[1]
         if found[0] is None:
             continue
@@ -267,7 +266,7 @@ def map_gemm(
     factors = tuple((int(b0[d]), int(b1[d]), int(b2[d])) for d in range(3))
     if ext != gemm.extents:  # padded to whole rows of the array: the padded work counts
         gemm = dataclasses.replace(gemm, extents=ext)
-    return _finish(gemm, arr, arch, factors, spatial, o0, o1, keep, cycles, evaluated, key)
+    return _finish(gemm, arr, arch, _Choice(factors, spatial, o0, o1, keep, cycles), evaluated, key)
 
 
 @functools.lru_cache(maxsize=64)
@@ -471,10 +470,28 @@ def _tile_visits(
     return vis1, vis2
 
 
-def _best_in(ext, s, f0, f1, f2, settings, prices, capacity, compute_s, per_value_s, secondary):
+@dataclass(frozen=True)
+class _Split:
+    """The candidates of one spatial choice: its (padded) extents, the spatial factor of
+    each dim, every candidate's DRAM, buffer and register factors ((3, n) arrays), the PEs
+    holding a register tile (the spatial factors' product) and the computes."""
+
+    ext: tuple[int, int, int]
+    s: np.ndarray
+    f0: np.ndarray
+    f1: np.ndarray
+    f2: np.ndarray
+    inst2: float
+    computes: float
+
+    @staticmethod
+    def of(ext, s, f0, f1, f2) -> _Split:
+        return _Split(ext, s, f0, f1, f2, float(np.prod(s)), float(math.prod(ext)))
+
+
+def _best_in(split, settings, prices, capacity, compute_s, per_value_s, secondary):
     """The best candidate of one spatial choice: ((key, index, o0, o1, keep) | None, count)."""
-    inst2 = float(np.prod(s))
-    computes = float(math.prod(ext))
+    s, f0, f1, f2 = split.s, split.f0, split.f1, split.f2
     tile1 = {}
     for t in TENSORS:
         a, b = INDEXED[t]
@@ -495,9 +512,7 @@ def _best_in(ext, s, f0, f1, f2, settings, prices, capacity, compute_s, per_valu
                         not kept and t in settings.buffer.keep
                     ):
                         continue
-                    terms[(t, kept)] = _terms(
-                        t, kept, vis1, vis2, f0, f1, f2, s, ext, inst2, computes, prices
-                    )
+                    terms[(t, kept)] = _terms(t, kept, vis1, vis2, split, prices)
             for keep in keeps:
                 count += n
                 used = sum(tile1[t] for t in keep) if keep else np.zeros(n)
@@ -522,10 +537,13 @@ def _best_in(ext, s, f0, f1, f2, settings, prices, capacity, compute_s, per_valu
     return best, count
 
 
-def _terms(t, kept, vis1, vis2, f0, f1, f2, s, ext, inst2, computes, prices):
+def _terms(t, kept, vis1, vis2, split, prices):
     """DRAM traffic (values) and access energy (pJ) of tensor `t` per copy, for every
-    candidate: the rules of `accesses.analyze` for DRAM -> buffer -> spatial -> registers.
-    `vis1`, `vis2`: visits of its buffer and register tiles (loops above them)."""
+    candidate of a spatial choice (`split`): the rules of `accesses.analyze` for DRAM ->
+    buffer -> spatial -> registers. `vis1`, `vis2`: visits of its buffer and register tiles
+    (loops above them)."""
+    f0, f1, f2, s, ext = split.f0, split.f1, split.f2, split.s, split.ext
+    inst2, computes = split.inst2, split.computes
     rel = INDEXED[t]
     u = MISSING[t]
     size = float(ext[rel[0]] * ext[rel[1]])
@@ -578,19 +596,9 @@ def with_gemm(m: GemmMapping, gemm: Gemm, arch: Architecture) -> GemmMapping:
     spatial = tuple((axis, DIMS.index(d), fac) for axis, d, fac in m.spatial)
     o0 = tuple(DIMS.index(d) for d in m.dram_order)
     o1 = tuple(DIMS.index(d) for d in m.buffer_order)
-    return _finish(
-        gemm,
-        arch.array(m.array),
-        arch,
-        m.factors,
-        spatial,
-        o0,
-        o1,
-        m.keep,
-        math.prod(a * b * c for a, b, c in m.factors),
-        m.candidates,
-        m.objective,
-    )
+    cycles = math.prod(a * b * c for a, b, c in m.factors)
+    choice = _Choice(m.factors, spatial, o0, o1, m.keep, cycles)
+    return _finish(gemm, arch.array(m.array), arch, choice, m.candidates, m.objective)
 
 
 def _spreads(m: GemmMapping) -> tuple[int, int, int]:
@@ -600,8 +608,24 @@ def _spreads(m: GemmMapping) -> tuple[int, int, int]:
     )
 
 
-def _finish(gemm, arr, arch, factors, spatial, o0, o1, keep, cycles, evaluated, key) -> GemmMapping:
+@dataclass(frozen=True)
+class _Choice:
+    """A chosen mapping in the search's terms: (DRAM, buffer, register) factors per dim,
+    the spatial ((axis, dim, factor), ...), the DRAM and buffer loop orders (dim indices,
+    outermost first), the tensors the buffer keeps and the compute cycles per copy."""
+
+    factors: tuple[tuple[int, int, int], ...]
+    spatial: tuple[tuple[str, int, int], ...]
+    o0: tuple[int, ...]
+    o1: tuple[int, ...]
+    keep: tuple[str, ...]
+    cycles: int
+
+
+def _finish(gemm, arr, arch, choice: _Choice, evaluated, key) -> GemmMapping:
     """Build the chosen mapping as a loop nest and count it with `accesses.analyze`."""
+    factors, spatial, o0, o1 = choice.factors, choice.spatial, choice.o0, choice.o1
+    keep, cycles = choice.keep, choice.cycles
     ranks = gemm.ranks
     inst_dims = tuple(d for d, _ in gemm.instances)
     tensors = dict(zip(TENSORS, gemm.tensors, strict=True))

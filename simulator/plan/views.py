@@ -29,13 +29,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from simulator.cascade.ir import Cascade, Einsum
+from simulator.cascade.ir import Einsum
 from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem
 from simulator.plan.facts import CascadeFacts, placement_of
 from simulator.plan.masks import active_fraction, constraints
 from simulator.plan.nest import Nest, Partitions, reuse_signature, tensor_components
 from simulator.plan.phases import PhasePlan
-from simulator.spec.arch import Architecture
+from simulator.spec.arch import Architecture, Array
 from simulator.spec.mapping import Mapping, Placement
 from simulator.spec.workload import Workload
 
@@ -65,32 +65,43 @@ class EinsumView:
         return self.active
 
 
+@dataclass(frozen=True)
+class ViewScope:
+    """What every Einsum view of a phase reads: the cascade's facts (its Einsums, each
+    tensor's canonical name), where each canonical tensor lives in the phase, the mapping's
+    partitions and the point's extents, and the batch and head loops every Einsum runs
+    under."""
+
+    facts: CascadeFacts
+    placements: dict[str, Placement]
+    partitions: dict[str, tuple[str, ...]]
+    extents: dict[str, int]
+    batch: int
+    heads: int
+
+
 def einsum_view(
-    cascade: Cascade,
+    scope: ViewScope,
     e: Einsum,
     nest: Nest,
-    array: str,
-    placements: dict[str, Placement],
-    canonical: dict[str, str],
-    partitions: dict[str, tuple[str, ...]],
-    extents: dict[str, int],
-    batch: int,
-    heads: int,
-    mesh: tuple[int, int],
+    array: Array,
     shared: frozenset[str] = frozenset(),
     forwarded: frozenset[str] = frozenset(),
 ) -> EinsumView:
+    canonical, partitions, extents = scope.facts.aliases, scope.partitions, scope.extents
+    batch, heads = scope.batch, scope.heads
     tensors = [(a.tensor, False) for a in e.reads()] + [(e.output.tensor, True)]
     accesses = tuple(
-        (tensor, is_output, placements[canonical.get(tensor, tensor)])
+        (tensor, is_output, scope.placements[canonical.get(tensor, tensor)])
         for tensor, is_output in tensors
     )
-    args = (cascade, e, nest, accesses, canonical, shared, forwarded, mesh[1] > 1)
+    two_d = array.mesh_y > 1
+    args = (scope, e, nest, accesses, shared, forwarded, two_d)
     if isinstance(partitions, Partitions):  # the same for every tile size: kept
-        key = ("einsum view", e, nest, accesses, shared, forwarded, mesh[1] > 1)
-        shape = partitions.kept(key, lambda: _view_shape(*args, partitions))
+        key = ("einsum view", e, nest, accesses, shared, forwarded, two_d)
+        shape = partitions.kept(key, lambda: _view_shape(*args))
     else:
-        shape = _view_shape(*args, partitions)
+        shape = _view_shape(*args)
     dram_loops = tuple(Loop(d, v) for d, v in ((BATCH, batch), (HEADS, heads))) + tuple(
         Loop(c, extents[c]) for c in shape.dram_loops
     )
@@ -103,7 +114,7 @@ def einsum_view(
         LevelMapping("registers", (), (), shape.every),
     )
     return EinsumView(
-        e.name, array, Problem(e.name, instance, shape.dataspaces), mapping, shape.names
+        e.name, array.name, Problem(e.name, instance, shape.dataspaces), mapping, shape.names
     )
 
 
@@ -122,16 +133,15 @@ class _ViewShape:
 
 
 def _view_shape(
-    cascade: Cascade,
+    scope: ViewScope,
     e: Einsum,
     nest: Nest,
     accesses: tuple[tuple[str, bool, Placement], ...],
-    canonical: dict[str, str],
     shared: frozenset[str],
     forwarded: frozenset[str],
     two_d: bool,
-    partitions: dict[str, tuple[str, ...]],
 ) -> _ViewShape:
+    cascade, canonical, partitions = scope.facts.cascade, scope.facts.aliases, scope.partitions
     dataspaces: list[DataSpace] = []
     names: list[tuple[str, str]] = []
     keep_dram: set[str] = set()
@@ -205,6 +215,7 @@ def phase_views(
         e = cascade.einsum(em.einsum)
         for tensor in [a.tensor for a in e.reads()] + [e.output.tensor]:
             places[facts.aliases.get(tensor, tensor)] = placement_of(plan.phase, facts, tensor)
+    scope = ViewScope(facts, places, partitions, extents, mapping.batch, mapping.heads)
     seen: set[tuple] = set()
     views = []
     for em in plan.phase.einsums:
@@ -233,40 +244,21 @@ def phase_views(
             ):
                 forwarded.add(canon)
         array = arch.array(em.array)
-        view = einsum_view(
-            cascade,
-            e,
-            nest,
-            em.array,
-            places,
-            facts.aliases,
-            partitions,
-            extents,
-            mapping.batch,
-            mapping.heads,
-            (array.mesh_x, array.mesh_y),
-            frozenset(shared),
-            frozenset(forwarded),
-        )
+        view = einsum_view(scope, e, nest, array, frozenset(shared), frozenset(forwarded))
         if em.einsum in dict(plan.activity):
-            view = _masked(view, plan, e, nest, places, facts, partitions, extents)
+            view = _masked(view, plan, e, nest, scope)
         views.append(view)
     return views
 
 
 def _masked(
-    view: EinsumView,
-    plan: PhasePlan,
-    e: Einsum,
-    nest: Nest,
-    places: dict[str, Placement],
-    facts: CascadeFacts,
-    partitions: dict[str, tuple[str, ...]],
-    extents: dict[str, int],
+    view: EinsumView, plan: PhasePlan, e: Einsum, nest: Nest, scope: ViewScope
 ) -> EinsumView:
     """The view of a filtered Einsum with the share of its accesses that happen: its tiles'
     fraction, and for DRAM-kept data the fraction of fetches with a kept point (as the
     phase's traffic counts them)."""
+    places, facts = scope.placements, scope.facts
+    partitions, extents = scope.partitions, scope.extents
     cons = constraints(e, partitions, extents)
     dram = []
     for ds, canon in view.dataspace_tensor:

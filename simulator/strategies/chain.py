@@ -28,7 +28,7 @@ from typing import Any
 
 from simulator.cascade.ir import Cascade
 from simulator.cascade.passes import analyze_passes
-from simulator.spec.arch import Architecture
+from simulator.strategies.context import BindContext
 from simulator.strategies.flat import soonest_arrays
 from simulator.strategies.fusemax import arrays_of, keep_point, supports
 from simulator.strategies.roles import Roles, einsum_ranks, reduced_ranks, tile
@@ -61,17 +61,12 @@ def streamed_rank(cascade: Cascade, roles: Roles, extents: dict[str, int]) -> st
 
 
 def chain_mapping(
-    cascade: Cascade,
-    arch: Architecture,
-    roles: Roles,
-    extents: dict[str, int],
-    shapes: dict[str, str],
-    instances: dict[str, str],
-    cascade_ref: str,
-    arch_ref: str,
+    ctx: BindContext,
+    *,
     reuse: bool = True,
     scale: int = 1,
 ) -> dict[str, Any]:
+    cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
     x = streamed_rank(cascade, roles, extents)
     if x is None:
         raise SpecError(
@@ -185,10 +180,10 @@ def chain_mapping(
     body: dict[str, Any] = {
         "label": LABEL,
         "description": f"{cascade.name} bound by the chain template (one pass over {x})",
-        "cascade": cascade_ref,
-        "architecture": arch_ref,
-        "shapes": shapes,
-        "instances": instances,
+        "cascade": ctx.cascade_ref,
+        "architecture": ctx.arch_ref,
+        "shapes": ctx.shapes,
+        "instances": ctx.instances,
         "factors": factors,
         "partitions": partitions,
         "spatial": {

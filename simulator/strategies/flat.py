@@ -25,9 +25,10 @@ from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.ops import ops_per_point
-from simulator.spec.arch import Architecture, Array, missing_operations
+from simulator.spec.arch import Array, missing_operations
+from simulator.strategies.context import BindContext
 from simulator.strategies.fusemax import arrays_of, supports
-from simulator.strategies.roles import Roles, einsum_ranks, in_place, is_gemm, reduced_ranks, tile
+from simulator.strategies.roles import einsum_ranks, in_place, is_gemm, reduced_ranks, tile
 from simulator.strategies.spatial import filling
 from simulator.strategies.unfused import _fibre_array, chained, indexed_vars
 from simulator.support.errors import SpecError
@@ -109,14 +110,8 @@ def _contraction(cascade: Cascade, name: str) -> bool:
 
 
 def flat_mapping(
-    cascade: Cascade,
-    arch: Architecture,
-    roles: Roles,
-    extents: dict[str, int],
-    shapes: dict[str, str],
-    instances: dict[str, str],
-    cascade_ref: str,
-    arch_ref: str,
+    ctx: BindContext,
+    *,
     reuse: bool = True,
     soonest: bool = False,
     scale: int = 1,
@@ -136,6 +131,7 @@ def flat_mapping(
     are fewer than the PEs: AV of 128-wide heads on 256 PEs). Tensors a block hands on are
     computed in place over the one they replace where that one is dead
     (:func:`simulator.strategies.roles.in_place`)."""
+    cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
     two, one = arrays_of(arch)
     contractions = [n for n in roles.compute if _contraction(cascade, n)]
     fibre = next(
@@ -284,10 +280,10 @@ def flat_mapping(
     body: dict[str, Any] = {
         "label": "auto: FLAT",
         "description": f"{cascade.name} bound by the FLAT strategy (fused, row granularity)",
-        "cascade": cascade_ref,
-        "architecture": arch_ref,
-        "shapes": shapes,
-        "instances": instances,
+        "cascade": ctx.cascade_ref,
+        "architecture": ctx.arch_ref,
+        "shapes": ctx.shapes,
+        "instances": ctx.instances,
         "factors": {
             # the cascade's own chunks (`K[e, m1*M0 + m0]`) span the 2D array's rows
             **{

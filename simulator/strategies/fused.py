@@ -28,7 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
-from simulator.spec.arch import Architecture, Array
+from simulator.spec.arch import Array
+from simulator.strategies.context import BindContext
 from simulator.strategies.flat import flat_mapping, soonest_arrays
 from simulator.strategies.fusemax import applies as fusemax_applies
 from simulator.strategies.fusemax import arrays_of, fusemax_mapping, supports
@@ -40,14 +41,7 @@ LABEL = "auto: fused"
 
 
 def fused_mapping(
-    cascade: Cascade,
-    arch: Architecture,
-    roles: Roles,
-    extents: dict[str, int],
-    shapes: dict[str, str],
-    instances: dict[str, str],
-    cascade_ref: str,
-    arch_ref: str,
+    ctx: BindContext,
     *,
     pipelined: bool = True,
     reuse: bool = True,
@@ -58,19 +52,19 @@ def fused_mapping(
     """`rule`: `first` -- the first rule that applies (module docstring) -- or `blocks`
     (blocks of rows whatever the cascade); `reduction`, `scale`: see
     :func:`_blocks_of_rows`."""
-    point = (cascade, arch, roles, extents, shapes, instances, cascade_ref, arch_ref)
+    cascade, roles = ctx.cascade, ctx.roles
     if rule == "blocks":
-        return _blocks_of_rows(*point, (reduction, scale))
+        return _blocks_of_rows(ctx, reduction, scale)
     if fusemax_applies(roles) is None:
-        data = fusemax_mapping(*point, pipelined=pipelined, reuse=reuse)
+        data = fusemax_mapping(ctx, pipelined=pipelined, reuse=reuse)
         return _relabel(data, cascade, "a one-pass recurrence interleaved over both arrays")
     if roles.iterative is None:
         try:
-            data = flat_mapping(*point, reuse=reuse, soonest=True)
+            data = flat_mapping(ctx, reuse=reuse, soonest=True)
             return _relabel(data, cascade, "fibres of a block of rows kept on chip (FLAT)")
         except SpecError:
             pass  # not FLAT's shape: the general rule
-    return _blocks_of_rows(*point, (reduction, 1))
+    return _blocks_of_rows(ctx, reduction, 1)
 
 
 def _relabel(data: dict[str, Any], cascade: Cascade, how: str) -> dict[str, Any]:
@@ -121,22 +115,16 @@ def _common_prefix(lists: list[list[str]]) -> list[str]:
 
 
 def _blocks_of_rows(
-    cascade: Cascade,
-    arch: Architecture,
-    roles: Roles,
-    extents: dict[str, int],
-    shapes: dict[str, str],
-    instances: dict[str, str],
-    cascade_ref: str,
-    arch_ref: str,
-    knobs: tuple[str, int] = ("chunks", 1),
+    ctx: BindContext,
+    reduction: str = "chunks",
+    scale: int = 1,
 ) -> dict[str, Any]:
-    """`knobs` = (reduction, scale). `reduction`: a contraction's reduction streams through
+    """`reduction`: a contraction's reduction streams through
     its output tile in `chunks` (both operands fetched per tile of the other), or stays
     `whole` (the block's rows of the first operand held in the buffer, read once; the
     second streams per block); `scale`: the tiles span 1/scale of each side of the 2D
     array (a larger array may do what a smaller one does)."""
-    reduction, scale = knobs
+    cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
     two, one = arrays_of(arch)
     steps = _iterated_ranks(cascade)
     row, outer = _row_rank(cascade, roles, extents)
@@ -410,10 +398,10 @@ def _blocks_of_rows(
         "label": LABEL,
         "description": f"{cascade.name} bound by the fused strategy: blocks of rows, "
         "fibres on chip while they fit",
-        "cascade": cascade_ref,
-        "architecture": arch_ref,
-        "shapes": shapes,
-        "instances": instances,
+        "cascade": ctx.cascade_ref,
+        "architecture": ctx.arch_ref,
+        "shapes": ctx.shapes,
+        "instances": ctx.instances,
         "factors": factors,
         "partitions": partitions,
         "spatial": spatial,

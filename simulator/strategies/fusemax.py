@@ -37,6 +37,7 @@ from typing import Any
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
 from simulator.spec.arch import Architecture, Array, missing_operations
+from simulator.strategies.context import BindContext
 from simulator.strategies.roles import Roles, einsum_ranks, reduced_ranks, tile
 from simulator.strategies.schedule_tree import (
     decoupled_schedule,
@@ -125,14 +126,8 @@ def keep_point(loops: list[str], indexing: set[str]) -> str:
 
 
 def fusemax_mapping(
-    cascade: Cascade,
-    arch: Architecture,
-    roles: Roles,
-    extents: dict[str, int],
-    shapes: dict[str, str],
-    instances: dict[str, str],
-    cascade_ref: str,
-    arch_ref: str,
+    ctx: BindContext,
+    *,
     pipelined: bool = True,
     reuse: bool = True,
     lanes: str = "rows",
@@ -148,6 +143,7 @@ def fusemax_mapping(
     whole), or stays in the PEs' `registers` (FlashAttention-3's two stages: the 1D work of
     a chunk beside the 2D Einsums that need none of it, then the rest; the 1D PEs' units
     overlapped within an Einsum)."""
+    cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
     why = applies(roles)
     if why:
         raise SpecError(f"cannot bind '{cascade.name}' with the FuseMax strategy: {why}")
@@ -304,10 +300,10 @@ def fusemax_mapping(
                 f"{cascade.name} bound by the FuseMax strategy "
                 f"({'pipelined waterfall' if coupled and pipelined else 'one phase'})"
             ),
-            "cascade": cascade_ref,
-            "architecture": arch_ref,
-            "shapes": shapes,
-            "instances": instances,
+            "cascade": ctx.cascade_ref,
+            "architecture": ctx.arch_ref,
+            "shapes": ctx.shapes,
+            "instances": ctx.instances,
             "factors": factors,
             "partitions": partitions,
             "spatial": spatial,

@@ -27,8 +27,9 @@ from typing import Any
 from simulator.cascade.gemm import ROLES, batched_gemm_shape
 from simulator.cascade.ir import Access, Cascade, index_vars, rank_of
 from simulator.cascade.passes import pass_index
-from simulator.spec.arch import Architecture, Array, missing_operations
+from simulator.spec.arch import Array, missing_operations
 from simulator.strategies.binder_facts import BinderFacts
+from simulator.strategies.context import BindContext
 from simulator.strategies.fusemax import arrays_of, supports
 from simulator.strategies.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
 from simulator.support.errors import SpecError
@@ -95,19 +96,14 @@ def _gemm_settings(
 
 
 def unfused_mapping(
-    cascade: Cascade,
-    arch: Architecture,
-    roles: Roles,
-    extents: dict[str, int],
-    shapes: dict[str, str],
-    instances: dict[str, str],
-    cascade_ref: str,
-    arch_ref: str,
-    facts: BinderFacts,
+    ctx: BindContext,
+    *,
     reuse: bool = True,
 ) -> dict[str, Any]:
+    cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
+    facts = ctx.facts
     two, one = arrays_of(arch)
-    if not reuse and "group" in shapes.values():
+    if not reuse and "group" in ctx.shapes.values():
         raise SpecError(
             f"cannot bind '{cascade.name}' with the unfused strategy without reuse: its GEMMs "
             "run a group's query heads as rows of one GEMM, whose K/V tiles serve them all "
@@ -210,10 +206,10 @@ def unfused_mapping(
     body: dict[str, Any] = {
         "label": "auto: unfused",
         "description": f"{cascade.name} bound by the unfused strategy (phases through DRAM)",
-        "cascade": cascade_ref,
-        "architecture": arch_ref,
-        "shapes": shapes,
-        "instances": instances,
+        "cascade": ctx.cascade_ref,
+        "architecture": ctx.arch_ref,
+        "shapes": ctx.shapes,
+        "instances": ctx.instances,
         "factors": factors,
         "partitions": partitions,
         "spatial": spatial,

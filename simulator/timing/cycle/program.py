@@ -30,9 +30,10 @@ from simulator.cascade.ops import count_points, iteration_extents
 from simulator.plan.costs import cycles_per_point
 from simulator.plan.facts import CascadeFacts, canonical
 from simulator.plan.masks import einsum_filters
-from simulator.plan.nest import Nest, leaf_components
+from simulator.plan.nest import leaf_components
+from simulator.plan.phases import PhasePlan
+from simulator.plan.point import PointPlan
 from simulator.spec.arch import Architecture
-from simulator.spec.mapping import Mapping, Phase
 from simulator.support.errors import SpecError
 
 
@@ -137,17 +138,15 @@ def dense_points(cascade, e, extents: dict[str, int]) -> int:
 
 
 def build_program(
-    phase: Phase,
-    mapping: Mapping,
-    facts: CascadeFacts,
-    arch: Architecture,
-    extents: dict[str, int],
-    partitions: dict[str, tuple[str, ...]],
-    nests: dict[str, Nest],
-    instances: int,
-    phase_traffic_values: float,
-    port_cycles: float = 0.0,
+    point: PointPlan, plan: PhasePlan, phase_traffic_values: float, port_cycles: float = 0.0
 ) -> Program:
+    """The waterfall program of one planned phase of a point: every Einsum of a tile one
+    operation on its array, with its dependencies; `phase_traffic_values`, `port_cycles`:
+    the phase's DRAM traffic (values, all instances) and buffer-port time, spread over its
+    epochs."""
+    phase, nests = plan.phase, plan.nests
+    mapping, facts, arch = point.mapping, point.facts, point.arch
+    extents, partitions, instances = point.extents, point.partitions, point.instances
     cascade = facts.cascade
     loops = tuple((name, extents[name]) for name in phase.loops)
     loop_names = [name for name, _ in loops]

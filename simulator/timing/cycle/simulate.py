@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from simulator.cascade.ir import Cascade
 from simulator.plan.costs import cycles_per_point
 from simulator.plan.extents import workload_shapes
-from simulator.plan.facts import CascadeFacts
 from simulator.plan.phases import PhasePlan
 from simulator.plan.point import PlannedPhase, PointPlan
 from simulator.spec.arch import Architecture
@@ -50,16 +49,7 @@ class PhaseSim:
     simulated_epochs: int
 
 
-def phase_program(
-    plan: PhasePlan,
-    mapping: Mapping,
-    facts: CascadeFacts,
-    arch: Architecture,
-    extents: dict[str, int],
-    partitions: dict[str, tuple[str, ...]],
-    instances: int,
-    port_cycles: float = 0.0,
-) -> Program:
+def phase_program(point: PointPlan, plan: PhasePlan, port_cycles: float = 0.0) -> Program:
     """The waterfall program of a pipelined phase (`port_cycles`: the global buffer's port
     time for the whole phase, see :func:`simulator.timing.interface.buffer_port_cycles`).
 
@@ -68,18 +58,8 @@ def phase_program(
     the run scaled to the active epochs moves all of the phase's traffic."""
     share = epoch_share(plan) if plan.activity else 1.0
     share = share or 1.0  # nothing runs: no traffic either
-    return build_program(
-        plan.phase,
-        mapping,
-        facts,
-        arch,
-        extents,
-        partitions,
-        plan.nests,
-        instances,
-        plan.traffic_values * instances / share,
-        port_cycles / share,
-    )
+    traffic_values = plan.traffic_values * point.instances / share
+    return build_program(point, plan, traffic_values, port_cycles / share)
 
 
 def epoch_share(plan: PhasePlan) -> float:
@@ -92,30 +72,21 @@ def epoch_share(plan: PhasePlan) -> float:
 
 
 def simulate_phase(
-    plan: PhasePlan,
-    mapping: Mapping,
-    facts: CascadeFacts,
-    arch: Architecture,
-    extents: dict[str, int],
-    partitions: dict[str, tuple[str, ...]],
-    instances: int,
-    ctx: dict[str, float],
+    point: PointPlan,
+    phase: PlannedPhase,
     port_cycles: float = 0.0,
     options: TimingOptions = UNLIMITED,
 ) -> PhaseSim:
+    plan = phase.plan
     if plan.phase.pipeline:
-        program = phase_program(
-            plan, mapping, facts, arch, extents, partitions, instances, port_cycles
-        )
+        program = phase_program(point, plan, port_cycles)
         r = Waterfall(program, options=options).run()
         if plan.activity:
             return _skipping(plan, r)
         return _phase_sim(plan.phase.name, r)
     if plan.gemm is not None:
-        return _gemm_phase(plan, arch, instances, port_cycles, options)
-    return _plain_phase(
-        plan, mapping, facts, arch, extents, partitions, instances, ctx, port_cycles, options
-    )
+        return _gemm_phase(plan, point.arch, point.instances, port_cycles, options)
+    return _plain_phase(point, phase, port_cycles, options)
 
 
 def time_phase(
@@ -133,18 +104,7 @@ def time_phase(
         )
     f = arch.frequency_hz
     port_cycles = buffer_port_cycles(phase.views, arch.buffer)
-    sim = simulate_phase(
-        phase.plan,
-        point.mapping,
-        point.facts,
-        arch,
-        point.extents,
-        point.partitions,
-        instances,
-        phase.context,
-        port_cycles,
-        options,
-    )
+    sim = simulate_phase(point, phase, port_cycles, options)
     compute = _compute_cycles(sim, point.mapping)
     return PhaseTiming(
         phase.name,
@@ -214,18 +174,11 @@ def _phase_sim(name: str, r: WaterfallResult) -> PhaseSim:
     )
 
 
-def einsum_stream(
-    plan: PhasePlan,
-    einsum: str,
-    mapping: Mapping,
-    facts: CascadeFacts,
-    arch: Architecture,
-    extents: dict[str, int],
-    partitions: dict[str, tuple[str, ...]],
-    instances: int,
-) -> Program:
+def einsum_stream(point: PointPlan, plan: PhasePlan, einsum: str) -> Program:
     """One Einsum of a plain phase as a stream of identical tiles on its array."""
-    cascade = facts.cascade
+    mapping, arch, instances = point.mapping, point.arch, point.instances
+    extents, partitions = point.extents, point.partitions
+    cascade = point.facts.cascade
     e = cascade.einsum(einsum)
     nest = plan.nests[einsum]
     array = arch.array(mapping.array_of(einsum))
@@ -254,24 +207,18 @@ def einsum_stream(
 
 
 def _plain_phase(
-    plan: PhasePlan,
-    mapping: Mapping,
-    facts: CascadeFacts,
-    arch: Architecture,
-    extents: dict[str, int],
-    partitions: dict[str, tuple[str, ...]],
-    instances: int,
-    ctx: dict[str, float],
+    point: PointPlan,
+    phase: PlannedPhase,
     port_cycles: float = 0.0,
     options: TimingOptions = UNLIMITED,
 ) -> PhaseSim:
+    plan, ctx = phase.plan, phase.context
+    mapping, arch, instances = point.mapping, point.arch, point.instances
     busy: dict[str, int] = {}
     span: dict[str, float] = {}
     epochs = simulated = 0
     for em in plan.phase.einsums:
-        program = einsum_stream(
-            plan, em.einsum, mapping, facts, arch, extents, partitions, instances
-        )
+        program = einsum_stream(point, plan, em.einsum)
         if not program.ops[0].steps:
             span[em.einsum] = 0.0
             continue
@@ -381,16 +328,7 @@ def pipelined_point(point: PointPlan) -> PipelinedPoint:
         raise SpecError(
             f"mapping '{point.mapping.name}' has no pipelined phase (add `pipeline:` to a phase)"
         )
-    program = phase_program(
-        phase.plan,
-        point.mapping,
-        point.facts,
-        point.arch,
-        point.extents,
-        point.partitions,
-        point.instances,
-        buffer_port_cycles(phase.views, point.arch.buffer),
-    )
+    program = phase_program(point, phase.plan, buffer_port_cycles(phase.views, point.arch.buffer))
     shapes = {**point.extents, **workload_shapes(point.mapping, point.workload)}
     return PipelinedPoint(
         point.cascade, point.arch, program, shapes, point.extents, point.partitions

@@ -210,7 +210,43 @@ def map_gemm(
     beyond the objective keep the first candidate in enumeration order.
 
     Kept per process for the last 512 questions (every argument is an immutable value): a
-    layer's Q, K and V projections, and every configuration of a chip, ask the same."""
+    layer's Q, K and V projections, and every configuration of a chip, ask the same. The
+    search itself sees only the extents and the copies (:func:`_choose`, kept apart): GEMMs
+    that differ only in their names share it, and each is counted under its own names."""
+    arr = _array(arch, array, settings)
+    _mac_cycles(arr, gemm, settings)  # the array computes MACs (else: named, one line)
+    chosen = _choose(gemm.extents, gemm.copies, arch, settings, table, array)
+    if chosen is None:
+        raise SpecError(
+            f"no valid mapping for GEMM '{gemm.einsum}' ({_shape(gemm)}) on {arr.name}: no "
+            f"tile fits the {arch.buffer.capacity_bytes}-byte {arch.buffer.name} and the "
+            f"{arr.register_words}-word PE registers under the mapper's rules",
+            settings.source,
+        )
+    choice, ext, evaluated, key = chosen
+    if ext != gemm.extents:  # padded to whole rows of the array: the padded work counts
+        gemm = dataclasses.replace(gemm, extents=ext)
+    return _finish(gemm, arr, arch, choice, evaluated, key)
+
+
+def forget_gemm_mappings() -> None:
+    """Empty the process's kept GEMM mappings and searches (a benchmark's fresh search)."""
+    map_gemm.cache_clear()
+    _choose.cache_clear()
+
+
+@functools.lru_cache(maxsize=512)
+def _choose(
+    extents: tuple[int, int, int],
+    copies: int,
+    arch: Architecture,
+    settings: MapperSettings,
+    table: EnergyTable | None,
+    array: str | None,
+) -> tuple[_Choice, tuple[int, int, int], int, tuple] | None:
+    """The search of :func:`map_gemm` over a GEMM's extents and copies: the chosen mapping,
+    the (padded) extents, the candidates evaluated and the objective's key; None when no
+    tile fits."""
     arr = _array(arch, array, settings)
     secondary = settings.objective[1] if len(settings.objective) > 1 else "traffic"
     if table is None:
@@ -219,16 +255,14 @@ def map_gemm(
         prices = Prices(0.0, 0.0, 1.0, 1.0, 0.0, 0.0)
     else:
         prices = prices_of(arch, arr, table)
-    ext = gemm.extents
-    copies = gemm.copies
     capacity = arch.buffer_values
     words = arr.register_words
     f = arch.frequency_hz
     per_value_s = arch.value_bytes * copies / arch.dram.bandwidth_bytes_per_s
     best: tuple | None = None
     evaluated = 0
-    per_mac = _mac_cycles(arr, gemm, settings)
-    for cycles, spatial, ext in _spatial_options(gemm.extents, arr, settings):
+    per_mac = arr.op("mac").cycles
+    for cycles, spatial, ext in _spatial_options(extents, arr, settings):
         compute_s = cycles * per_mac * copies / f
         if best is not None and compute_s > best[0][0]:
             break  # sorted by compute time: nothing later can be faster
@@ -256,17 +290,10 @@ def map_gemm(
         if best is None or key < best[0]:
             best = (key, spatial, (f0[:, j], f1[:, j], f2[:, j]), o0, o1, keep, cycles, ext)
     if best is None:
-        raise SpecError(
-            f"no valid mapping for GEMM '{gemm.einsum}' ({_shape(gemm)}) on {arr.name}: no "
-            f"tile fits the {arch.buffer.capacity_bytes}-byte {arch.buffer.name} and the "
-            f"{words}-word PE registers under the mapper's rules",
-            settings.source,
-        )
+        return None
     key, spatial, (b0, b1, b2), o0, o1, keep, cycles, ext = best
     factors = tuple((int(b0[d]), int(b1[d]), int(b2[d])) for d in range(3))
-    if ext != gemm.extents:  # padded to whole rows of the array: the padded work counts
-        gemm = dataclasses.replace(gemm, extents=ext)
-    return _finish(gemm, arr, arch, _Choice(factors, spatial, o0, o1, keep, cycles), evaluated, key)
+    return _Choice(factors, spatial, o0, o1, keep, cycles), ext, evaluated, key
 
 
 @functools.lru_cache(maxsize=64)

@@ -266,26 +266,36 @@ def _times(point: PointPlan, c: EinsumCost) -> dict[str, float]:
     operations chained through their units wherever the array allows it (any mapping may
     say `chaining: pipelined` there), else as the mapping runs them."""
     useful = c.useful_points if c.useful_points is not None else c.points
-    e = point.cascade.einsum(c.einsum)
     out = {}
-    for array in point.arch.arrays:
-        if any(array.op(k) is None for k, n in ops_per_point(point.cascade, e).items() if n):
-            if array.name == c.array:  # (a composite the mapping's own file declares)
-                out[array.name] = useful * c.cycles_per_point / array.pes
+    rows = _array_cycles(point.cascade, c.einsum, point.arch, point.mapping.chaining)
+    for name, pes, cpp in rows:
+        if cpp is None:  # an op the array lacks
+            if name == c.array:  # (a composite the mapping's own file declares)
+                out[name] = useful * c.cycles_per_point / pes
             continue
-        chaining = "pipelined" if array.chains else point.mapping.chaining_of(array.name)
-        cpp = _cycles(point.cascade, e, array, chaining)
-        if array.name == c.array:
+        if name == c.array:
             cpp = min(cpp, c.cycles_per_point)
-        out[array.name] = useful * cpp / array.pes
+        out[name] = useful * cpp / pes
     return out
 
 
 @functools.lru_cache(maxsize=4096)
-def _cycles(cascade: Cascade, e: Einsum, array, chaining: str) -> float:
-    """:func:`cycles_per_point` of an Einsum every array op of which exists (asked for
-    every candidate of a search: kept)."""
-    return cycles_per_point(cascade, e, array, chaining, None)
+def _array_cycles(
+    cascade: Cascade, einsum: str, arch, chaining: tuple
+) -> tuple[tuple[str, int, float | None], ...]:
+    """Per array (name, PEs, cycles per point of the Einsum; None where the array lacks
+    one of its ops), chained wherever the array allows it, else as the mapping's
+    `chaining` says (asked for every candidate of a search: kept)."""
+    e = cascade.einsum(einsum)
+    ops = ops_per_point(cascade, e)
+    rows = []
+    for array in arch.arrays:
+        if any(array.op(k) is None for k, n in ops.items() if n):
+            rows.append((array.name, array.pes, None))
+            continue
+        mode = "pipelined" if array.chains else dict(chaining).get(array.name, "sequential")
+        rows.append((array.name, array.pes, cycles_per_point(cascade, e, array, mode, None)))
+    return tuple(rows)
 
 
 def compute_bound_cycles(point: PointPlan) -> tuple[float, str]:

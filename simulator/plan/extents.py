@@ -137,9 +137,11 @@ def _plans(
     partitions: dict[str, tuple[str, ...]],
     instances: tuple[tuple[str, int], ...] = (),
     mapped: dict | None = None,
+    until_unfit: bool = False,
 ) -> list[PhasePlan]:
     """Every phase planned; `mapped` keeps GEMM-mapper plans across the search's trials (they
-    depend on the Einsum's own extents only)."""
+    depend on the Einsum's own extents only). `until_unfit`: stop after the first phase that
+    does not fit (the point cannot run; that phase is what the error names)."""
     out = []
     for ph in mapping.phases:
         if ph.mapper is not None and mapped is not None:
@@ -148,8 +150,10 @@ def _plans(
             if key not in mapped:
                 mapped[key] = plan_phase(ph, mapping, facts, arch, extents, partitions, instances)
             out.append(mapped[key])
-            continue
-        out.append(plan_phase(ph, mapping, facts, arch, extents, partitions, instances))
+        else:
+            out.append(plan_phase(ph, mapping, facts, arch, extents, partitions, instances))
+        if until_unfit and not out[-1].fits:
+            break
     return out
 
 
@@ -165,7 +169,7 @@ def choose_extents(
     mapped: dict = {}
     if not search:
         extents = _complete(known, partitions, cascade, mapping)
-        plans = _plans(mapping, facts, arch, extents, partitions, instances, mapped)
+        plans = _plans(mapping, facts, arch, extents, partitions, instances, mapped, True)
         _require_fit(plans, arch, mapping)
         return extents, partitions, plans
     padded = frozenset(mapping.padded)
@@ -187,7 +191,7 @@ def choose_extents(
             )
         except SpecError:
             continue
-        plans = _plans(mapping, facts, arch, extents, partitions, instances, mapped)
+        plans = _plans(mapping, facts, arch, extents, partitions, instances, mapped, True)
         if not all(p.fits for p in plans):
             continue
         traffic = sum(p.traffic_values for p in plans)

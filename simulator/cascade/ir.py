@@ -17,7 +17,6 @@ EDGE extensions carried here:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import types
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.support.errors import Loc
+from simulator.support.hashing import HashedOnce
 
 # --------------------------------------------------------------------------------------
 # Index expressions (inside brackets): integers, shape symbols and variables.
@@ -396,28 +396,8 @@ class Operator:
     loc: Loc = field(compare=False, default=Loc("<cascade>"))
 
 
-class _HashedOnce:
-    """Immutable IR hashed once: analyses cached per Einsum or cascade look it up on every
-    call, and hashing walks every expression. The hash is of the fields equality compares;
-    it is never pickled (string hashes differ between interpreters). A frozen dataclass
-    writes its own `__hash__` unless its body names one: `__hash__ = _HashedOnce.__hash__`."""
-
-    def __hash__(self) -> int:
-        found = self.__dict__.get("_hash")
-        if found is None:
-            fields = dataclasses.fields(self)  # type: ignore[arg-type]
-            found = hash(tuple(getattr(self, f.name) for f in fields if f.compare))
-            self.__dict__["_hash"] = found  # frozen: its own memo, as cached_property does
-        return found
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state.pop("_hash", None)
-        return state
-
-
 @dataclass(frozen=True)
-class Einsum(_HashedOnce):
+class Einsum(HashedOnce):
     """One Einsum: `output = expr`, reduced over `reduced` variables with `reduce_op`.
 
     `kind` is `compute` for Einsums that do arithmetic, `init` for the initialisation of an
@@ -444,7 +424,7 @@ class Einsum(_HashedOnce):
     def reads(self) -> tuple[Access, ...]:
         return self._reads
 
-    __hash__ = _HashedOnce.__hash__  # (a frozen dataclass would write its own)
+    __hash__ = HashedOnce.__hash__  # (a frozen dataclass would write its own)
 
     @functools.cached_property
     def _reads(self) -> tuple[Access, ...]:
@@ -482,7 +462,7 @@ class Reference:
 
 
 @dataclass(frozen=True)
-class Cascade(_HashedOnce):
+class Cascade(HashedOnce):
     """A checked cascade.
 
     `partitions` maps a rank to its components, outer first (`M -> (M1, M0)`); `iterative`
@@ -508,7 +488,7 @@ class Cascade(_HashedOnce):
     params: tuple[str, ...] = ()
     reference: Reference | None = None
 
-    __hash__ = _HashedOnce.__hash__  # (a frozen dataclass would write its own)
+    __hash__ = HashedOnce.__hash__  # (a frozen dataclass would write its own)
 
     # ---- lookups (derived, cheap) ----
     def tensor(self, name: str) -> TensorDecl:

@@ -29,6 +29,7 @@ from typing import Any
 from simulator.spec import expr
 from simulator.spec.yamlio import LocDict, LocList, LocStr
 from simulator.support.errors import Loc, SpecError
+from simulator.support.hashing import HashedOnce
 
 _MISSING = object()  # not looked up yet
 
@@ -90,7 +91,9 @@ class Precision:
 
 
 @dataclass(frozen=True)
-class Array:
+class Array(HashedOnce):
+    __hash__ = HashedOnce.__hash__  # kept per object: a cache key on every candidate
+
     name: str
     mesh_x: int
     mesh_y: int
@@ -220,7 +223,9 @@ class Memory:
 
 
 @dataclass(frozen=True)
-class Architecture:
+class Architecture(HashedOnce):
+    __hash__ = HashedOnce.__hash__  # kept per object: a cache key on every candidate
+
     name: str
     path: str
     frequency_hz: float

@@ -32,6 +32,7 @@ from typing import Any
 from simulator.spec import yamlio
 from simulator.spec.yamlio import LocDict, LocList
 from simulator.support.errors import Loc, SpecError
+from simulator.support.hashing import HashedOnce
 
 DIMS = ("rows", "cols", "reduction")
 TENSORS = ("left", "right", "output")
@@ -62,7 +63,9 @@ class LevelRule:
 
 
 @dataclass(frozen=True)
-class MapperSettings:
+class MapperSettings(HashedOnce):
+    __hash__ = HashedOnce.__hash__  # kept per object: a cache key on every candidate
+
     objective: tuple[str, ...] = ("latency", "energy")
     spatial: tuple[tuple[str, tuple[str, ...]], ...] = (("X", DIMS), ("Y", DIMS))
     dram: LevelRule = LevelRule()

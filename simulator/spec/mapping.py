@@ -33,6 +33,7 @@ from simulator.spec import expr, yamlio
 from simulator.spec.linear import parse_mapper
 from simulator.spec.yamlio import LocDict, LocList, LocStr
 from simulator.support.errors import Loc, SpecError
+from simulator.support.hashing import HashedOnce
 from simulator.support.units import parse_count
 
 TOP_KEYS = (
@@ -104,7 +105,9 @@ class Schedule:
 
 
 @dataclass(frozen=True)
-class Phase:
+class Phase(HashedOnce):
+    __hash__ = HashedOnce.__hash__  # kept per object: a cache key on every candidate
+
     name: str
     loops: tuple[str, ...]
     einsums: tuple[EinsumMap, ...]
@@ -127,8 +130,10 @@ class Phase:
 
 
 @dataclass(frozen=True)
-class Mapping:
+class Mapping(HashedOnce):
     """A mapping fixed for one workload point (selects applied; `search` factors open)."""
+
+    __hash__ = HashedOnce.__hash__  # kept per object: a cache key on every candidate
 
     name: str
     label: str

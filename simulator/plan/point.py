@@ -8,8 +8,10 @@ compute demand (:mod:`simulator.plan.costs`), their Timeloop views
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from simulator.cascade.ir import Cascade
 from simulator.plan.costs import EinsumCost, plan_costs
@@ -29,12 +31,20 @@ from simulator.support.errors import Loc, SpecError
 class PlannedPhase:
     plan: PhasePlan
     costs: tuple[EinsumCost, ...]  # per Einsum of the phase, per (batch, head) instance
-    views: tuple[EinsumView, ...]  # per Einsum, all instances (Timeloop's view)
     context: dict[str, float]  # names the schedule's expressions may use (`tiles` too)
+    # The phase's Timeloop views, built when first asked for: pricing, a buffer with
+    # port bandwidths and the Timeloop export read them; a search's unpriced candidates
+    # on a chip whose buffer declares no ports never do.
+    make_views: Callable[[], tuple[EinsumView, ...]] = field(repr=False, compare=False)
 
     @property
     def name(self) -> str:
         return self.plan.phase.name
+
+    @functools.cached_property
+    def views(self) -> tuple[EinsumView, ...]:
+        """Per Einsum, all instances (Timeloop's view)."""
+        return self.make_views()
 
 
 @dataclass(frozen=True)
@@ -110,20 +120,31 @@ def plan_point(
     check_registers(cascade, mapping, arch)
     facts = cascade_facts(cascade)
     extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
-    views = [
-        tuple(phase_views(plan, mapping, facts, arch, extents, partitions, workload))
-        for plan in plans
-    ]
     phases = []
-    for plan, plan_views in zip(plans, views, strict=True):
+    for plan in plans:
         costs = tuple(plan_costs(plan, mapping, facts, arch, extents))
         context = factor_context(arch, mapping, extents)
         context["tiles"] = math.prod(extents[lp] for lp in plan.phase.loops if lp in extents)
-        phases.append(PlannedPhase(plan, costs, plan_views, context))
+        views = functools.partial(
+            _views, plan, mapping, facts, arch, extents, partitions, workload
+        )
+        phases.append(PlannedPhase(plan, costs, context, views))
     notes = mapping.notes + example_shape_notes(cascade, mapping, workload)
     return PointPlan(
         cascade, mapping, arch, workload, facts, extents, partitions, tuple(phases), notes
     )
+
+
+def _views(
+    plan: PhasePlan,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
+    workload: Workload,
+) -> tuple[EinsumView, ...]:
+    return tuple(phase_views(plan, mapping, facts, arch, extents, partitions, workload))
 
 
 def check_registers(cascade: Cascade, mapping: Mapping, arch: Architecture) -> None:

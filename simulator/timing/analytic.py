@@ -21,7 +21,7 @@ def time_phase(
     f = point.arch.frequency_hz
     cycles = {c.einsum: c.cycles for c in phase.costs}
     memory_s = memory_seconds(point, phase)
-    buffer_s = buffer_port_cycles(phase.views, point.arch.buffer) / f
+    buffer_s = buffer_port_cycles(phase, point.arch.buffer) / f
     phase_cycles = schedule_cycles(phase.plan.phase.schedule, cycles, phase.context)
     compute_s = phase_cycles * point.core_instances(phase) / f
     return PhaseTiming(

@@ -14,7 +14,6 @@ from typing import Protocol
 
 from simulator.plan.accesses import analyze
 from simulator.plan.point import PlannedPhase, PointPlan
-from simulator.plan.views import EinsumView
 from simulator.spec.arch import Memory
 from simulator.timing.options import UNLIMITED, TimingOptions
 
@@ -67,15 +66,16 @@ def dram_bandwidth(point: PointPlan, phase: PlannedPhase) -> float:
     return min(bandwidth, busy * port.width_bits / 8 * arch.frequency_hz)
 
 
-def buffer_port_cycles(views: tuple[EinsumView, ...] | list[EinsumView], buffer: Memory) -> float:
+def buffer_port_cycles(phase: PlannedPhase, buffer: Memory) -> float:
     """Cycles the global buffer's ports need for one phase (all instances): its reads
     (operands to the PEs, data back to DRAM) and writes (fills from DRAM, updates from the
-    PEs), counted with Timeloop's semantics, over the port bandwidths of the architecture.
-    Zero when the buffer declares none (unlimited, as in Timeloop)."""
+    PEs), counted over its Einsums' views with Timeloop's semantics, over the port
+    bandwidths of the architecture. Zero when the buffer declares none (unlimited, as in
+    Timeloop): the views are then not built."""
     if not (buffer.read_bandwidth or buffer.write_bandwidth or buffer.shared_bandwidth):
         return 0.0
     reads = writes = 0.0
-    for view in views:
+    for view in phase.views:
         for level, ds, c in analyze(view.problem, view.mapping, drain_reads=True).counts:
             if level == "buffer":
                 k = view.scale(level, ds)

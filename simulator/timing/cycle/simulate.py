@@ -103,7 +103,7 @@ def time_phase(
             f"{arch.cores} (a fan-out of cores; --engine analytic times them)"
         )
     f = arch.frequency_hz
-    port_cycles = buffer_port_cycles(phase.views, arch.buffer)
+    port_cycles = buffer_port_cycles(phase, arch.buffer)
     sim = simulate_phase(point, phase, port_cycles, options)
     compute = _compute_cycles(sim, point.mapping)
     return PhaseTiming(
@@ -328,7 +328,7 @@ def pipelined_point(point: PointPlan) -> PipelinedPoint:
         raise SpecError(
             f"mapping '{point.mapping.name}' has no pipelined phase (add `pipeline:` to a phase)"
         )
-    program = phase_program(point, phase.plan, buffer_port_cycles(phase.views, point.arch.buffer))
+    program = phase_program(point, phase.plan, buffer_port_cycles(phase, point.arch.buffer))
     shapes = {**point.extents, **workload_shapes(point.mapping, point.workload)}
     return PipelinedPoint(
         point.cascade, point.arch, program, shapes, point.extents, point.partitions

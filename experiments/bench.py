@@ -1,12 +1,12 @@
 """`make bench`: speed benchmarks, printed as times and ratios to their targets.
 
-Targets: `python -m simulator.run --model bert --seq 1M` under 1 s of wall time
+Targets: `python -m simulator.run --model bert --seq 1M` under 0.5 s of wall time
 including interpreter start; the full 5 configurations x 24 points sweep under 5 s.
 Cycle engine: simulating BERT at 1M tokens costs less than 2x simulating it at 1K
 (steady-state extrapolation); one configuration at one point under 1 s; the functional 8x8
 attention check under 10 s. GEMM mapper: one GEMM mapped under 1 s; a 100-point sweep under
 30 s. `python -m experiments` (`make experiments`: every figure, CSV and the report) under
-20 s on 2 cores from a cold start (the mapper's cache empty); the test suite under 180 s.
+10 s on 2 cores from a cold start (the mapper's cache empty); the test suite under 180 s.
 `python -m simulator.compare` with five cascades at 128K under 5 s.
 Extreme inputs (10T tokens, a 65536-wide array, a 1 TB buffer, ...) each
 answer or stop with one line within 2 s. The mapper: one `--mapping auto` point searched
@@ -244,7 +244,7 @@ def main() -> int:
     extreme, which = bench_extreme_inputs()
     searched, point = bench_search()
     rows = [
-        ("simulator.run --model bert --seq 1M (wall, incl. interpreter)", cli_1m, 1.0),
+        ("simulator.run --model bert --seq 1M (wall, incl. interpreter)", cli_1m, 0.5),
         ("5 configurations x 24 points, analytic engine", bench_sweep(), 5.0),
         ("simulator.run, cycle engine: BERT 1M wall / 1K wall (x)", cli_1m / cli_1k, 2.0),
         ("cycle engine alone, +Binding: BERT 1M / 64K (x, flat beyond 64K)", long / mid, 2.0),
@@ -257,7 +257,7 @@ def main() -> int:
         ("functional 8x8 attention, +Binding and +Architecture", bench_functional(), 10.0),
         ("GEMM mapper: one GEMM (BERT FFN1, 1M tokens, FuseMax)", bench_mapper(), 1.0),
         ("python -m simulator.sweep: 100 points, cycle engine (wall)", bench_sweep_100(), 30.0),
-        ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 20.0),
+        ("python -m experiments: all figures, CSVs, report (wall)", bench_experiments(), 10.0),
         ("python -m pytest: the whole suite (wall)", bench_tests(), 180.0),
         ("python -m simulator.compare: 5 cascades at 128K (wall)", bench_compare(), 5.0),
         (f"slowest extreme input: simulator.run {which} (wall)", extreme, 2.0),

@@ -34,10 +34,11 @@ with the sequence length.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 from simulator.support.errors import CannotSimulate, SimulationLimit
@@ -55,14 +56,35 @@ REASONS = ("dependencies", "memory", "fill/drain", "idle")
 CLOCK_EVERY = 2048
 
 
-@dataclass(eq=False, slots=True)  # an operation is itself: found and hashed by identity
 class _Op:
-    spec: OpSpec
-    epoch: int
-    unresolved: int = 0
-    ready: int = 0
-    start: int | None = None
-    dependents: list = field(default_factory=list)  # (key, kind)
+    """One operation of one epoch; an operation is itself: found and hashed by identity."""
+
+    __slots__ = (
+        "dependents",
+        "epoch",
+        "opens",
+        "order",
+        "ready",
+        "spec",
+        "start",
+        "unresolved",
+        "waits",
+    )
+
+    def __init__(self, spec: OpSpec, epoch: int, order: int, opens: bool) -> None:
+        self.spec = spec
+        self.epoch = epoch
+        self.order = order  # spec.order, at hand in the scheduler's inner loops
+        self.opens = opens  # the tile's first 2D operation: it opens the tile (takes a slot)
+        self.unresolved = 0
+        self.ready = 0
+        self.start: int | None = None
+        # (operation, latency): an operation waiting for this one, and the cycles after this
+        # one's issue end it may start (a waiting operation is not started, so never retired)
+        self.dependents: list[tuple[_Op, int]] = []
+        # the dependents' (epoch relative to this one's, Einsum), sorted, for the snapshot
+        # (None: to work out again)
+        self.waits: tuple | None = None
 
 
 @dataclass
@@ -147,50 +169,65 @@ class Waterfall:
         self.max_period = (
             2 * program.tiles_in_flight + 8 + DRAM_RESOLUTION + self.max_back + 2 * longest
         )
+        self.rev_loops = tuple(reversed(program.loops))
+        self.tiles_in_flight = program.tiles_in_flight
+        self.drain_cycles = program.drain_cycles
+        self.keep_first = 4 * program.tiles_in_flight + 8  # epochs kept in started_first
+        self.relevant_loops = tuple((self.stride[n], self.extent[n]) for n in self.relevant)
+        self.plan = self._compile()
 
     # ---------------------------------------------------------------- epoch structure
     def _coords(self, epoch: int) -> dict[str, int]:
         return self.p.coords(epoch)
 
-    def _present(self, spec: OpSpec, c: dict[str, int]) -> bool:
-        for loop, how in spec.presence:
-            want = self.extent[loop] - 1 if how == "last" else 0
-            if c[loop] != want:
-                return False
-        return True
-
-    def _target(self, spec: OpSpec, dep, epoch: int, c: dict[str, int]) -> int | None:
-        t = dict(c)
-        for loop, how in dep.rule:
-            if how == "prev":
-                if c[loop] == 0:
-                    return None  # the previous step is the initialisation
-                t[loop] = c[loop] - 1
-            elif how == "last":
-                t[loop] = self.extent[loop] - 1
-            elif how == "first":
-                t[loop] = 0
-        src = self.spec_of[dep.source]
-        if not self._present(src, t):
-            for loop, how in src.presence:
-                t[loop] = self.extent[loop] - 1 if how == "last" else 0
-        idx = self.p.index(t)
-        if idx > epoch or (idx == epoch and dep.source == spec.einsum):
-            return None
-        return idx
-
     def _class(self, epoch: int) -> tuple:
-        c = self._coords(epoch)
-        return tuple((c[n] == 0, c[n] == self.extent[n] - 1) for n in self.relevant)
+        """Whether each relevant loop is at its first and at its last value."""
+        out = []
+        for stride, n in self.relevant_loops:
+            c = epoch // stride % n  # the loop's coordinate
+            out.append((c == 0, c == n - 1))
+        return tuple(out)
 
-    # ---------------------------------------------------------------- latency
-    def _avail(self, start: int, spec: OpSpec, kind: DepKind) -> int:
-        end = start + spec.steps
-        if kind is DepKind.REDUCE:
-            return end + self.p.reduce_cycles
-        if kind is DepKind.BROADCAST:
-            return end + self.p.broadcast_cycles
-        return end
+    def _compile(self) -> list[tuple]:
+        """What :meth:`_materialize` needs of each operation of an epoch (program order),
+        worked out once: the coordinates that make it present (loop -> value), and for each
+        dependency the loops its rule moves (loop, previous step?, value otherwise), the
+        coordinates that make its source present, and its latency."""
+        p = self.p
+        extent = self.extent
+        latency = {
+            DepKind.CHAIN: 0,
+            DepKind.REDUCE: p.reduce_cycles,
+            DepKind.BROADCAST: p.broadcast_cycles,
+        }
+
+        def wanted(presence: tuple) -> tuple:
+            return tuple((loop, extent[loop] - 1 if how == "last" else 0) for loop, how in presence)
+
+        plan = []
+        for spec in self.in_order:
+            deps = []
+            for dep in spec.deps:
+                if self.broken == (spec.einsum, dep.source):
+                    continue
+                rule = tuple(
+                    (loop, how == "prev", extent[loop] - 1 if how == "last" else 0)
+                    for loop, how in dep.rule
+                    if how in ("prev", "last", "first")
+                )
+                src = self.spec_of[dep.source]
+                deps.append(
+                    (
+                        dep.source,
+                        rule,
+                        wanted(src.presence),
+                        dep.source == spec.einsum,
+                        latency[dep.kind],
+                    )
+                )
+            opens = spec.two_d and spec.einsum == self.two_d_first
+            plan.append((spec, spec.einsum, spec.order, opens, wanted(spec.presence), deps))
+        return plan
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> WaterfallResult:
@@ -198,8 +235,8 @@ class Waterfall:
         total = p.total_epochs
         self.t = 0
         self.free = dict.fromkeys(self.arrays, 0)
-        self.ops: dict[tuple[int, str], _Op] = {}
-        self.by_epoch: dict[int, list[_Op]] = {}
+        # epoch -> Einsum -> operation, in program order (epochs from `oldest` on)
+        self.by_epoch: dict[int, dict[str, _Op]] = {}
         self.unstarted: dict[int, int] = {}  # epoch -> operations not yet started
         self.waiting: set[_Op] = set()  # every operation not yet started
         self.oldest = 0  # oldest epoch still holding records
@@ -209,13 +246,9 @@ class Waterfall:
         self.reach = self.max_steps + max(p.reduce_cycles, p.broadcast_cycles) + 1
         self.pending = {a: [] for a in self.arrays}
         self.skew_of = {a: p.skew.get(a, 0) for a in self.arrays}
-        # a dependent may start this long after its source's issue ends (see _avail)
-        self.latency = {
-            DepKind.CHAIN: 0,
-            DepKind.REDUCE: p.reduce_cycles,
-            DepKind.BROADCAST: p.broadcast_cycles,
-        }
         self.open_tiles: dict[int, int | None] = {}  # epoch -> close time (None: unknown)
+        # at most the earliest close time of an open tile (None: none known)
+        self.first_close: int | None = None
         self.dram_done: dict[int, int] = {}
         self.dram_next = 0  # epochs below it have had their DRAM transfer issued
         self.next_epoch = 0
@@ -224,6 +257,9 @@ class Waterfall:
         self.stalls: dict[tuple[str, str], int] = defaultdict(int)
         self.trace: list[TraceEvent] = []
         self.checkpoints: dict[int, tuple] = {}
+        # the checkpoints' epochs, ascending: those at a block's start, and the others
+        self.block_marks: list[int] = []
+        self.plain_marks: list[int] = []
         self.last_seen: dict[tuple, int] = {}  # (kind of epoch, state) -> latest epoch
         self.outlines: dict[tuple, int] = {}  # (kind of epoch, outline) -> latest epoch
         self.block_seen: dict[tuple, int] = {}  # state at a block's start -> latest block
@@ -244,31 +280,7 @@ class Waterfall:
         self.dram_free = Fraction(0)
         self.port_free = Fraction(0)
         clock = _Clock(self.options, p.phase, total)
-        steps = 0
-        while True:
-            steps += 1
-            if steps % CLOCK_EVERY == 0:
-                clock.tick(self.lowest)
-            while self.next_epoch < min(total, self.lowest + window):
-                self._materialize(self.next_epoch)
-                self.next_epoch += 1
-            self._issue_dram(total)
-            started = True
-            while started:
-                started = False
-                for array in self.arrays:
-                    if self.free[array] <= self.t:
-                        op = self._pick(array)
-                        if op is not None:
-                            self._start(op)
-                            started = True
-                            if self.extrapolate and op.spec.order == 0:
-                                self._maybe_jump(op.epoch, total)
-            nxt = self._next_time()
-            if nxt is None:
-                break
-            self._account(nxt)
-            self.t = nxt
+        self._loop(clock, total, window)
         clock.done()
         if self.lowest < total:  # operations left that can never start: no result
             raise CannotSimulate(
@@ -292,48 +304,248 @@ class Waterfall:
             self.periods,
         )
 
+    def _loop(self, clock: _Clock, total: int, window: int) -> None:  # noqa: C901, PLR0912, PLR0915
+        """The scheduler, event to event: materialize the epochs in the window, issue their
+        memory transfers, start what each free array can (the oldest unblocked operation,
+        :meth:`_blocked`), then advance to the next event and account the idle time.
+
+        The hot loop of the engine, so written for speed: the choice of an operation
+        (:meth:`_blocked` without its reasons), the next event's time and the accounting of
+        idle arrays are inline, on local names (the dictionaries they read are only ever
+        changed in place)."""
+        arrays = self.arrays
+        free = self.free
+        queues = [(a, self.pending[a]) for a in arrays]
+        open_tiles = self.open_tiles
+        dram_done = self.dram_done
+        waiting = self.waiting
+        stalls = self.stalls
+        extrapolate = self.extrapolate
+        streams = self.streams
+        tiles_in_flight = self.p.tiles_in_flight
+        ahead = tiles_in_flight + 1  # (see _issue_dram)
+        materialize = self._materialize
+        issue_dram = self._issue_dram
+        start = self._start
+        maybe_jump = self._maybe_jump
+        blocked = self._blocked
+        t = self.t
+        steps = 0
+        while True:
+            steps += 1
+            if steps % CLOCK_EVERY == 0:
+                clock.tick(self.lowest)
+            epoch = self.next_epoch
+            until = self.lowest + window
+            if until > total:
+                until = total
+            if epoch < until:
+                while epoch < until:
+                    materialize(epoch)
+                    epoch += 1
+                self.next_epoch = epoch
+            if streams:
+                lowest = self.lowest
+                epoch = self.dram_next
+                if epoch < lowest:
+                    epoch = lowest
+                if (
+                    epoch < total
+                    and epoch < lowest + ahead + 1
+                    and (epoch - ahead <= 0 or (epoch - ahead) in self.started_first)
+                ):
+                    issue_dram(total)  # an epoch's transfer to issue (the first's test)
+            started = True
+            while started:
+                started = False
+                for array, queue in queues:
+                    if not queue or free[array] > t:
+                        continue
+                    # the oldest (epoch, then program order) operation not blocked
+                    best = None
+                    best_epoch = best_order = 0
+                    busy = -1  # tiles open (counted once needed)
+                    for op in queue:
+                        e = op.epoch
+                        order = op.order
+                        if best is not None and (
+                            e > best_epoch or (e == best_epoch and order >= best_order)
+                        ):
+                            continue  # older ones first: only a younger-than-best one is looked at
+                        if op.ready > t:
+                            continue
+                        if streams and order == 0:
+                            done = dram_done.get(e)
+                            if done is None or done > t:
+                                continue
+                        if op.opens and e not in open_tiles:
+                            if busy < 0:
+                                busy = 0
+                                for close in open_tiles.values():
+                                    if close is None or close > t:
+                                        busy += 1
+                            if busy >= tiles_in_flight:
+                                continue
+                        best, best_epoch, best_order = op, e, order
+                    if best is not None:
+                        start(best)
+                        started = True
+                        if extrapolate and best_order == 0:
+                            maybe_jump(best_epoch, total)
+                            t = self.t
+            # the next event: an array freed, an operation ready, a tile closed, data arrived
+            soonest = None
+            queued = False
+            for array, queue in queues:
+                if queue:
+                    queued = True
+                    at = free[array]
+                    if at > t and (soonest is None or at < soonest):
+                        soonest = at
+                    for op in queue:
+                        at = op.ready
+                        if at > t and (soonest is None or at < soonest):
+                            soonest = at
+            for at in open_tiles.values():
+                if at is not None and at > t and (soonest is None or at < soonest):
+                    soonest = at
+            for at in dram_done.values():
+                if at > t and (soonest is None or at < soonest):
+                    soonest = at
+            if soonest is None:
+                if not (queued or waiting):
+                    break
+                later = [free[a] for a in arrays if free[a] > t]
+                if not later:
+                    break
+                soonest = min(later)
+            nxt = soonest
+            # account the idle arrays' time until then, by the reason they wait
+            span = nxt - t
+            for array, queue in queues:
+                at = free[array]
+                idle = nxt - (at if at > t else t)
+                if idle <= 0:
+                    continue
+                reason = None
+                memory = False
+                for op in queue:
+                    why = blocked(op, t)
+                    if why == "fill/drain":
+                        reason = why
+                        break
+                    if why == "memory":
+                        memory = True
+                if reason is None:
+                    if memory:
+                        reason = "memory"
+                    elif queue or self._unstarted_on(array):
+                        reason = "dependencies"
+                    else:
+                        reason = "idle"
+                stalls[(array, reason)] += idle if idle < span else span
+            t = nxt
+            self.t = t
+
     def _materialize(self, epoch: int) -> None:
-        c = self._coords(epoch)
+        c = {}
+        rest = epoch
+        for name, n in self.rev_loops:
+            c[name] = rest % n
+            rest //= n
+        ops: dict[str, _Op] = {}
+        waiting = self.waiting
         created = []
-        for spec in self.in_order:
-            if self._present(spec, c):
-                op = _Op(spec, epoch)
-                self.ops[(epoch, spec.einsum)] = op
-                self.waiting.add(op)
+        made = []
+        for spec, einsum, order, opens, presence, deps in self.plan:
+            for loop, want in presence:
+                if c[loop] != want:
+                    break
+            else:
+                op = _Op(spec, epoch, order, opens)
+                ops[einsum] = op
+                waiting.add(op)
                 created.append(op)
-        self.by_epoch[epoch] = created
+                if deps:
+                    made.append((op, deps))
+        by_epoch = self.by_epoch
+        by_epoch[epoch] = ops
         self.unstarted[epoch] = len(created)
-        for op in created:
-            spec = op.spec
-            for dep in spec.deps:
-                if self.broken == (spec.einsum, dep.source):
+        stride = self.stride
+        for op, deps in made:
+            for source, rule, src_presence, own, latency in deps:
+                # the epoch of the source's operation this one reads: the rule's coordinates
+                # (moved: loop -> value), then the source's own presence if it is absent there
+                if not rule and not src_presence:  # the same epoch's
+                    if own:
+                        continue
+                    src = ops.get(source)
+                    if src is None:
+                        continue
+                    begun = src.start
+                    if begun is not None:
+                        ready = begun + src.spec.steps + latency
+                        if ready > op.ready:
+                            op.ready = ready
+                    else:
+                        src.dependents.append((op, latency))
+                        src.waits = None
+                        op.unresolved += 1
                     continue
-                target = self._target(spec, dep, epoch, c)
-                if target is None:
-                    continue
-                src = self.ops.get((target, dep.source))
-                if src is None:
-                    continue  # retired long ago: its value is there
-                if src.start is not None:
-                    op.ready = max(op.ready, self._avail(src.start, src.spec, dep.kind))
+                moved = {}
+                for loop, prev, want in rule:
+                    if prev:
+                        v = c[loop]
+                        if v == 0:
+                            break  # the previous step is the initialisation
+                        moved[loop] = v - 1
+                    else:
+                        moved[loop] = want
                 else:
-                    src.dependents.append(((epoch, spec.einsum), dep.kind))
-                    op.unresolved += 1
+                    for loop, want in src_presence:
+                        if moved.get(loop, c[loop]) != want:
+                            moved.update(src_presence)
+                            break
+                    target = epoch
+                    for loop, v in moved.items():
+                        target += (v - c[loop]) * stride[loop]
+                    if target > epoch or (target == epoch and own):
+                        continue
+                    src = by_epoch.get(target)
+                    if src is not None:
+                        src = src.get(source)
+                    if src is None:
+                        continue  # retired long ago: its value is there
+                    begun = src.start
+                    if begun is not None:
+                        ready = begun + src.spec.steps + latency
+                        if ready > op.ready:
+                            op.ready = ready
+                    else:
+                        src.dependents.append((op, latency))
+                        src.waits = None
+                        op.unresolved += 1
+        pending = self.pending
         for op in created:
             if op.unresolved == 0:
-                self.pending[op.spec.array].append(op)
+                pending[op.spec.array].append(op)
 
     def _issue_dram(self, total: int) -> None:
         if not self.streams:
             return
         ahead = self.p.tiles_in_flight + 1
+        lowest = self.lowest
         # Issued epochs run without a gap from the oldest kept (those below lowest - 1
         # are dropped), so the next to issue is the later of dram_next and lowest.
-        for epoch in range(max(self.lowest, self.dram_next), min(total, self.lowest + ahead + 1)):
+        for epoch in range(max(lowest, self.dram_next), min(total, lowest + ahead + 1)):
             # double buffering: data for an epoch may arrive `ahead` epochs before it runs
             if epoch - ahead > 0 and (epoch - ahead) not in self.started_first:
                 break
-            start = max(self.dram_free, Fraction(self.t))
+            # max(dram_free, Fraction(t)), the comparison in integers
+            start = self.dram_free
+            t = self.t
+            if start.numerator < t * start.denominator:
+                start = Fraction(t)
             self.dram_free = start + self.dram_step
             arrived = self.dram_free
             if self.port_step:
@@ -342,67 +554,66 @@ class Waterfall:
             self.dram_done[epoch] = math.ceil(arrived)
             self.dram_next = epoch + 1
 
-    def _blocked(self, op: _Op) -> str | None:
-        if op.ready > self.t:
+    def _blocked(self, op: _Op, t: int) -> str | None:
+        """Why an operation cannot start at cycle `t` (None: it can)."""
+        if op.ready > t:
             return "dependencies"
-        if self.streams and op.spec.order == 0:
+        if self.streams and op.order == 0:
             done = self.dram_done.get(op.epoch)
             if done is None:  # not requested yet: the pipeline ahead holds the buffers
                 return "dependencies"
-            if done > self.t:
+            if done > t:
                 return "memory"
-        if op.spec.two_d and op.spec.einsum == self.two_d_first and op.epoch not in self.open_tiles:
-            busy = sum(1 for close in self.open_tiles.values() if close is None or close > self.t)
+        if op.opens and op.epoch not in self.open_tiles:
+            busy = 0
+            for close in self.open_tiles.values():
+                if close is None or close > t:
+                    busy += 1
             if busy >= self.p.tiles_in_flight:
                 return "fill/drain"
         return None
 
-    def _pick(self, array: str) -> _Op | None:
-        best = None
-        for op in self.pending[array]:
-            if best is not None and (op.epoch, op.spec.order) >= (best.epoch, best.spec.order):
-                continue  # older ones first: only a younger-than-best one is looked at
-            if self._blocked(op) is None:
-                best = op
-        return best
-
-    def _start(self, op: _Op) -> None:
+    def _start(self, op: _Op) -> None:  # noqa: PLR0912
         t = self.t
         spec = op.spec
         epoch = op.epoch
-        end = t + spec.steps
+        array = spec.array
+        steps = spec.steps
+        end = t + steps
         op.start = t
         self.waiting.remove(op)
-        self.pending[spec.array].remove(op)
+        self.pending[array].remove(op)
         self.recent.append(op)
-        self.unstarted[epoch] -= 1
-        self.free[spec.array] = end
-        self.busy[spec.einsum] += spec.steps
-        complete = end + self.skew_of[spec.array]
+        unstarted = self.unstarted
+        unstarted[epoch] -= 1
+        self.free[array] = end
+        self.busy[spec.einsum] += steps
+        complete = end + self.skew_of[array]
         if complete > self.end_time:
             self.end_time = complete
-        if spec.order == 0:
+        first = op.order == 0
+        if first:
             self.started_first.add(epoch)
         if spec.two_d:
-            if spec.einsum == self.two_d_first:
+            if op.opens:
                 self.open_tiles[epoch] = None
             if spec.einsum == self.two_d_last:
                 # Every PE frees the tile's registers when its own share of the last
                 # operation ends; the wavefront skew shifts a PE's first and last use alike,
                 # so the slot is free for the next tile's (equally skewed) wavefront at issue
                 # end -- plus, if the outputs leave the array, the cycles to shift them out.
-                self.open_tiles[epoch] = end + self.p.drain_cycles
+                close = end + self.drain_cycles
+                self.open_tiles[epoch] = close
+                if self.first_close is None or close < self.first_close:
+                    self.first_close = close
         if epoch < self.trace_epochs:
-            self.trace.append(TraceEvent(spec.array, spec.einsum, epoch, t, end, complete))
+            self.trace.append(TraceEvent(array, spec.einsum, epoch, t, end, complete))
         if self.functional is not None:
             self.functional.execute(spec, epoch, t)
         if op.dependents:
-            ops, latency, pending = self.ops, self.latency, self.pending
-            for dkey, kind in op.dependents:
-                dep = ops.get(dkey)
-                if dep is None:
-                    continue
-                ready = end + latency[kind]  # what _avail says
+            pending = self.pending
+            for dep, latency in op.dependents:
+                ready = end + latency  # the source's issue end, plus the latency between
                 if ready > dep.ready:
                     dep.ready = ready
                 dep.unresolved -= 1
@@ -410,71 +621,40 @@ class Waterfall:
                     pending[dep.spec.array].append(dep)
             op.dependents = []
         # retire: the oldest epoch with unstarted operations, and records nobody needs
-        unstarted = self.unstarted
-        while self.lowest < self.next_epoch and not unstarted.get(self.lowest):
-            self.lowest += 1
-        horizon = self.lowest - self.max_back - 1
-        while self.oldest < horizon:
-            for old in self.by_epoch.pop(self.oldest, ()):
-                del self.ops[(old.epoch, old.spec.einsum)]
-            unstarted.pop(self.oldest, None)
-            self.oldest += 1
+        lowest = self.lowest
+        if lowest < self.next_epoch and not unstarted.get(lowest):
+            lowest += 1
+            while lowest < self.next_epoch and not unstarted.get(lowest):
+                lowest += 1
+            self.lowest = lowest
+            # (what follows depends on `lowest` alone, and is done each time it moves:
+            # the epochs added in between are above it)
+            horizon = lowest - self.max_back - 1
+            if self.oldest < horizon:
+                oldest, by_epoch = self.oldest, self.by_epoch
+                while oldest < horizon:
+                    by_epoch.pop(oldest, None)
+                    unstarted.pop(oldest, None)
+                    oldest += 1
+                self.oldest = oldest
+            dram_done, floor = self.dram_done, lowest - 1
+            while dram_done and (oldest_done := next(iter(dram_done))) < floor:
+                del dram_done[oldest_done]  # issued in epoch order: the oldest come first
         recent, reach = self.recent, self.reach
         while recent and recent[0].start + reach <= t:
             recent.popleft()
-        open_tiles = self.open_tiles
-        for e in [e for e, close in open_tiles.items() if close is not None and close <= t]:
-            del open_tiles[e]
-        dram_done, floor = self.dram_done, self.lowest - 1
-        while dram_done and (oldest := next(iter(dram_done))) < floor:
-            del dram_done[oldest]  # issued in epoch order: the oldest come first
-        if len(self.started_first) > 4 * self.p.tiles_in_flight + 8:
-            floor = self.lowest - 2 - self.p.tiles_in_flight
+        first_close = self.first_close
+        if first_close is not None and first_close <= t:  # a tile closed by now
+            open_tiles = self.open_tiles
+            for e in [e for e, close in open_tiles.items() if close is not None and close <= t]:
+                del open_tiles[e]
+            closes = [close for close in open_tiles.values() if close is not None]
+            self.first_close = min(closes) if closes else None
+        if len(self.started_first) > self.keep_first:
+            floor = lowest - 2 - self.tiles_in_flight
             self.started_first = {e for e in self.started_first if e >= floor}
-        if spec.order == 0:
+        if first:
             self.simulated += 1
-
-    def _next_time(self) -> int | None:
-        t = self.t
-        soonest = None
-        waiting = False
-        for array, pending in self.pending.items():
-            if pending:
-                waiting = True
-                free = self.free[array]
-                if free > t and (soonest is None or free < soonest):
-                    soonest = free
-                for op in pending:
-                    ready = op.ready
-                    if ready > t and (soonest is None or ready < soonest):
-                        soonest = ready
-        for close in self.open_tiles.values():
-            if close is not None and close > t and (soonest is None or close < soonest):
-                soonest = close
-        for done in self.dram_done.values():
-            if done > t and (soonest is None or done < soonest):
-                soonest = done
-        if soonest is None and (waiting or self.waiting):
-            later = [self.free[a] for a in self.arrays if self.free[a] > t]
-            return min(later) if later else None
-        return soonest
-
-    def _account(self, nxt: int) -> None:
-        span = nxt - self.t
-        for array in self.arrays:
-            idle = max(0, nxt - max(self.t, self.free[array]))
-            if idle <= 0:
-                continue
-            reasons = [self._blocked(op) for op in self.pending[array]]
-            if any(r == "fill/drain" for r in reasons):
-                reason = "fill/drain"
-            elif any(r == "memory" for r in reasons):
-                reason = "memory"
-            elif self.pending[array] or self._unstarted_on(array):
-                reason = "dependencies"
-            else:
-                reason = "idle"
-            self.stalls[(array, reason)] += min(idle, span)
 
     def _unstarted_on(self, array: str) -> bool:
         return any(op.spec.array == array for op in self.waiting)
@@ -482,7 +662,9 @@ class Waterfall:
     # ---------------------------------------------------------------- steady state
     def _snapshot(self, epoch: int) -> tuple:
         """The scheduler's state relative to this moment and this epoch (what the future
-        depends on). Taken at many epochs' starts, so written for speed."""
+        depends on). Taken at many epochs' starts, so written for speed: an operation's
+        dependents are relative to its own epoch (itself relative to this one), so they
+        are sorted once, not at every snapshot."""
         t = self.t
         ops = []
         append = ops.append
@@ -490,40 +672,49 @@ class Waterfall:
         # the unstarted operations, in (epoch, program order): every epoch from the lowest
         # with one to the newest, each epoch's operations created in program order
         for e in range(self.lowest, self.next_epoch):
-            for op in by_epoch[e]:
+            rel = e - epoch
+            for op in by_epoch[e].values():
                 if op.start is not None:
                     continue
-                deps = op.dependents
-                if not deps:
-                    waits: tuple = ()
-                elif len(deps) == 1:
-                    waits = ((deps[0][0][0] - epoch, deps[0][0][1]),)
-                else:
-                    waits = tuple(sorted([(k[0] - epoch, k[1]) for k, _ in deps]))
+                waits = op.waits
+                if waits is None:
+                    deps = op.dependents
+                    if not deps:
+                        waits = ()
+                    elif len(deps) == 1:
+                        d = deps[0][0]
+                        waits = ((d.epoch - e, d.spec.einsum),)
+                    else:
+                        waits = tuple(sorted([(d.epoch - e, d.spec.einsum) for d, _ in deps]))
+                    op.waits = waits
                 ready = op.ready - t
-                append((e - epoch, op.spec.order, ready if ready > 0 else 0, op.unresolved, waits))
+                append((rel, op.order, ready if ready > 0 else 0, op.unresolved, waits))
         if not self.orders_unique:  # (a hand-written program may repeat an order)
             ops.sort()
         latency = max(self.p.reduce_cycles, self.p.broadcast_cycles)
-        recent = sorted(
-            (op.epoch - epoch, op.spec.order, op.start - t)
+        recent = [
+            (op.epoch - epoch, op.order, op.start - t)
             for op in self.recent
             if op.start + op.spec.steps + latency > t
-        )
-        tiles = sorted(
+        ]
+        recent.sort()
+        tiles = [
             (e - epoch, -1 if close is None else close - t)
             for e, close in self.open_tiles.items()
             if close is None or close > t
-        )
-        dram = sorted((e - epoch, d - t) for e, d in self.dram_done.items() if d > t)
+        ]
+        tiles.sort()
+        dram = [(e - epoch, d - t) for e, d in self.dram_done.items() if d > t]
+        dram.sort()
+        free = self.free
         return (
             tuple(ops),
             tuple(recent),
-            tuple(max(0, self.free[a] - t) for a in self.arrays),
+            tuple([max(0, free[a] - t) for a in self.arrays]),
             tuple(tiles),
             tuple(dram),
-            max(0, self.dram_free - t),
-            max(0, self.port_free - t),
+            _after(self.dram_free, t),
+            _after(self.port_free, t),
             self.next_epoch - epoch,
             self.lowest - epoch,
         )
@@ -532,10 +723,11 @@ class Waterfall:
         """A few numbers of :meth:`_snapshot`'s, cheap to take: equal snapshots have equal
         outlines."""
         t = self.t
+        free = self.free
         return (
             len(self.waiting),
-            tuple(max(0, self.free[a] - t) for a in self.arrays),
-            max(0, self.dram_free - t),
+            tuple([max(0, free[a] - t) for a in self.arrays]),
+            _after(self.dram_free, t),
             self.next_epoch - epoch,
             self.lowest - epoch,
         )
@@ -577,12 +769,18 @@ class Waterfall:
             key = (kind, snap)
             last_seen = self.last_seen.get(key)
             self.last_seen[key] = epoch
-        for e in [
-            e for e in self.checkpoints if e < epoch - self.max_period - 1 and e % self.block
-        ]:
-            del self.checkpoints[e]
-        for e in [e for e in self.checkpoints if e < epoch - MAX_BLOCK_PERIOD * self.block]:
-            del self.checkpoints[e]
+        # Checkpoints kept: within a period of epochs, and at a block's start within the
+        # longest period of blocks (the marks, ascending, find the others at their front).
+        marks = self.plain_marks if epoch % self.block else self.block_marks
+        if marks and marks[-1] > epoch:
+            bisect.insort(marks, epoch)
+        else:
+            marks.append(epoch)
+        block_floor = epoch - MAX_BLOCK_PERIOD * self.block
+        _drop_below(
+            self.checkpoints, self.plain_marks, max(epoch - self.max_period - 1, block_floor)
+        )
+        _drop_below(self.checkpoints, self.block_marks, block_floor)
         if len(self.last_seen) > 4 * (self.max_period + MAX_BLOCK_PERIOD):
             self.last_seen = {k: e for k, e in self.last_seen.items() if e in self.checkpoints}
         if len(self.outlines) > 4 * (self.max_period + MAX_BLOCK_PERIOD):
@@ -632,7 +830,7 @@ class Waterfall:
         while e < limit:
             if self._class(e) != kind:
                 return e
-            c = self._coords(e)[loop]
+            c = e // step % n
             if 0 < c < n - 2:
                 e = (e // step + (n - 1 - c)) * step
             else:
@@ -652,22 +850,21 @@ class Waterfall:
         self.port_free += cycles
         for a in self.arrays:
             self.free[a] += cycles
-        new_ops = {}
-        for (e, name), op in self.ops.items():
-            op.epoch = e + epochs
-            if op.start is not None:
-                op.start += cycles
-            op.ready += cycles
-            op.dependents = [((k[0] + epochs, k[1]), kind) for k, kind in op.dependents]
-            new_ops[(e + epochs, name)] = op
-        self.ops = new_ops
+        for e, ops in self.by_epoch.items():
+            for op in ops.values():
+                op.epoch = e + epochs
+                if op.start is not None:
+                    op.start += cycles
+                op.ready += cycles
+                # (its dependents move on with it, and its `waits` are relative to its epoch)
         self.by_epoch = {e + epochs: v for e, v in self.by_epoch.items()}
         self.unstarted = {e + epochs: v for e, v in self.unstarted.items()}
         self.oldest += epochs
-        self.open_tiles = {
-            e + epochs: (None if c is None else c + cycles) for e, c in self.open_tiles.items()
-        }
-        self.dram_done = {e + epochs: d + cycles for e, d in self.dram_done.items()}
+        # changed in place: the scheduler's loop holds them
+        _shift(self.open_tiles, lambda c: None if c is None else c + cycles, epochs)
+        _shift(self.dram_done, lambda d: d + cycles, epochs)
+        if self.first_close is not None:
+            self.first_close += cycles
         self.dram_next += epochs
         self.started_first = {e + epochs for e in self.started_first}
         self.next_epoch += epochs
@@ -705,6 +902,33 @@ class _Clock:
     def done(self) -> None:
         if self.reported and self.options.progress is not None:
             self.options.progress(self.name, self.total, self.total, time.monotonic() - self.t0)
+
+
+def _after(free: Fraction, t: int) -> Fraction | int:
+    """`max(0, free - t)`, the time a memory stream is still busy after cycle `t`, without
+    the subtraction of fractions where it is not (exactly: the denominator is positive)."""
+    return free - t if free.numerator > t * free.denominator else 0
+
+
+def _drop_below(checkpoints: dict[int, tuple], marks: list[int], floor: int) -> None:
+    """Drop the checkpoints of the epochs below `floor` among `marks` (ascending)."""
+    n = 0
+    for e in marks:
+        if e >= floor:
+            break
+        del checkpoints[e]
+        n += 1
+    if n:
+        del marks[:n]
+
+
+def _shift(by_epoch: dict, value, epochs: int) -> None:
+    """Move a dictionary keyed by epoch `epochs` on, its values through `value`, in place
+    (in the same order)."""
+    items = list(by_epoch.items())
+    by_epoch.clear()
+    for e, v in items:
+        by_epoch[e + epochs] = value(v)
 
 
 def _stream_step(cycles_per_epoch: float, busiest: int) -> Fraction:

@@ -49,11 +49,22 @@ ENTRY_POINTS = {
 }  # fmt: skip
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(args: list[str], out: Path, delay: float) -> tuple[int | None, str, list[str]]:
     """Start an entry point in its own process group, Ctrl-C the group after `delay`."""
     cmd = [sys.executable, *[a.replace("OUT", str(out)) for a in args]]
     p = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        # Ctrl-C as a terminal delivers it: a suite started in the background (a shell
+        # without job control) would hand its children SIGINT ignored, and nothing to test
+        preexec_fn=_sigint_default,
     )
     time.sleep(delay)
     if p.poll() is not None:

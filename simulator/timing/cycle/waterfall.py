@@ -86,6 +86,19 @@ class _Op:
         # (None: to work out again)
         self.waits: tuple | None = None
 
+    def depend_on(self, src: _Op, latency: int) -> None:
+        """Wait for `src`: ready `latency` cycles after its issue ends if it has started,
+        else one of its dependents until it starts."""
+        begun = src.start
+        if begun is not None:
+            ready = begun + src.spec.steps + latency
+            if ready > self.ready:
+                self.ready = ready
+        else:
+            src.dependents.append((self, latency))
+            src.waits = None
+            self.unresolved += 1
+
 
 @dataclass
 class TraceEvent:
@@ -482,15 +495,7 @@ class Waterfall:
                     src = ops.get(source)
                     if src is None:
                         continue
-                    begun = src.start
-                    if begun is not None:
-                        ready = begun + src.spec.steps + latency
-                        if ready > op.ready:
-                            op.ready = ready
-                    else:
-                        src.dependents.append((op, latency))
-                        src.waits = None
-                        op.unresolved += 1
+                    op.depend_on(src, latency)
                     continue
                 moved = {}
                 for loop, prev, want in rule:
@@ -516,15 +521,7 @@ class Waterfall:
                         src = src.get(source)
                     if src is None:
                         continue  # retired long ago: its value is there
-                    begun = src.start
-                    if begun is not None:
-                        ready = begun + src.spec.steps + latency
-                        if ready > op.ready:
-                            op.ready = ready
-                    else:
-                        src.dependents.append((op, latency))
-                        src.waits = None
-                        op.unresolved += 1
+                    op.depend_on(src, latency)
         pending = self.pending
         for op in created:
             if op.unresolved == 0:

@@ -159,6 +159,37 @@ def test_the_search_is_deterministic_and_cached(monkeypatch, tmp_path):
     assert mapping_yaml(fresh.data) == mapping_yaml(first.data) and not fresh.stats.cached
 
 
+def test_the_cache_keeps_a_search_by_the_cascade_not_its_file(monkeypatch, tmp_path):
+    """The same cascade read from another file, at other lines, is the same search: read
+    from the cache, its mapping naming the file it was asked for."""
+    monkeypatch.setenv("FUSEMAX_SIM_CACHE", str(tmp_path / "cache"))
+    w = make_workload("llama3-8b", "4K")
+    arch = load_architecture(resolve_spec("arch", "fusemax"))
+    shipped = resolve_spec("cascades", "attention-gqa-1pass")
+    copy = tmp_path / "copy.yaml"
+    copy.write_text("# a copy\n\n" + shipped.read_text(encoding="utf-8"), encoding="utf-8")
+    first = _search("attention-gqa-1pass", arch, w)
+    c = load_cascade(copy)
+    again = search(bind_context(c, arch, w, str(copy), arch.name), SearchOptions(), "auto-test")
+    assert not first.stats.cached and again.stats.cached
+    assert again.data["mapping"]["cascade"] == str(copy)
+    assert dict(again.data["mapping"], cascade="") == dict(first.data["mapping"], cascade="")
+
+
+def test_einsums_under_disjoint_filters_fetch_the_union_of_their_tiles():
+    """StreamingLLM's attention reads K and V under two disjoint filters (the window, and the
+    sinks that left it), in one copy: every key is fetched, so no candidate comes out under
+    the compulsory traffic (before: the copy fetched the sinks' few tiles only, and the
+    search set aside every candidate that shared it as below its bound)."""
+    path = DATA / "paper_cascades" / "sink-window-attention-3pass.yaml"
+    w = make_workload("llama3-8b", "1K", {"window": 256}, shape={"SINK": 4})
+    r = evaluate(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
+    assert r.search is not None and r.search.breaches == 0
+    one = 1024 * 128 * 2 * w.batch * w.heads  # one [M, E] tensor per head, 2-byte values
+    reads = {t.tensor: t.read_bytes + t.spill_bytes for t in r.tensors}
+    assert reads["K"] >= one and reads["V"] >= one
+
+
 def test_each_objective_wins_on_its_own_measure():
     """The energy objective's mapping uses no more energy than the latency objective's, the
     traffic objective's moves no more data."""

@@ -41,6 +41,7 @@ from simulator.spec.tables import AreaTable, EnergyTable
 from simulator.strategies.auto import mapping_yaml
 from simulator.strategies.context import BindContext
 from simulator.support.errors import BoundBreach, DoesNotFit, SpecError
+from simulator.support.hashing import content_repr
 
 OBJECTIVES = ("latency", "energy", "edp", "traffic")
 DEFAULT_SEARCH_S = 2.0
@@ -134,11 +135,12 @@ def search(
             f"--objective {options.objective} needs the architecture's energy tables; "
             f"'{ctx.arch.name}' names none"
         )
+    # The cascade by its content: the same cascade read from another file, or written at
+    # other lines, is the same search (its file is named only in the mapping's `cascade:`)
     key = cache.digest(
-        ctx.cascade,
+        content_repr(ctx.cascade, skip=frozenset({"path", "description"})),
         ctx.arch,
         ctx.workload,
-        ctx.cascade_ref,
         ctx.arch_ref,
         options,
         name,
@@ -147,6 +149,7 @@ def search(
     kept = cache.load(key)
     if kept is not None:
         data, stats = kept
+        data["mapping"]["cascade"] = ctx.cascade_ref
         spec = loads_mapping(mapping_yaml(data), f"<{name} mapping of {ctx.cascade.name}>", name)
         return Found(data, _with_notes(spec, _notes(name, stats)), stats)
     found = _search(ctx, options, name, tables, progress, log)

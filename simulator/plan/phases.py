@@ -21,12 +21,13 @@ its traffic is the chosen mapping's DRAM access counts.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
 from simulator.plan.facts import CascadeFacts, canonical, placement_of
 from simulator.plan.gemm_mapper import GemmMapping, gemm_of, map_gemm, objective_table
-from simulator.plan.masks import active_fraction, constraints
+from simulator.plan.masks import Constraint, active_fraction, constraints
 from simulator.plan.nest import (
     Nest,
     build_nest,
@@ -45,6 +46,10 @@ from simulator.plan.waves import (
 )
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping, Phase
+
+# Einsums under distinct filters sharing one copy of a tensor, counted exactly (inclusion and
+# exclusion over their subsets); more are bounded above by the sum of their fractions.
+MAX_UNION = 4
 
 
 @dataclass
@@ -138,21 +143,22 @@ def plan_phase(
                 spilled_tiles[tensor] = tile * place.copies * (1 - float(place.spill))
         if place.home == "buffer":
             continue
+        signatures = {
+            (name, is_write): reuse_signature(nests[name], comps, keep, extents)
+            for name, is_write in uses
+        }
         for name, is_write in uses:
             nest = nests[name]
             factor = transfer_factor(nest, comps, keep, extents)
-            signature = reuse_signature(nest, comps, keep, extents)
+            signature = signatures[name, is_write]
             key = (tensor, is_write, signature)
             if key in shared:
                 continue
             shared.add(key)
-            fetched = 1.0
-            if masks[name]:  # only the tiles with kept points fetch (or write) theirs
-                # the loops that refetch (the signature), and those inside the kept tile
-                # that split its values: only the kept parts of a tile are fetched
-                parts = [lv for lv in nest.tile_loops if lv in comps]
-                loops = tuple(dict.fromkeys([*(lv for lv, _ in signature), *parts]))
-                fetched = active_fraction(masks[name], loops, extents)
+            # one copy for every access with this signature: its tiles are fetched where
+            # any of them computes (only the tiles with kept points fetch, or write, theirs)
+            sharers = [n for n, w in uses if w == is_write and signatures[n, w] == signature]
+            fetched = _fetched(sharers, masks, nests, comps, signature, extents)
             if is_write:
                 tally.write += size * factor * fetched
                 tally.read += size * (factor - 1) * fetched  # partial results read back
@@ -233,6 +239,42 @@ def plan_phase(
         activity=tuple(sorted(activity.items())),
         resident_values=resident,
     )
+
+
+def _fetched(
+    names: list[str],
+    masks: dict[str, tuple[Constraint, ...]],
+    nests: dict[str, Nest],
+    comps: tuple[str, ...],
+    signature: tuple[tuple[str, int], ...],
+    extents: dict[str, int],
+) -> float:
+    """The fraction of a shared copy's tiles fetched: a tile where at least one of the
+    Einsums reading the copy (`names`) has a kept point. The loops are those that refetch
+    (the signature) and those inside the kept tile that split its values: only the kept
+    parts of a tile are fetched. Einsums under different filters (two disjoint regions of
+    one key range) fetch the union of their tiles, by inclusion and exclusion: a tile
+    active under each of several filter sets is one active under all their constraints."""
+    if any(not masks[n] for n in names):
+        return 1.0  # one of them computes every tile
+
+    def loops_of(name: str) -> tuple[str, ...]:
+        parts = [lv for lv in nests[name].tile_loops if lv in comps]
+        return tuple(dict.fromkeys([*(lv for lv, _ in signature), *parts]))
+
+    first = names[0]
+    distinct = list(dict.fromkeys(masks[n] for n in names))
+    if len(distinct) == 1:  # one filter: its tiles
+        return active_fraction(masks[first], loops_of(first), extents)
+    loops = tuple(dict.fromkeys(lv for n in names for lv in loops_of(n)))
+    if len(distinct) > MAX_UNION:  # an upper bound: never fewer tiles than fetched
+        return min(1.0, sum(active_fraction(m, loops, extents) for m in distinct))
+    union = 0.0
+    for k in range(1, len(distinct) + 1):
+        for subset in itertools.combinations(distinct, k):
+            together = tuple(dict.fromkeys(c for m in subset for c in m))
+            union += (-1) ** (k + 1) * active_fraction(together, loops, extents)
+    return min(1.0, max(0.0, union))
 
 
 def _mapped_phase(

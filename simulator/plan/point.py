@@ -125,9 +125,7 @@ def plan_point(
         costs = tuple(plan_costs(plan, mapping, facts, arch, extents))
         context = factor_context(arch, mapping, extents)
         context["tiles"] = math.prod(extents[lp] for lp in plan.phase.loops if lp in extents)
-        views = functools.partial(
-            _views, plan, mapping, facts, arch, extents, partitions, workload
-        )
+        views = functools.partial(_views, plan, mapping, facts, arch, extents, partitions, workload)
         phases.append(PlannedPhase(plan, costs, context, views))
     notes = mapping.notes + example_shape_notes(cascade, mapping, workload)
     return PointPlan(

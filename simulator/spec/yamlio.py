@@ -217,15 +217,19 @@ def located(value: Any, source: str) -> Any:
     return value
 
 
-def load(path: str | Path) -> Any:
-    """Read and parse a YAML file; a missing or unreadable file is a SpecError."""
+def read(path: str | Path) -> str:
+    """A YAML file's text; a missing or unreadable file is a SpecError."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError("no such file", Loc(source)) from None
     except IsADirectoryError:
         raise SpecError("is a directory, not a YAML file", Loc(source)) from None
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"cannot read: {err}", Loc(source)) from None
-    return loads(text, source)
+
+
+def load(path: str | Path) -> Any:
+    """Read and parse a YAML file; a missing or unreadable file is a SpecError."""
+    return loads(read(path), str(path))

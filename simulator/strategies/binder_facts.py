@@ -5,6 +5,7 @@ strategy keeps. Read once; everything else the binder decides from the cascade's
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,15 @@ def facts_file() -> Path:
 
 
 def load_facts(path: str | Path | None = None) -> BinderFacts:
+    """The facts file's facts: parsed once per text (every automatic point asks for them)."""
     path = Path(path) if path is not None else facts_file()
-    data = yamlio.load(path)
-    top = Loc(str(path), 1, 1)
+    return _parsed(str(path), yamlio.read(path))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(path: str, text: str) -> BinderFacts:
+    data = yamlio.loads(text, path)
+    top = Loc(path, 1, 1)
     if not isinstance(data, LocDict) or not isinstance(data.get("binder"), LocDict):
         raise SpecError("the binder's facts file needs a top-level 'binder:' mapping", top)
     body = data["binder"]
@@ -100,7 +107,7 @@ def load_facts(path: str | Path | None = None) -> BinderFacts:
         tuple((str(k), str(v)) for k, v in inst["grouped"].items()),
         tuple((str(k), str(v)) for k, v in inst["default"].items()),
         unfused["gemm"],
-        str(path),
+        path,
         _cascades(body.get("cascades"), body.loc),
         _sizes(unfused.get("sizes"), unfused.loc),
         tuple((str(k), str(v)) for k, v in inst.get("without_keys", {}).items()),

@@ -27,3 +27,22 @@ class HashedOnce:
         state = dict(self.__dict__)
         state.pop("_hash", None)
         return state
+
+
+def content_repr(value: object, skip: frozenset[str] = frozenset()) -> str:
+    """`value`'s repr without what its equality ignores (a dataclass field with
+    `compare=False`: source positions) and without the outermost dataclass's `skip` fields:
+    the same content read from another file, or from other lines, gives the same text."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        inner = ", ".join(
+            f"{f.name}={content_repr(getattr(value, f.name))}"
+            for f in dataclasses.fields(value)
+            if f.compare and f.name not in skip
+        )
+        return f"{type(value).__name__}({inner})"
+    if isinstance(value, tuple | list):
+        items = ", ".join(content_repr(v) for v in value)
+        return f"({items})" if isinstance(value, tuple) else f"[{items}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {content_repr(v)}" for k, v in value.items()) + "}"
+    return repr(value)

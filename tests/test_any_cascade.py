@@ -80,8 +80,9 @@ def test_fused_on_three_pass_attention_is_flat_but_for_the_sum(model, seq):
     """On FLAT's chip the fused strategy binds 3-pass attention as FLAT's rule does, but it
     puts each Einsum where the block finishes soonest: the sum SD goes to the 2D array,
     whose PEs add. Where FLAT's 1D array bounds the time (4 softmax operations per score,
-    up to 16K) that leaves 3: 0.75 of the FLAT rule's time; where DRAM bounds it, the same
-    within 2%."""
+    up to 16K) that leaves 3: 0.75 of the FLAT rule's time; beyond, never slower (the
+    fused strategy also searches blocks of fewer rows, whose fibres stay on chip where the
+    rule's send them through DRAM: at 256K, at its compute bound)."""
     w = make_workload(model, seq)
     fused = evaluate(
         Specs(cascade_override="attention-3pass", arch_override="flat"), "auto:fused", w
@@ -91,7 +92,7 @@ def test_fused_on_three_pass_attention_is_flat_but_for_the_sum(model, seq):
     if seq <= 1 << 14:
         assert ratio == pytest.approx(0.75, rel=0.02)
     else:
-        assert ratio == pytest.approx(1.0, rel=0.02)
+        assert ratio <= 1.0 + 0.005
     assert dict((c.einsum, c.array) for c in fused.einsums)["SD"] == "PE2D"
 
 

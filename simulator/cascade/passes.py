@@ -392,6 +392,21 @@ def pass_index(cascade: Cascade) -> dict[str, int]:
     return dict(_pass_index(cascade))
 
 
+def group_pass_index(cascade: Cascade) -> dict[str, dict[str, int]]:
+    """The pass each Einsum starts in, per rank group (0-based): group -> Einsum -> pass.
+    An Einsum that starts in a later pass over a group than another reads the group's
+    values after the other has read all of them (a row's maximum before its exponentials)."""
+    return {group: dict(levels) for group, levels in _group_pass_index(cascade)}
+
+
+@functools.lru_cache(maxsize=64)
+def _group_pass_index(cascade: Cascade) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+    return tuple(
+        (group, tuple((name, state.level) for name, state in _states(cascade, group).start.items()))
+        for group in cascade.rank_groups()
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def _pass_index(cascade: Cascade) -> tuple[tuple[str, int], ...]:
     """:func:`pass_index`, once per cascade."""

@@ -197,6 +197,7 @@ class Specs:
     _mappings: dict[str, MappingSpec] = field(default_factory=dict)
     objective: str = "latency"  # what the mapper optimises (--objective)
     search_s: float = DEFAULT_SEARCH_S  # the mapper's budget (--search-s)
+    whole_tiles: bool = False  # the mapper holds every tile whole (a Timeloop export's need)
     progress: Callable[[int, int], None] | None = None  # the mapper's progress bar
     _found: dict[tuple, Found] = field(default_factory=dict)
     _found_by_spec: dict[int, Found] = field(default_factory=dict)
@@ -380,6 +381,7 @@ class Specs:
             reuse=reuse,
             objective=self.objective,
             search_s=self.search_s,
+            whole_tiles=self.whole_tiles,
         )
         key = (config, str(cascade_path), str(arch_path), sizing, workload, options, self.ceilings)
         if key not in self._found:

@@ -65,6 +65,9 @@ class SearchOptions:
     objective: str = "latency"
     search_s: float = DEFAULT_SEARCH_S
     stop_within: float = STOP_WITHIN
+    # Every tile held whole in the buffer (no part of one spilled to DRAM): what a Timeloop
+    # mapping can express (the export asks for it)
+    whole_tiles: bool = False
 
     @property
     def budget(self) -> int:
@@ -234,6 +237,8 @@ def _search(
                 r = evaluate_mapping(
                     cascade, with_factors(mapping, values), arch, workload, candidate_tables
                 )
+                if options.whole_tiles and any(t.spill_bytes > 0 for t in r.tensors):
+                    raise DoesNotFit(f"{_described(tmpl, values)} spills part of a tile")
             except BoundBreach as breach:
                 breaches += 1  # a model bug: set aside (counted, said), never chosen
                 first_breach = first_breach or breach

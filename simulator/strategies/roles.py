@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from simulator.cascade.graph import dependency_graph
 from simulator.cascade.ir import Cascade, Einsum, Op, Read, index_vars, rank_of
-from simulator.cascade.passes import pass_index
+from simulator.cascade.passes import group_pass_index, pass_index
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,17 @@ def in_place(cascade: Cascade, on_chip: set[str]) -> dict[str, str]:
     earlier pass -- the source is dead once overwritten (the softmax's SN over its scores,
     A over SN). Both must be on chip (`on_chip`); a source takes one such tensor."""
     passes = pass_index(cascade)
+    by_group = group_pass_index(cascade)
+
+    def _earlier(reader: str, writer: str, src: str) -> bool:
+        """`reader` has read all of `src` when `writer` starts: in no rank group later,
+        and in a group of `src`'s ranks a pass earlier (a row's maximum over the scores
+        before the exponentials that overwrite them)."""
+        groups = {cascade.rank_group(r) for r in cascade.tensor(src).ranks}
+        return all(lv[reader] <= lv[writer] for lv in by_group.values()) and any(
+            by_group[g][reader] < by_group[g][writer] for g in groups if g in by_group
+        )
+
     out: dict[str, str] = {}
     taken: set[str] = set()
     for e in cascade.einsums:
@@ -150,7 +161,9 @@ def in_place(cascade: Cascade, on_chip: set[str]) -> dict[str, str]:
             ):
                 continue  # a filtered read keeps some of the source alive
             others = [r for r in cascade.readers(src) if r.name != e.name]
-            if all(passes[r.name] < passes[e.name] for r in others):
+            if all(
+                passes[r.name] < passes[e.name] or _earlier(r.name, e.name, src) for r in others
+            ):
                 out[t] = src
                 taken.add(src)
                 break

@@ -22,6 +22,7 @@ exit code 2) saying so and how to get it, before anything is computed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import shutil
@@ -295,12 +296,14 @@ def export_fitting(
     """Export a configuration as Timeloop mappings that fit its buffer. Timeloop holds whole
     tiles; a mapping whose plan fits only by spilling part of a tile (FLAT's published 64K
     dataflow spills 1/129 of its score block) oversubscribes the buffer there, so the point
-    is exported as the file's `otherwise:` configuration binds it (FLAT's rule), with a note;
+    is exported as the file's `otherwise:` configuration binds it (FLAT's rule), the mapper
+    holding every tile whole, with a note (an automatic configuration: itself so searched);
     without one, a one-line error."""
     spelling = spelling or spelling_for_version(None)
 
-    def attempt(name: str) -> Export:
-        cascade, mapping, arch = prepare(specs, name, workload, **overrides)
+    def attempt(name: str, whole: bool = False) -> Export:
+        mine = dataclasses.replace(specs, whole_tiles=True) if whole else specs
+        cascade, mapping, arch = prepare(mine, name, workload, **overrides)
         tables = specs.tables(arch, "corrected")
         einsums = export_configuration(
             cascade, mapping, arch, workload, tables, mapping.name, spelling=spelling
@@ -318,13 +321,14 @@ def export_fitting(
         f"{first.arch.buffer_values:,}-value buffer as a Timeloop mapping (its plan spills part "
         "of a tile, which a Timeloop mapping cannot)"
     )
-    instead = None if is_auto(config) else specs.mapping(config).otherwise
+    instead = config if is_auto(config) else specs.mapping(config).otherwise
     if instead is None:
         raise SpecError(f"{why}; no fitting mapping to export")
-    fitting = attempt(instead)
+    fitting = attempt(instead, whole=is_auto(instead))
     if any(held_in_buffer(e) > fitting.arch.buffer_values for e in fitting.einsums):
         raise SpecError(f"{why}; {instead} does not fit either")
-    note = f"{why}: exported as {instead} binds it"
+    whole = " with every tile whole" if is_auto(instead) else ""
+    note = f"{why}: exported as {instead} binds it{whole}"
     return Export(fitting.einsums, fitting.mapping, fitting.arch, fitting.tables, note)
 
 

@@ -15,7 +15,7 @@ import math
 import pytest
 
 from simulator.cascade.ops import count_points, ops_per_point
-from simulator.cascade.parse import load_cascade
+from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.drivers.configs import Specs, evaluate
 from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload
@@ -24,7 +24,7 @@ from simulator.strategies.context import instances_of, workload_extents
 from simulator.strategies.roles import in_place
 from simulator.support.paths import resolve_spec
 
-from .conftest import DATA
+from .conftest import CASCADES, DATA
 
 PAPER = DATA / "paper_cascades"
 CASES = {
@@ -71,6 +71,20 @@ def test_a_paper_form_maps_within_1_5x_of_the_floor(name, seq):
     assert floor <= r.latency_s <= 1.5 * floor, (name, r.latency_s / floor, r.search.found)
 
 
+def test_latent_attention_decode_reads_its_latent_cache_once_at_the_bandwidth_floor():
+    """DeepSeek-V2's absorbed attention at decode reads its 512-wide latent cache as keys and
+    as values. FLAT's block keeps the cache's tile in the PEs while the heads stream by; a
+    latent wider than the array's side is split across it (before: one column of PEs ran
+    the two 512-wide contractions, and the unfused kernels won at 1.51x)."""
+    path = PAPER / "mla-decode-3pass.yaml"
+    shape = {"L": 512, "R": 64, "D": 4096}
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape=shape, phase="decode")
+    arch = load_architecture(resolve_spec("arch", "fusemax"))
+    r = evaluate(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
+    floor = _floor_s(path, w, arch)
+    assert floor <= r.latency_s <= 1.1 * floor, (r.latency_s / floor, r.search.found)
+
+
 def test_a_softmax_is_computed_in_place_over_its_scores_step_by_step():
     """A softmax as papers write it -- scores, a scale step, exponentials, division -- runs
     each step over the last once its other readers are done with it (the row's maximum
@@ -81,3 +95,22 @@ def test_a_softmax_is_computed_in_place_over_its_scores_step_by_step():
     diff = load_cascade(PAPER / "diff-attention-3pass.yaml")
     handed = {"QK1", "QK2", "S1", "S2", "SN1", "SN2", "A1", "A2", "DA"}
     assert len(handed) - len(in_place(diff, handed)) == 2  # one fibre per softmax
+
+
+def test_a_masked_softmax_is_computed_in_place_where_its_readers_share_the_mask():
+    """Under a filter a step writes its result only where the filter holds; in place, the
+    rest of the slot still holds the source. Where every reader of the result reads it
+    under the same filter (a causal softmax; StreamingLLM's window and sink regions), it
+    runs in place all the same; where one reads it whole, it does not."""
+    causal = load_cascade(CASCADES / "attention-gqa-causal-3pass.yaml")
+    assert in_place(causal, {"QK", "SN", "A"}) == {"SN": "QK", "A": "SN"}
+    sink = load_cascade(PAPER / "sink-window-attention-3pass.yaml")
+    handed = {"QKS", "QKW", "SS", "SW", "SNS", "SNW", "AS", "AW"}
+    assert len(handed) - len(in_place(sink, handed)) == 2  # one fibre per region
+    unmasked_reader = loads_cascade(
+        "name: t\nshapes: {M: 8, P: 8, E: 4}\neinsum:\n  declaration:\n"
+        "    Q: [E, P]\n    K: [E, M]\n    QK: [M, P]\n    SN: [M, P]\n    SD: [P]\n"
+        "  expressions:\n    - QK[m, p] = Q[e, p] * K[e, m]\n"
+        '    - "SN[m, p] = exp(QK[m : m <= p, p])"\n    - SD[p] = SN[m, p]\n'
+    )
+    assert in_place(unmasked_reader, {"QK", "SN"}) == {}

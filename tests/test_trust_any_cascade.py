@@ -183,14 +183,15 @@ def test_every_row_prints_the_workloads_bound_and_its_own_floor_apart(run_cli):
 def test_the_roofline_counts_the_work_the_workload_needs(run_cli):
     """Llama-3-8B (causal) at 64K: unfused and FLAT run the same cascade, so the useful
     operations they are credited with are the same; unfused executes twice as many (the
-    masked half of its whole tiles), shown apart."""
+    masked half of its whole tiles), shown apart; FLAT's blocks skip their masked tiles (how
+    many depends on the rows per block its search keeps on chip: fewer than unfused)."""
     w = make_workload("llama3-8b", "64K")
     specs = Specs()
     unfused = evaluate(specs, "auto:unfused", w, options=EvalOptions(engine="analytic"))
     flat = evaluate(specs, "auto:flat", w, options=EvalOptions(engine="analytic"))
     assert unfused.ops == pytest.approx(flat.ops, rel=1e-9)
     assert unfused.executed_ops > 1.9 * unfused.ops
-    assert flat.executed_ops < 1.1 * flat.ops  # its masked tiles skipped
+    assert flat.ops < flat.executed_ops < 0.8 * unfused.executed_ops  # masked tiles skipped
 
 
 def test_a_loop_listed_twice_is_one_line(tmp_path, run_cli):

@@ -220,16 +220,30 @@ def flat_mapping(
     # columns (one decoding query does not), else the operand without rows stays put.
     output_stationary = onchip and extents.get(row, 0) >= two.mesh_x // scale
     einsums: dict[str, Any] = {}
+    split: dict[str, tuple[str, str, int]] = {}  # rank -> (outer, inner part, its extent)
+    taken_names = set(extents) | {c for _r, comps in cascade.partitions for c in comps}
     for n in gemms:
         e = cascade.einsum(n)
         other = [r for r in einsum_ranks(e) if r not in (row, fibre, f1, f0, *outer)]
         if not output_stationary:  # weight-stationary: the operand without rows stays put
-            down, room = [], two.mesh_y  # the other ranks down the array's side, as they fit
+            down, room, walked = [], two.mesh_y, []  # the other ranks down the array's side
             for r in other:
-                if extents.get(r, 1) <= room:
+                size = extents.get(r, 1)
+                if r in split:
+                    down.append(split[r][1])
+                    walked.append(split[r][0])
+                    room //= split[r][2]
+                elif size <= room:
                     down.append(r)
-                    room //= extents.get(r, 1)
-            einsums[n] = {"spatial": [f0, *down], "inner": [r0]}
+                    room //= size
+                elif room > 1 and size % room == 0 and not {f"{r}1", f"{r}0"} & taken_names:
+                    # wider than the room left (a 512-wide latent): its parts of the room's
+                    # width down the side, the rest walked (else one column works)
+                    split[r] = (f"{r}1", f"{r}0", room)
+                    down.append(f"{r}0")
+                    walked.append(f"{r}1")
+                    room = 1
+            einsums[n] = {"spatial": [f0, *down], "inner": [*walked, r0]}
         elif reduces_fibre(n) and spread == "fibre":  # the fibre's chunks reduced in the PEs
             einsums[n] = {"loops": [*outer, r2, r1, f1], "spatial": [r0, f0]}
         elif reduces_fibre(n):  # accumulates over the whole fibre in the PEs: rows stay put
@@ -294,11 +308,13 @@ def flat_mapping(
             r0: tile(two.name, "meshX", two.mesh_x, row, extents, scale),
             f0: tile(two.name, "meshY", two.mesh_y, fibre, extents, chunk_scale),
             r1: "search",
+            **{part: width for _outer, part, width in split.values()},
         },
         "partitions": {
             **{rank: list(comps) for rank, comps in cascade.partitions},
             row: [r2, r1, r0],
             **({fibre: [f1, f0]} if own_partition else {}),
+            **{r: [outer_, part] for r, (outer_, part, _w) in split.items()},
         },
         "spatial": {two.name: [r0, f0], one.name: [f0]},
         "binding": {a: ns for a, ns in by_array.items() if ns},

@@ -125,6 +125,11 @@ def cascade_roles(cascade: Cascade) -> Roles:
     )
 
 
+def _indexed(acc: Read) -> tuple[str, ...]:
+    """The variables an access indexes by, in order (its filters' left out)."""
+    return tuple(dict.fromkeys(v for pos in acc.indices for v in index_vars(pos.expr)))
+
+
 def in_place(cascade: Cascade, on_chip: set[str]) -> dict[str, str]:
     """Tensor -> the tensor it may be computed over, in place (a mapping's `over`): an
     element-wise Einsum (no reduction, nothing iterated) whose result has the ranks of a
@@ -143,6 +148,18 @@ def in_place(cascade: Cascade, on_chip: set[str]) -> dict[str, str]:
             by_group[g][reader] < by_group[g][writer] for g in groups if g in by_group
         )
 
+    def _read_as_written(t: str, acc: Read) -> bool:
+        """A filtered read writes the result only where its filters hold: in place, the
+        rest of the slot still holds the source. Safe where every reader of the result
+        reads it under the same filters (a causal softmax's SD, A and A V)."""
+        filters = [pos.filter for pos in acc.indices]
+        return all(
+            [pos.filter for pos in r_acc.indices] == filters
+            for reader in cascade.readers(t)
+            for r_acc in reader.reads()
+            if r_acc.tensor == t
+        )
+
     out: dict[str, str] = {}
     taken: set[str] = set()
     for e in cascade.einsums:
@@ -154,12 +171,10 @@ def in_place(cascade: Cascade, on_chip: set[str]) -> dict[str, str]:
             src = acc.tensor
             if src in taken or src not in on_chip or src == t:
                 continue
-            if cascade.tensor(src).ranks != ranks or acc.vars() != e.output.vars():
+            if cascade.tensor(src).ranks != ranks or _indexed(acc) != _indexed(e.output):
                 continue
-            if any(v for pos in acc.indices for v in index_vars(pos.expr)) and any(
-                pos.filter for pos in acc.indices
-            ):
-                continue  # a filtered read keeps some of the source alive
+            if any(pos.filter for pos in acc.indices) and not _read_as_written(t, acc):
+                continue  # a reader of the result would find the source where none was written
             others = [r for r in cascade.readers(src) if r.name != e.name]
             if all(
                 passes[r.name] < passes[e.name] or _earlier(r.name, e.name, src) for r in others

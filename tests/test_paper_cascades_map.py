@@ -22,6 +22,7 @@ from simulator.spec.workload import make_workload
 from simulator.strategies.binder_facts import load_facts
 from simulator.strategies.context import instances_of, workload_extents
 from simulator.strategies.roles import in_place
+from simulator.strategies.segments import fusable_span
 from simulator.support.paths import resolve_spec
 
 from .conftest import CASCADES, DATA
@@ -31,6 +32,9 @@ CASES = {
     "vaswani-attention-3pass": {},
     "safe-softmax-attention-2pass": {},
     "swiglu-ffn": {"D": 4096, "N": 14336, "O": 4096},
+    # a whole pre-norm attention layer: its attention fused as a segment, the projections
+    # kernel by kernel (before: every kernel alone, the softmax on the 1D array, 6.5x)
+    "prenorm-attention-layer-3pass": {"D": 4096, "H": 32},
 }
 
 
@@ -83,6 +87,20 @@ def test_latent_attention_decode_reads_its_latent_cache_once_at_the_bandwidth_fl
     r = evaluate(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
     floor = _floor_s(path, w, arch)
     assert floor <= r.latency_s <= 1.1 * floor, (r.latency_s / floor, r.search.found)
+
+
+def test_the_span_flat_fuses_is_found_in_the_graph():
+    """The span between a contraction making a fibre and the one reducing it, through the
+    Einsums normalising it: a layer's attention within it; none in an FFN; attention alone
+    is one span (FLAT's own template)."""
+    layer = load_cascade(PAPER / "prenorm-attention-layer-3pass.yaml")
+    compute = tuple(e.name for e in layer.einsums if e.kind == "compute")
+    assert fusable_span(layer, compute) == ("QK", "S", "GM", "SN", "SD", "A", "AV")
+    ffn = load_cascade(PAPER / "swiglu-ffn.yaml")
+    assert fusable_span(ffn, tuple(e.name for e in ffn.einsums)) is None
+    attention = load_cascade(CASCADES / "attention-3pass.yaml")
+    names = tuple(e.name for e in attention.einsums)
+    assert fusable_span(attention, names) == names
 
 
 def test_a_softmax_is_computed_in_place_over_its_scores_step_by_step():

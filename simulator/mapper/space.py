@@ -111,7 +111,14 @@ def _offers(
         for r in ("chunks", "whole")
     ]
     chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]
-    return rule + fusemax + chain + blocks + soonest + flat + unfused
+    # a layer's FLAT-shaped span (its attention) fused, the rest kernel by kernel
+    segments = [
+        ("segments", {**knobs, "soonest": True, "spread": w})
+        for rule_, knobs in flat
+        if knobs["fibres"] == "fit"
+        for w in ("columns", "fibre")
+    ]
+    return rule + fusemax + chain + blocks + soonest + flat + unfused + segments
 
 
 def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> list[Template]:

@@ -12,7 +12,9 @@ architecture's arrays and operation tables:
   mapper, the Einsums between them a phase walking one fibre at a time, all through DRAM;
 * `fused` (:mod:`simulator.strategies.fused`) -- any cascade in as few phases as its passes
   allow: a one-pass recurrence as FuseMax binds it, FLAT's shape as FLAT binds it, anything
-  else over blocks of rows with its fibres on chip while they fit.
+  else over blocks of rows with its fibres on chip while they fit; among its templates,
+  `segments` (:mod:`simulator.strategies.segments`): a FLAT-shaped span inside a larger
+  cascade (a layer's attention) fused, the rest kernel by kernel.
 
 Every template takes the point's context
 (:class:`~simulator.strategies.context.BindContext`) and its own knobs. The result is the
@@ -36,6 +38,7 @@ from simulator.strategies.context import BindContext
 from simulator.strategies.flat import flat_mapping
 from simulator.strategies.fused import fused_mapping
 from simulator.strategies.fusemax import fusemax_mapping
+from simulator.strategies.segments import segments_mapping
 from simulator.strategies.unfused import unfused_mapping
 from simulator.support.errors import SpecError
 
@@ -74,6 +77,7 @@ TEMPLATES: dict[str, Callable[..., dict[str, Any]]] = {
     "unfused": _unfused,
     "fused": _rule(fused_mapping),
     "chain": _rule(chain_mapping),
+    "segments": _rule(segments_mapping),
 }
 
 

@@ -190,6 +190,13 @@ def flat_mapping(
     # outer loops: FLAT fuses per head.
     row = max(rows, key=lambda r: (extents.get(r, 1), rows.index(r)))
     outer = [r for r in rows if r != row]
+    # a rank both operands and the result carry (the heads of a layer written with its
+    # head rank): independent instances, walked outermost as well
+    outer += [
+        rank_of(v)
+        for v in first.output.vars()
+        if v in lv and v in rv and rank_of(v) not in (fibre, row, *outer)
+    ]
     r2, r1, r0 = f"{row}2", f"{row}1", f"{row}0"
     f1, f0 = f"{fibre}1", f"{fibre}0"
     # a fibre that is already the cascade's chunk (`m0` of `K[e, m1*M0 + m0]`) is walked

@@ -1,0 +1,151 @@
+"""The `segments` template: a cascade's FLAT-shaped span fused, the rest kernel by kernel.
+
+A layer written whole (a norm, the Q/K/V projections, a 3-pass softmax between its score and
+value contractions, the output projection, a residual) is neither one fusable block nor
+best run kernel by kernel: its attention's scores make a fibre per query that the softmax
+walks three times, which a block of rows keeps on chip (FLAT's fusion), while the
+projections around it are GEMMs of their own. This template finds the span (graph, not
+names): a contraction whose result carries a rank that an Einsum after it reduces without
+being a contraction (the row maximum over the keys), up to the contraction that reduces
+that rank (A V), and every Einsum between the two. The span is bound by FLAT's rule
+(:func:`simulator.strategies.flat.flat_mapping`, its knobs passed on) as one phase; the
+other Einsums keep the unfused strategy's kernels (:func:`unfused_mapping`), and what the
+span reads from them or hands to them goes through DRAM. Where the span is the whole
+cascade (attention alone) FLAT's own template is the same mapping: not offered again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from simulator.cascade.ir import Cascade, rank_of
+from simulator.strategies.context import BindContext
+from simulator.strategies.flat import _contraction, flat_mapping
+from simulator.strategies.fusemax import arrays_of
+from simulator.strategies.roles import cascade_roles, reduced_ranks
+from simulator.strategies.unfused import unfused_mapping
+from simulator.support.errors import SpecError
+
+
+def fusable_span(cascade: Cascade, compute: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The Einsums FLAT's shape fuses, in cascade order (None: no such span). The first
+    non-contraction reducing a rank that an earlier contraction's result carries opens it
+    at that contraction; the first later contraction reducing the rank closes it."""
+    order = {n: i for i, n in enumerate(compute)}
+    producer = {cascade.einsum(n).output.tensor: n for n in compute}
+
+    def before(name: str) -> set[str]:  # every compute Einsum `name` depends on
+        seen: set[str] = set()
+        todo = [a.tensor for a in cascade.einsum(name).reads()]
+        while todo:
+            made = producer.get(todo.pop())
+            if made is not None and made not in seen:
+                seen.add(made)
+                todo += [a.tensor for a in cascade.einsum(made).reads()]
+        return seen
+
+    for name in compute:
+        if _contraction(cascade, name):
+            continue
+        for rank in reduced_ranks(cascade.einsum(name)):
+            opening = [
+                n
+                for n in before(name)
+                if _contraction(cascade, n)
+                and rank in {rank_of(v) for v in cascade.einsum(n).output.vars()}
+            ]
+            closing = [
+                n
+                for n in compute
+                if order[n] > order[name]
+                and _contraction(cascade, n)
+                and rank in {rank_of(v) for v in cascade.einsum(n).reduced}
+                and name in before(n)
+            ]
+            if not opening or not closing:
+                continue
+            first = max(opening, key=order.__getitem__)  # the nearest: the scores
+            last = min(closing, key=order.__getitem__)
+            upto = before(last) | {last}
+            return tuple(n for n in compute if n in upto and (n == first or first in before(n)))
+    return None
+
+
+def sub_cascade(cascade: Cascade, names: tuple[str, ...]) -> Cascade:
+    """The cascade of `names` alone: what they read from the others are its inputs, what
+    the others (or nobody) read of theirs its outputs."""
+    keep = set(names)
+    einsums = tuple(e for e in cascade.einsums if e.name in keep)
+    used = {a.tensor for e in einsums for a in e.reads()} | {e.output.tensor for e in einsums}
+    return dataclasses.replace(
+        cascade,
+        name=f"{cascade.name}[{names[0]}..{names[-1]}]",
+        tensors=tuple(t for t in cascade.tensors if t.name in used),
+        einsums=einsums,
+        reference=None,
+    )
+
+
+def segments_mapping(ctx: BindContext, *, reuse: bool = True, **flat: Any) -> dict[str, Any]:
+    """The mapping data (module docstring); `flat` are FLAT's rule's knobs for the span."""
+    cascade = ctx.cascade
+    span = fusable_span(cascade, ctx.roles.compute)
+    if span is None:
+        raise SpecError(f"'{cascade.name}' has no span FLAT's shape fuses")
+    if len(span) == len(ctx.roles.compute):
+        raise SpecError(f"'{cascade.name}' is one span: FLAT's template binds it whole")
+    inside = set(span)
+    part = sub_cascade(cascade, span)
+    within = dataclasses.replace(
+        ctx, cascade=part, roles=cascade_roles(part), extents=dict(ctx.extents)
+    )
+    fused = flat_mapping(within, reuse=reuse, **flat)["mapping"]
+    rest = unfused_mapping(ctx, reuse=reuse)["mapping"]
+    two, one = arrays_of(ctx.arch)
+    phases: list[dict[str, Any]] = []
+    placed = False
+    for phase in rest["phases"]:
+        names = set(phase["schedule"])
+        if names <= inside:
+            if not placed:
+                phases += fused["phases"]
+                placed = True
+            continue
+        if names & inside:
+            raise SpecError(f"'{cascade.name}': a kernel mixes the span with other Einsums")
+        if "mapper" not in phase and "einsums" not in phase:
+            # the kernel's own spread over the 1D PEs (the mapping-level one is the span's)
+            spread = rest.get("spatial", {}).get(one.name)
+            if spread:
+                bound_1d = [n for n in phase["schedule"] if n in rest["binding"].get(one.name, [])]
+                phase = {**phase, "einsums": {n: {"spatial": list(spread)} for n in bound_1d}}
+        phases.append(phase)
+    binding: dict[str, list[str]] = {}
+    for n in ctx.roles.compute:
+        source = fused if n in inside else rest
+        array = next(a for a, ns in source["binding"].items() if n in ns)
+        binding.setdefault(array, []).append(n)
+    internal = {cascade.einsum(n).output.tensor for n in span} - set(part.outputs)
+    tensors = {t: v for t, v in rest.get("tensors", {}).items() if t not in internal}
+    tensors.update(fused.get("tensors", {}))
+    body: dict[str, Any] = {
+        "label": "auto: segments",
+        "description": f"{cascade.name} bound in segments: {span[0]}..{span[-1]} fused by "
+        "FLAT's rule, the rest kernel by kernel",
+        "cascade": ctx.cascade_ref,
+        "architecture": ctx.arch_ref,
+        "shapes": ctx.shapes,
+        "instances": ctx.instances,
+        "factors": {**rest.get("factors", {}), **fused.get("factors", {})},
+        "partitions": {**rest.get("partitions", {}), **fused.get("partitions", {})},
+        "spatial": {**rest.get("spatial", {}), **fused.get("spatial", {})},
+        "binding": binding,
+    }
+    if "chaining" in fused:
+        body["chaining"] = fused["chaining"]
+    body["tensors"] = tensors
+    body["phases"] = phases
+    if two.name not in binding and one.name not in binding:  # (never: the span is bound)
+        raise SpecError(f"'{cascade.name}': nothing bound")
+    return {"mapping": body}

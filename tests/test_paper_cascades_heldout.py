@@ -1,0 +1,133 @@
+"""Held-out paper-form cascades (tests/data/paper_cascades_heldout/): written from their
+papers after the mapper's changes for tests/data/paper_cascades/ were made, and never used to
+change the mapper. Each is run by the cascade evaluator against a numpy reference written
+from the paper (rows are tokens), its passes checked; then mapped with `--mapping auto` on
+FuseMax's chip at Llama-3-8B sizes, where its latency must stay within 1.5x of max(MACs /
+MAC rate, compulsory bytes / bandwidth) -- the issue's acceptance, checked on cases the
+mapper was not built on (what each gives: docs/mapper.md)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from simulator.cascade.execute import evaluate, random_inputs
+from simulator.cascade.parse import load_cascade
+from simulator.cascade.passes import analyze_passes
+from simulator.cascade.shapes import resolve_shapes
+from simulator.drivers.configs import Specs
+from simulator.drivers.configs import evaluate as evaluate_point
+from simulator.spec.arch_file import load_architecture
+from simulator.spec.workload import make_workload
+from simulator.support.paths import resolve_spec
+
+from .conftest import DATA
+from .test_paper_cascades_map import _floor_s
+
+HELDOUT = DATA / "paper_cascades_heldout"
+RTOL = 1e-9
+
+
+def _run(name: str, shapes: dict[str, int], seed: int = 0, same: tuple[str, str] | None = None):
+    cascade = load_cascade(HELDOUT / f"{name}.yaml")
+    resolved = resolve_shapes(cascade, shapes)
+    inputs = random_inputs(cascade, resolved, seed=seed)
+    if same is not None:  # self-attention: the queries' tokens are the keys'
+        inputs[same[0]] = inputs[same[1]].copy()
+    return inputs, evaluate(cascade, inputs, resolved)
+
+
+def _close(out: np.ndarray, ref: np.ndarray) -> None:
+    assert out.shape == ref.shape and np.isfinite(ref).all()
+    assert np.max(np.abs(out - ref)) <= RTOL * np.max(np.abs(ref))
+
+
+def _softmax(s: np.ndarray) -> np.ndarray:
+    z = np.exp(s - s.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+def test_gated_attention():
+    """Qiu et al. 2025, eq. 5 (G1): SDPA(Q, K, V) * sigmoid(X W_theta)."""
+    inputs, out = _run("gated-attention-3pass", {"M": 40, "P": 24, "E": 8, "F": 6, "D": 12})
+    q, k, v, x = (inputs[t].T for t in ("Q", "K", "V", "X"))
+    attention = _softmax(q @ k.T / math.sqrt(q.shape[1])) @ v
+    ref = attention * (1 / (1 + np.exp(-(x @ inputs["WG"]))))
+    _close(out["Y"], ref.T)
+
+
+def test_talking_heads_attention():
+    """Shazeer et al. 2020, section 4: logits and weights projected across the heads."""
+    shapes = {"M": 40, "P": 24, "E": 8, "F": 6, "H": 3, "T": 3}
+    inputs, out = _run("talking-heads-attention-3pass", shapes, seed=2)
+    q, k, v = inputs["Q"], inputs["K"], inputs["V"]  # [E, H, P], [E, H, M], [F, H, M]
+    heads = range(q.shape[1])
+    logits = np.stack([q[:, h, :].T @ k[:, h, :] / math.sqrt(q.shape[0]) for h in heads])
+    mixed = np.einsum("hpm,ht->tpm", logits, inputs["PL"])
+    weights = np.einsum("tpm,th->hpm", _softmax(mixed), inputs["PW"])
+    ref = np.stack([weights[h] @ v[:, h, :].T for h in heads])  # [H, P, F]
+    _close(out["O"], ref.transpose(2, 0, 1))
+    plain = np.stack([_softmax(logits[h]) @ v[:, h, :].T for h in heads])
+    assert np.max(np.abs(ref - plain)) > 1e-3  # the projections are live
+
+
+def test_postnorm_encoder_attention_layer():
+    """Vaswani et al. 2017: LayerNorm(x + MultiHead(x, x, x)), Ba et al. 2016 eq. 3."""
+    shapes = {"M": 24, "P": 24, "D": 16, "E": 4, "F": 4, "H": 3}
+    inputs, out = _run("postnorm-encoder-attention-layer-3pass", shapes, 3, ("XQ", "XK"))
+    x = inputs["XQ"].T  # [P, D]
+    heads = [
+        _softmax((x @ inputs["WQ"][:, :, h]) @ (x @ inputs["WK"][:, :, h]).T / math.sqrt(4))
+        @ (x @ inputs["WV"][:, :, h])
+        for h in range(3)
+    ]
+    concat = np.stack(heads, axis=2).reshape(len(x), -1)  # columns (f, head)
+    r = x + concat @ inputs["WO"].reshape(-1, inputs["WO"].shape[2])
+    mean = r.mean(axis=1, keepdims=True)
+    var = ((r - mean) ** 2).mean(axis=1, keepdims=True)
+    ref = (r - mean) / np.sqrt(var + 1e-5) * inputs["GN"] + inputs["BN"]
+    _close(out["Y"], ref.T)
+
+
+@pytest.mark.parametrize(
+    ("name", "passes"),
+    [
+        ("gated-attention-3pass", {"M": 3}),
+        ("talking-heads-attention-3pass", {"M": 3, "H": 2}),
+        ("postnorm-encoder-attention-layer-3pass", {"M": 3, "D": 4}),
+    ],
+)
+def test_passes(name, passes):
+    per_rank = {g: n for g, n, _ in analyze_passes(load_cascade(HELDOUT / f"{name}.yaml")).per_rank}
+    assert {r: per_rank[r] for r in passes} == passes
+
+
+# Written with the cases before any was mapped; the first run's ratios (4K, 16K) were:
+# gated 1.80x / 1.35x, post-norm layer 1.24x / 1.18x, talking heads 5.73x / 8.32x. The ones
+# over 1.5x are known gaps (strict: this file says so when one closes).
+GAP = "held out and over 1.5x when first mapped: a known gap (docs/mapper.md)"
+MAPPED = [
+    pytest.param(
+        "gated-attention-3pass", "4K", {"D": 4096}, marks=pytest.mark.xfail(strict=True, reason=GAP)
+    ),
+    ("gated-attention-3pass", "16K", {"D": 4096}),
+    ("postnorm-encoder-attention-layer-3pass", "4K", {"D": 4096, "H": 32}),
+    pytest.param(
+        "talking-heads-attention-3pass",
+        "4K",
+        {"H": 32, "T": 32},
+        marks=pytest.mark.xfail(strict=True, reason=GAP),
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "seq", "shape"), MAPPED)
+def test_a_held_out_paper_form_maps_within_1_5x_of_the_floor(name, seq, shape):
+    path = HELDOUT / f"{name}.yaml"
+    w = make_workload("llama3-8b", seq, {"causal": False}, shape=shape)
+    arch = load_architecture(resolve_spec("arch", "fusemax"))
+    r = evaluate_point(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
+    floor = _floor_s(path, w, arch)
+    assert floor <= r.latency_s <= 1.5 * floor, (name, r.latency_s / floor, r.search.found)

@@ -131,3 +131,15 @@ def test_a_held_out_paper_form_maps_within_1_5x_of_the_floor(name, seq, shape):
     r = evaluate_point(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
     floor = _floor_s(path, w, arch)
     assert floor <= r.latency_s <= 1.5 * floor, (name, r.latency_s / floor, r.search.found)
+
+
+def test_a_gemm_whose_rows_are_both_keys_and_queries_binds_kernel_by_kernel():
+    """Talking heads mix the logits across heads: `J[m, t, p] = L[m, h, p] * PL[h, t]`, a
+    GEMM whose rows are the keys and the queries together. The unfused strategy's library
+    settings name both roles; in one dim, once (before: "order of DRAM names a dim twice",
+    exit 2 for a valid configuration)."""
+    path = HELDOUT / "talking-heads-attention-3pass.yaml"
+    w = make_workload("llama3-8b", "1K", {"causal": False}, shape={"H": 8, "T": 8})
+    specs = Specs(cascade_override=str(path), arch_override="fusemax")
+    r = evaluate_point(specs, "auto:unfused", w)
+    assert r.latency_s >= r.latency_bound_s > 0

@@ -87,12 +87,20 @@ def _gemm_settings(
                 return {dim(str(r)): v for r, v in node.items() if dim(str(r))}
             return {str(k): convert(v, str(k)) for k, v in node.items()}
         if isinstance(node, list):
-            if key in ("X", "Y", "order"):
-                return [d for d in (dim(str(r)) for r in node) if d]
+            if key in ("X", "Y", "order"):  # two roles in one dim (a GEMM's rows made of
+                # both the keys and the queries): the dim once; an order lists every dim
+                dims = list(dict.fromkeys(d for d in (dim(str(r)) for r in node) if d))
+                if key == "order" and len(dims) < len(node):
+                    dims += [d for d in ROLES if d not in dims]
+                return dims
             return [convert(v) for v in node]
         return node
 
-    return convert(raw)
+    settings = convert(raw)
+    spatial = settings.get("spatial") if isinstance(settings, dict) else None
+    if isinstance(spatial, dict) and "X" in spatial and "Y" in spatial:
+        spatial["Y"] = [d for d in spatial["Y"] if d not in spatial["X"]]  # a dim on one side
+    return settings
 
 
 def unfused_mapping(

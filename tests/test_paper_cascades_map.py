@@ -132,3 +132,14 @@ def test_a_masked_softmax_is_computed_in_place_where_its_readers_share_the_mask(
         '    - "SN[m, p] = exp(QK[m : m <= p, p])"\n    - SD[p] = SN[m, p]\n'
     )
     assert in_place(unmasked_reader, {"QK", "SN"}) == {}
+
+
+def test_flats_strategy_binds_a_layer_as_flat_would_run_it():
+    """FLAT fuses a layer's attention and runs its projections as GEMMs: `auto:flat` on a
+    whole pre-norm layer binds it so (before: FLAT's rule bound the K projection as the
+    scores' GEMM, and every candidate spread more than the array: exit 2)."""
+    path = PAPER / "prenorm-attention-layer-3pass.yaml"
+    w = make_workload("llama3-8b", "1K", {"causal": False}, shape={"D": 4096, "H": 32})
+    r = evaluate(Specs(cascade_override=str(path), arch_override="flat"), "auto:flat", w)
+    assert r.search is not None and r.search.found.startswith("segments")
+    assert r.latency_s >= r.latency_bound_s > 0

@@ -90,8 +90,8 @@ def _offers(
     unfused = [("unfused", {"reuse": reuse})]
     if strategy == "fusemax":
         return fusemax
-    if strategy == "flat":
-        return flat
+    if strategy == "flat":  # a layer: FLAT's attention fused, the projections as GEMMs
+        return flat + [("segments", dict(knobs)) for _rule, knobs in flat]
     if strategy == "unfused":
         return unfused
     # beyond FLAT's designs: the fibre Einsums where the block finishes soonest, and the last

@@ -7,10 +7,11 @@ walks three times, which a block of rows keeps on chip (FLAT's fusion), while th
 projections around it are GEMMs of their own. This template finds the span (graph, not
 names): a contraction whose result carries a rank that an Einsum after it reduces without
 being a contraction (the row maximum over the keys), up to the contraction that reduces
-that rank (A V), and every Einsum between the two. The span is bound by FLAT's rule
-(:func:`simulator.strategies.flat.flat_mapping`, its knobs passed on) as one phase; the
-other Einsums keep the unfused strategy's kernels (:func:`unfused_mapping`), and what the
-span reads from them or hands to them goes through DRAM. Where the span is the whole
+that rank (A V), and every Einsum between the two; then the next such span among the
+Einsums left (a decoder layer's self- and cross-attention). Each span is bound by FLAT's
+rule (:func:`simulator.strategies.flat.flat_mapping`, its knobs passed on) as one phase;
+the other Einsums keep the unfused strategy's kernels (:func:`unfused_mapping`), and what a
+span reads from them or hands to them goes through DRAM. Where one span is the whole
 cascade (attention alone) FLAT's own template is the same mapping: not offered again.
 """
 
@@ -72,6 +73,17 @@ def fusable_span(cascade: Cascade, compute: tuple[str, ...]) -> tuple[str, ...] 
     return None
 
 
+def fusable_spans(cascade: Cascade, compute: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Every span FLAT's shape fuses, in cascade order, disjoint (a decoder layer's self-
+    and cross-attention): the first, then the first among the Einsums left, and so on."""
+    spans: list[tuple[str, ...]] = []
+    left = compute
+    while (span := fusable_span(cascade, left)) is not None:
+        spans.append(span)
+        left = tuple(n for n in left if n not in span)
+    return spans
+
+
 def sub_cascade(cascade: Cascade, names: tuple[str, ...]) -> Cascade:
     """The cascade of `names` alone: what they read from the others are its inputs, what
     the others (or nobody) read of theirs its outputs."""
@@ -88,34 +100,55 @@ def sub_cascade(cascade: Cascade, names: tuple[str, ...]) -> Cascade:
 
 
 def segments_mapping(ctx: BindContext, *, reuse: bool = True, **flat: Any) -> dict[str, Any]:
-    """The mapping data (module docstring); `flat` are FLAT's rule's knobs for the span."""
+    """The mapping data (module docstring); `flat` are FLAT's rule's knobs for the spans."""
     cascade = ctx.cascade
-    span = fusable_span(cascade, ctx.roles.compute)
-    if span is None:
+    spans = fusable_spans(cascade, ctx.roles.compute)
+    if not spans:
         raise SpecError(f"'{cascade.name}' has no span FLAT's shape fuses")
-    if len(span) == len(ctx.roles.compute):
+    if len(spans) == 1 and len(spans[0]) == len(ctx.roles.compute):
         raise SpecError(f"'{cascade.name}' is one span: FLAT's template binds it whole")
-    inside = set(span)
-    part = sub_cascade(cascade, span)
-    within = dataclasses.replace(
-        ctx, cascade=part, roles=cascade_roles(part), extents=dict(ctx.extents)
-    )
-    fused = flat_mapping(within, reuse=reuse, **flat)["mapping"]
     rest = unfused_mapping(ctx, reuse=reuse)["mapping"]
+    kernels = [set(phase["schedule"]) for phase in rest["phases"]]
+    fused: list[dict[str, Any]] = []
+    kept: list[tuple[str, ...]] = []
+    for span in spans:
+        if any(k & set(span) and not k <= set(span) for k in kernels):
+            continue  # a library kernel runs part of it with other Einsums: kernels there
+        part = sub_cascade(cascade, span)
+        within = dataclasses.replace(
+            ctx, cascade=part, roles=cascade_roles(part), extents=dict(ctx.extents)
+        )
+        try:
+            body = flat_mapping(within, reuse=reuse, **flat)["mapping"]
+        except SpecError:
+            continue  # not FLAT's shape after all: kernel by kernel
+        for phase in body["phases"]:  # each span's spread its own (another span's rows
+            for array, names in body["binding"].items():  # or fibre may differ)
+                for n in names:
+                    override = phase.setdefault("einsums", {}).setdefault(n, {})
+                    override.setdefault("spatial", list(body["spatial"].get(array, [])))
+        fused.append(body)
+        kept.append(span)
+    if not kept:
+        raise SpecError(f"'{cascade.name}': no span FLAT's rule binds apart from the kernels")
+    spans = kept
+    span_of = {n: i for i, span in enumerate(spans) for n in span}
     two, one = arrays_of(ctx.arch)
     phases: list[dict[str, Any]] = []
-    placed = False
+    placed: set[int] = set()
     for phase in rest["phases"]:
         names = set(phase["schedule"])
-        if names <= inside:
-            if not placed:
-                phases += fused["phases"]
-                placed = True
+        owners = {span_of.get(n) for n in names}
+        if len(owners) == 1 and None not in owners:
+            (i,) = owners
+            if i not in placed:
+                phases += fused[i]["phases"]
+                placed.add(i)
             continue
-        if names & inside:
-            raise SpecError(f"'{cascade.name}': a kernel mixes the span with other Einsums")
+        if owners != {None}:
+            raise SpecError(f"'{cascade.name}': a kernel mixes a span with other Einsums")
         if "mapper" not in phase and "einsums" not in phase:
-            # the kernel's own spread over the 1D PEs (the mapping-level one is the span's)
+            # the kernel's own spread over the 1D PEs (the mapping-level one is a span's)
             spread = rest.get("spatial", {}).get(one.name)
             if spread:
                 bound_1d = [n for n in phase["schedule"] if n in rest["binding"].get(one.name, [])]
@@ -123,29 +156,43 @@ def segments_mapping(ctx: BindContext, *, reuse: bool = True, **flat: Any) -> di
         phases.append(phase)
     binding: dict[str, list[str]] = {}
     for n in ctx.roles.compute:
-        source = fused if n in inside else rest
+        source = fused[span_of[n]] if n in span_of else rest
         array = next(a for a, ns in source["binding"].items() if n in ns)
         binding.setdefault(array, []).append(n)
-    internal = {cascade.einsum(n).output.tensor for n in span} - set(part.outputs)
+    internal: set[str] = set()
+    for span in spans:
+        made = {cascade.einsum(n).output.tensor for n in span}
+        internal |= made - set(sub_cascade(cascade, span).outputs)
     tensors = {t: v for t, v in rest.get("tensors", {}).items() if t not in internal}
-    tensors.update(fused.get("tensors", {}))
-    body: dict[str, Any] = {
+    factors, partitions, spatial = (
+        dict(rest.get("factors", {})),
+        dict(rest.get("partitions", {})),
+        dict(rest.get("spatial", {})),
+    )
+    for body in fused:
+        tensors.update(body.get("tensors", {}))
+        factors.update(body.get("factors", {}))
+        partitions.update(body.get("partitions", {}))
+        spatial.update(body.get("spatial", {}))
+    first, last = spans[0], spans[-1]
+    out: dict[str, Any] = {
         "label": "auto: segments",
-        "description": f"{cascade.name} bound in segments: {span[0]}..{span[-1]} fused by "
-        "FLAT's rule, the rest kernel by kernel",
+        "description": f"{cascade.name} bound in segments: {first[0]}..{last[-1]} in "
+        f"{len(spans)} span(s) fused by FLAT's rule, the rest kernel by kernel",
         "cascade": ctx.cascade_ref,
         "architecture": ctx.arch_ref,
         "shapes": ctx.shapes,
         "instances": ctx.instances,
-        "factors": {**rest.get("factors", {}), **fused.get("factors", {})},
-        "partitions": {**rest.get("partitions", {}), **fused.get("partitions", {})},
-        "spatial": {**rest.get("spatial", {}), **fused.get("spatial", {})},
+        "factors": factors,
+        "partitions": partitions,
+        "spatial": spatial,
         "binding": binding,
     }
-    if "chaining" in fused:
-        body["chaining"] = fused["chaining"]
-    body["tensors"] = tensors
-    body["phases"] = phases
-    if two.name not in binding and one.name not in binding:  # (never: the span is bound)
+    chaining = next((b["chaining"] for b in fused if "chaining" in b), None)
+    if chaining is not None:
+        out["chaining"] = chaining
+    out["tensors"] = tensors
+    out["phases"] = phases
+    if two.name not in binding and one.name not in binding:  # (never: the spans are bound)
         raise SpecError(f"'{cascade.name}': nothing bound")
-    return {"mapping": body}
+    return {"mapping": out}

@@ -8,6 +8,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from types import TracebackType
@@ -146,6 +147,22 @@ def worker_process(parent: int) -> None:
     die_with_parent(parent)
 
 
+# Seconds a terminated worker has to end before it is killed (and then to end).
+WORKER_END_S = 5.0
+
+
+def _ended(processes: list, seconds: float) -> bool:
+    """Wait until every process's exit is recorded (its exit code known), at most
+    `seconds`. Not `join`: the pool's own thread reaps the workers too, and a join racing
+    it can return while the exit is not yet recorded (the worker then looks alive)."""
+    deadline = time.monotonic() + seconds
+    while any(p.exitcode is None for p in processes):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def abandon(executor: Executor) -> None:
     """After an interrupt: drop the queued work and end the workers now, without waiting
     for their running tasks (a second Ctrl-C meanwhile is ignored)."""
@@ -157,8 +174,11 @@ def abandon(executor: Executor) -> None:
         executor.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.terminate()
-        for process in processes:
-            process.join(timeout=5)
+        if not _ended(processes, WORKER_END_S):  # SIGTERM still pending: SIGKILL
+            for process in processes:
+                if process.exitcode is None:
+                    process.kill()
+            _ended(processes, WORKER_END_S)
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from simulator.cascade.ir import Cascade
 from simulator.cascade.passes import analyze_passes
-from simulator.strategies.context import BindContext
+from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import soonest_arrays
 from simulator.strategies.fusemax import arrays_of, keep_point, supports
 from simulator.strategies.roles import Roles, einsum_ranks, reduced_ranks, tile
@@ -177,21 +177,15 @@ def chain_mapping(
         schedule = decoupled_schedule(list(roles.compute), binding, two.name)
     else:
         schedule = list(roles.compute)
-    body: dict[str, Any] = {
-        "label": LABEL,
-        "description": f"{cascade.name} bound by the chain template (one pass over {x})",
-        "cascade": ctx.cascade_ref,
-        "architecture": ctx.arch_ref,
-        "shapes": ctx.shapes,
-        "instances": ctx.instances,
-        "factors": factors,
-        "partitions": partitions,
-        "spatial": {
-            two.name: [r0, x0],
-            one.name: filling([r0, x0], sizes, one.pes) or [r0],
-        },
-        "binding": {a: ns for a, ns in on.items() if ns},
-    }
+    body = mapping_head(
+        ctx,
+        LABEL,
+        f"{cascade.name} bound by the chain template (one pass over {x})",
+        factors,
+        partitions,
+        {two.name: [r0, x0], one.name: filling([r0, x0], sizes, one.pes) or [r0]},
+        {a: ns for a, ns in on.items() if ns},
+    )
     if chained(one):
         body["chaining"] = {one.name: "pipelined"}
     body["tensors"] = tensors

@@ -10,6 +10,7 @@ Built once per point (:func:`bind_context`); every strategy's template
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.normal import mapping_view
@@ -140,3 +141,30 @@ def bind_context(
         facts,
         normalised,
     )
+
+
+def mapping_head(
+    ctx: BindContext,
+    label: str,
+    description: str,
+    factors: dict[str, Any],
+    partitions: dict[str, Any],
+    spatial: dict[str, Any],
+    binding: dict[str, list[str]],
+) -> dict[str, Any]:
+    """What every template's mapping data opens with, in the mapping file's order: its
+    label and description, the cascade and architecture it binds as the context names
+    them, the workload's shapes and instances, then the template's tiling, spread and
+    binding (the chaining, tensors and phases follow)."""
+    return {
+        "label": label,
+        "description": description,
+        "cascade": ctx.cascade_ref,
+        "architecture": ctx.arch_ref,
+        "shapes": ctx.shapes,
+        "instances": ctx.instances,
+        "factors": factors,
+        "partitions": partitions,
+        "spatial": spatial,
+        "binding": binding,
+    }

@@ -26,7 +26,7 @@ from typing import Any
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.cascade.ops import ops_per_point
 from simulator.spec.arch import Array, missing_operations
-from simulator.strategies.context import BindContext
+from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.fusemax import arrays_of, supports
 from simulator.strategies.roles import einsum_ranks, in_place, is_gemm, reduced_ranks, tile
 from simulator.strategies.spatial import filling
@@ -298,34 +298,33 @@ def flat_mapping(
     by_array: dict[str, list[str]] = {two.name: [], one.name: []}
     for n in roles.compute:
         by_array[binding[n]].append(n)
-    body: dict[str, Any] = {
-        "label": "auto: FLAT",
-        "description": f"{cascade.name} bound by the FLAT strategy (fused, row granularity)",
-        "cascade": ctx.cascade_ref,
-        "architecture": ctx.arch_ref,
-        "shapes": ctx.shapes,
-        "instances": ctx.instances,
-        "factors": {
-            # the cascade's own chunks (`K[e, m1*M0 + m0]`) span the 2D array's rows
-            **{
-                comps[1]: tile(two.name, "meshY", two.mesh_y, rank, extents, chunk_scale)
-                for rank, comps in cascade.partitions
-                if len(comps) == 2 and comps[1] != fibre
-            },
-            r0: tile(two.name, "meshX", two.mesh_x, row, extents, scale),
-            f0: tile(two.name, "meshY", two.mesh_y, fibre, extents, chunk_scale),
-            r1: "search",
-            **{part: width for _outer, part, width in split.values()},
+    factors = {
+        # the cascade's own chunks (`K[e, m1*M0 + m0]`) span the 2D array's rows
+        **{
+            comps[1]: tile(two.name, "meshY", two.mesh_y, rank, extents, chunk_scale)
+            for rank, comps in cascade.partitions
+            if len(comps) == 2 and comps[1] != fibre
         },
-        "partitions": {
-            **{rank: list(comps) for rank, comps in cascade.partitions},
-            row: [r2, r1, r0],
-            **({fibre: [f1, f0]} if own_partition else {}),
-            **{r: [outer_, part] for r, (outer_, part, _w) in split.items()},
-        },
-        "spatial": {two.name: [r0, f0], one.name: [f0]},
-        "binding": {a: ns for a, ns in by_array.items() if ns},
+        r0: tile(two.name, "meshX", two.mesh_x, row, extents, scale),
+        f0: tile(two.name, "meshY", two.mesh_y, fibre, extents, chunk_scale),
+        r1: "search",
+        **{part: width for _outer, part, width in split.values()},
     }
+    partitions = {
+        **{rank: list(comps) for rank, comps in cascade.partitions},
+        row: [r2, r1, r0],
+        **({fibre: [f1, f0]} if own_partition else {}),
+        **{r: [outer_, part] for r, (outer_, part, _w) in split.items()},
+    }
+    body = mapping_head(
+        ctx,
+        "auto: FLAT",
+        f"{cascade.name} bound by the FLAT strategy (fused, row granularity)",
+        factors,
+        partitions,
+        {two.name: [r0, f0], one.name: [f0]},
+        {a: ns for a, ns in by_array.items() if ns},
+    )
     if chained(one):
         body["chaining"] = {one.name: "pipelined"}
     body["tensors"] = tensors

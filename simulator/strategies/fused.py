@@ -29,7 +29,7 @@ from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
 from simulator.spec.arch import Array
-from simulator.strategies.context import BindContext
+from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import flat_mapping, soonest_arrays
 from simulator.strategies.fusemax import applies as fusemax_applies
 from simulator.strategies.fusemax import arrays_of, fusemax_mapping, supports
@@ -394,19 +394,16 @@ def _blocks_of_rows(
     if f0:
         spatial[one.name] = [f0]
     all_binding = {a.name: [n for n in roles.compute if binding[n] == a.name] for a in (two, one)}
-    body: dict[str, Any] = {
-        "label": LABEL,
-        "description": f"{cascade.name} bound by the fused strategy: blocks of rows, "
-        "fibres on chip while they fit",
-        "cascade": ctx.cascade_ref,
-        "architecture": ctx.arch_ref,
-        "shapes": ctx.shapes,
-        "instances": ctx.instances,
-        "factors": factors,
-        "partitions": partitions,
-        "spatial": spatial,
-        "binding": {a: ns for a, ns in all_binding.items() if ns},
-    }
+    body = mapping_head(
+        ctx,
+        LABEL,
+        f"{cascade.name} bound by the fused strategy: blocks of rows, fibres on chip while "
+        "they fit",
+        factors,
+        partitions,
+        spatial,
+        {a: ns for a, ns in all_binding.items() if ns},
+    )
     if chained(one):
         body["chaining"] = {one.name: "pipelined"}
     body["tensors"] = tensors

@@ -37,7 +37,7 @@ from typing import Any
 from simulator.cascade.ir import Cascade
 from simulator.cascade.ops import ops_per_point
 from simulator.spec.arch import Architecture, Array, missing_operations
-from simulator.strategies.context import BindContext
+from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.roles import Roles, einsum_ranks, reduced_ranks, tile
 from simulator.strategies.schedule_tree import (
     decoupled_schedule,
@@ -293,21 +293,19 @@ def fusemax_mapping(
     by_array: dict[str, list[str]] = {two.name: [], one.name: []}
     for n in roles.compute:
         by_array[binding[n]].append(n)
+    head = mapping_head(
+        ctx,
+        "auto: FuseMax" + ("" if pipelined else " (tiles in sequence)"),
+        f"{cascade.name} bound by the FuseMax strategy "
+        f"({'pipelined waterfall' if coupled and pipelined else 'one phase'})",
+        factors,
+        partitions,
+        spatial,
+        {a: ns for a, ns in by_array.items() if ns},
+    )
     return {
         "mapping": {
-            "label": "auto: FuseMax" + ("" if pipelined else " (tiles in sequence)"),
-            "description": (
-                f"{cascade.name} bound by the FuseMax strategy "
-                f"({'pipelined waterfall' if coupled and pipelined else 'one phase'})"
-            ),
-            "cascade": ctx.cascade_ref,
-            "architecture": ctx.arch_ref,
-            "shapes": ctx.shapes,
-            "instances": ctx.instances,
-            "factors": factors,
-            "partitions": partitions,
-            "spatial": spatial,
-            "binding": {a: ns for a, ns in by_array.items() if ns},
+            **head,
             **({"chaining": {one.name: "pipelined"}} if overlapped else {}),
             "tensors": tensors,
             "phases": phases,

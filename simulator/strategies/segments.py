@@ -21,7 +21,7 @@ import dataclasses
 from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
-from simulator.strategies.context import BindContext
+from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import _contraction, flat_mapping
 from simulator.strategies.fusemax import arrays_of
 from simulator.strategies.roles import cascade_roles, reduced_ranks
@@ -175,19 +175,16 @@ def segments_mapping(ctx: BindContext, *, reuse: bool = True, **flat: Any) -> di
         partitions.update(body.get("partitions", {}))
         spatial.update(body.get("spatial", {}))
     first, last = spans[0], spans[-1]
-    out: dict[str, Any] = {
-        "label": "auto: segments",
-        "description": f"{cascade.name} bound in segments: {first[0]}..{last[-1]} in "
-        f"{len(spans)} span(s) fused by FLAT's rule, the rest kernel by kernel",
-        "cascade": ctx.cascade_ref,
-        "architecture": ctx.arch_ref,
-        "shapes": ctx.shapes,
-        "instances": ctx.instances,
-        "factors": factors,
-        "partitions": partitions,
-        "spatial": spatial,
-        "binding": binding,
-    }
+    out = mapping_head(
+        ctx,
+        "auto: segments",
+        f"{cascade.name} bound in segments: {first[0]}..{last[-1]} in {len(spans)} span(s) "
+        "fused by FLAT's rule, the rest kernel by kernel",
+        factors,
+        partitions,
+        spatial,
+        binding,
+    )
     chaining = next((b["chaining"] for b in fused if "chaining" in b), None)
     if chaining is not None:
         out["chaining"] = chaining

@@ -29,7 +29,7 @@ from simulator.cascade.ir import Access, Cascade, index_vars, rank_of
 from simulator.cascade.passes import pass_index
 from simulator.spec.arch import Array, missing_operations
 from simulator.strategies.binder_facts import BinderFacts
-from simulator.strategies.context import BindContext
+from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.fusemax import arrays_of, supports
 from simulator.strategies.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
 from simulator.support.errors import SpecError
@@ -211,18 +211,15 @@ def unfused_mapping(
     by_array: dict[str, list[str]] = {two.name: [], one.name: []}
     for n in roles.compute:
         by_array[binding[n]].append(n)
-    body: dict[str, Any] = {
-        "label": "auto: unfused",
-        "description": f"{cascade.name} bound by the unfused strategy (phases through DRAM)",
-        "cascade": ctx.cascade_ref,
-        "architecture": ctx.arch_ref,
-        "shapes": ctx.shapes,
-        "instances": ctx.instances,
-        "factors": factors,
-        "partitions": partitions,
-        "spatial": spatial,
-        "binding": {a: ns for a, ns in by_array.items() if ns},
-    }
+    body = mapping_head(
+        ctx,
+        "auto: unfused",
+        f"{cascade.name} bound by the unfused strategy (phases through DRAM)",
+        factors,
+        partitions,
+        spatial,
+        {a: ns for a, ns in by_array.items() if ns},
+    )
     if chaining:
         body["chaining"] = chaining
     body["tensors"] = tensors

@@ -111,6 +111,7 @@ def segments_mapping(ctx: BindContext, *, reuse: bool = True, **flat: Any) -> di
     kernels = [set(phase["schedule"]) for phase in rest["phases"]]
     fused: list[dict[str, Any]] = []
     kept: list[tuple[str, ...]] = []
+    internal: set[str] = set()  # what a span makes and only it reads
     for span in spans:
         if any(k & set(span) and not k <= set(span) for k in kernels):
             continue  # a library kernel runs part of it with other Einsums: kernels there
@@ -129,11 +130,12 @@ def segments_mapping(ctx: BindContext, *, reuse: bool = True, **flat: Any) -> di
                     override.setdefault("spatial", list(body["spatial"].get(array, [])))
         fused.append(body)
         kept.append(span)
+        internal |= {cascade.einsum(n).output.tensor for n in span} - set(part.outputs)
     if not kept:
         raise SpecError(f"'{cascade.name}': no span FLAT's rule binds apart from the kernels")
     spans = kept
     span_of = {n: i for i, span in enumerate(spans) for n in span}
-    two, one = arrays_of(ctx.arch)
+    one = arrays_of(ctx.arch)[1]
     phases: list[dict[str, Any]] = []
     placed: set[int] = set()
     for phase in rest["phases"]:
@@ -145,8 +147,6 @@ def segments_mapping(ctx: BindContext, *, reuse: bool = True, **flat: Any) -> di
                 phases += fused[i]["phases"]
                 placed.add(i)
             continue
-        if owners != {None}:
-            raise SpecError(f"'{cascade.name}': a kernel mixes a span with other Einsums")
         if "mapper" not in phase and "einsums" not in phase:
             # the kernel's own spread over the 1D PEs (the mapping-level one is a span's)
             spread = rest.get("spatial", {}).get(one.name)
@@ -159,10 +159,6 @@ def segments_mapping(ctx: BindContext, *, reuse: bool = True, **flat: Any) -> di
         source = fused[span_of[n]] if n in span_of else rest
         array = next(a for a, ns in source["binding"].items() if n in ns)
         binding.setdefault(array, []).append(n)
-    internal: set[str] = set()
-    for span in spans:
-        made = {cascade.einsum(n).output.tensor for n in span}
-        internal |= made - set(sub_cascade(cascade, span).outputs)
     tensors = {t: v for t, v in rest.get("tensors", {}).items() if t not in internal}
     factors, partitions, spatial = (
         dict(rest.get("factors", {})),
@@ -190,6 +186,4 @@ def segments_mapping(ctx: BindContext, *, reuse: bool = True, **flat: Any) -> di
         out["chaining"] = chaining
     out["tensors"] = tensors
     out["phases"] = phases
-    if two.name not in binding and one.name not in binding:  # (never: the spans are bound)
-        raise SpecError(f"'{cascade.name}': nothing bound")
     return {"mapping": out}

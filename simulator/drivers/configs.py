@@ -204,6 +204,9 @@ class Specs:
     _bound: dict[tuple[int, str], MappingSpec] = field(default_factory=dict)
     _tables: dict[str, tuple[EnergyTable, AreaTable]] = field(default_factory=dict)
     _linear: dict[str, tuple[LinearSpec, Cascade]] = field(default_factory=dict)
+    # Linear layers evaluated, by (spec, engine, accounting, limits, architecture, workload):
+    # the configurations of one chip (Cascade, +Architecture, +Binding) run the same layers
+    linear_results: dict[tuple, Result] = field(default_factory=dict)
     # A measured chip's ceilings and fixed costs (`--ceilings FILE`): every architecture
     # read is running at them, before the mapper searches or an engine times
     ceilings: Ceilings | None = None

@@ -128,7 +128,18 @@ def evaluate_linear(
     workload: Workload,
     options: LayerOptions = LayerOptions(),
 ) -> Result:
-    """The workload's linear layers on `arch` (sized already), through the pipeline."""
+    """The workload's linear layers on `arch` (sized already), through the pipeline; kept
+    per process (`Specs.linear_results`)."""
+    key = (options.linear, options.engine, options.accounting, options.timing, arch, workload)
+    kept = specs.linear_results.get(key)
+    if kept is None:
+        kept = specs.linear_results[key] = _linear_result(specs, arch, workload, options)
+    return kept
+
+
+def _linear_result(
+    specs: Specs, arch: Architecture, workload: Workload, options: LayerOptions
+) -> Result:
     spec, _default = specs.linear(options.linear)
     cascade = layer_cascade(specs, spec, workload)
     mapping = resolved(linear_mapping(spec, cascade, arch), cascade, arch, workload)

@@ -365,7 +365,9 @@ def _spatial_options(
     out = []
     seen = set()
     for combo in itertools.product(*per_axis):
-        spread = [_spatial_of(combo, d) for d in range(3)]
+        spread = [1, 1, 1]
+        for _axis, d, v in combo:
+            spread[d] *= v
         padded = tuple(-(-ext[d] // spread[d]) * spread[d] for d in range(3))
         if padded != ext and any(
             padded[d] != ext[d] and spread[d] not in (arr.mesh_x, arr.mesh_y) for d in range(3)

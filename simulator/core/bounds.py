@@ -81,7 +81,9 @@ def _contraction(e: Einsum) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=64)
 def _aliases(cascade: Cascade) -> dict[str, str]:
+    """Each copy's source input (copies of copies followed); read, never changed."""
     out = {}
     for e in cascade.einsums:
         if e.kind == "copy" and isinstance(e.expr, Read):
@@ -207,10 +209,37 @@ def dram_bound_values(
     """The DRAM bound of one instance as named parts (values); see module docstring.
     `kept`: the share of an Einsum's points its filters keep; `inputs_read`: the share of
     an input's values some kept point reads (:func:`input_shares`; default all)."""
-    kept = kept or {}
-    inputs_read = inputs_read or {}
-    groups = {r: cascade.rank_group(r) for t in cascade.tensors for r in t.ranks}
+    groups = _groups(cascade)
     full = {g: _extent(cascade.group_components(g), cascade, extents) for g in set(groups.values())}
+    return list(
+        _dram_parts(
+            cascade,
+            tuple(sorted(full.items())),
+            buffer_values,
+            tuple(sorted((kept or {}).items())),
+            tuple(sorted((inputs_read or {}).items())),
+        )
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _groups(cascade: Cascade) -> dict[str, str]:
+    """Each rank's group (read, never changed, by the callers)."""
+    return {r: cascade.rank_group(r) for t in cascade.tensors for r in t.ranks}
+
+
+@functools.lru_cache(maxsize=1024)
+def _dram_parts(
+    cascade: Cascade,
+    full_extents: tuple[tuple[str, int], ...],
+    buffer_values: float,
+    kept_shares: tuple[tuple[str, float], ...],
+    read_shares: tuple[tuple[str, float], ...],
+) -> tuple[tuple[str, float], ...]:
+    """:func:`dram_bound_values` over the full extent of each rank group: the same for every
+    tiling of a point (kept: a search's candidates ask it each)."""
+    kept, inputs_read, full = dict(kept_shares), dict(read_shares), dict(full_extents)
+    groups = _groups(cascade)
 
     def size(tensor: str) -> int:
         ranks = cascade.tensor(tensor).ranks
@@ -258,7 +287,7 @@ def dram_bound_values(
         spill = max(spill, others * (passes - 1) * 2 * max(0.0, length - m))
     if spill:
         parts.append(("multi-pass fibres beyond the buffer", spill))
-    return parts
+    return tuple(parts)
 
 
 def _times(point: PointPlan, c: EinsumCost) -> dict[str, float]:

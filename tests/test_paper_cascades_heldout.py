@@ -91,12 +91,42 @@ def test_postnorm_encoder_attention_layer():
     _close(out["Y"], ref.T)
 
 
+def _layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Ba et al. 2016, eq. 3, over the last axis (epsilon 1e-6 under the square root)."""
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-6) * gain + bias
+
+
+def test_qknorm_attention():
+    """Dehghani et al. 2023, section 2: softmax(LN(Q) LN(K)^T / sqrt(d)) V."""
+    inputs, out = _run("qknorm-attention-3pass", {"M": 40, "P": 24, "E": 8, "F": 6}, seed=4)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    qn = _layer_norm(q, inputs["GQ"], inputs["BQ"])
+    kn = _layer_norm(k, inputs["GK"], inputs["BK"])
+    ref = _softmax(qn @ kn.T / math.sqrt(q.shape[1])) @ v
+    _close(out["AV"], ref.T)
+    plain = _softmax(q @ k.T / math.sqrt(q.shape[1])) @ v
+    assert np.max(np.abs(ref - plain)) > 1e-3  # the norms are live
+
+
+def test_cosine_attention():
+    """Liu et al. 2022 (Swin V2), eq. 2 without the position bias: softmax(cos(q, k) / tau) V."""
+    inputs, out = _run("cosine-attention-3pass", {"M": 40, "P": 24, "E": 8, "F": 6}, seed=5)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    cos = (q @ k.T) / np.outer(np.linalg.norm(q, axis=1), np.linalg.norm(k, axis=1))
+    ref = _softmax(cos / inputs["TAU"]) @ v
+    _close(out["AV"], ref.T)
+
+
 @pytest.mark.parametrize(
     ("name", "passes"),
     [
         ("gated-attention-3pass", {"M": 3}),
         ("talking-heads-attention-3pass", {"M": 3, "H": 2}),
         ("postnorm-encoder-attention-layer-3pass", {"M": 3, "D": 4}),
+        ("qknorm-attention-3pass", {"M": 3, "E": 3}),
+        ("cosine-attention-3pass", {"M": 3}),
     ],
 )
 def test_passes(name, passes):

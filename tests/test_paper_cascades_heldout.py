@@ -135,7 +135,8 @@ def test_passes(name, passes):
 
 
 # Written with the cases before any was mapped; the first run's ratios (4K, 16K) were:
-# gated 1.80x / 1.35x, post-norm layer 1.24x / 1.18x, talking heads 5.73x / 8.32x. The ones
+# gated 1.80x / 1.35x, post-norm layer 1.24x / 1.18x, talking heads 5.73x / 8.32x; and, for
+# the two written a session later, QK-norm 3.17x / 1.58x, cosine 5.25x / 4.33x. The ones
 # over 1.5x are known gaps (strict: this file says so when one closes).
 GAP = "held out and over 1.5x when first mapped: a known gap (docs/mapper.md)"
 MAPPED = [
@@ -149,6 +150,12 @@ MAPPED = [
         "4K",
         {"H": 32, "T": 32},
         marks=pytest.mark.xfail(strict=True, reason=GAP),
+    ),
+    pytest.param(
+        "qknorm-attention-3pass", "4K", {}, marks=pytest.mark.xfail(strict=True, reason=GAP)
+    ),
+    pytest.param(
+        "cosine-attention-3pass", "4K", {}, marks=pytest.mark.xfail(strict=True, reason=GAP)
     ),
 ]
 

@@ -9,7 +9,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.plan.masks import Constraint, active_count
+from simulator.plan.masks import Constraint, active_count, peak_fraction
 
 
 def _brute(cons, loops, extents) -> int:
@@ -85,3 +85,41 @@ def test_a_causal_mask_over_two_level_tiles():
     # every loop enumerated: the points themselves, m <= p
     loops = ("M1", "M0", "P1", "P0")
     assert active_count(cons, loops, extents) == sum(m <= p for m in range(12) for p in range(12))
+
+
+def _box_kept(cons, at, extents) -> bool:
+    """Some point of the box (`at` fixed, every other component over its range) meets each
+    constraint (one by one, as the counting defines it)."""
+    free = [n for n in sorted(extents) if n not in at]
+    for con in cons:
+        coef = dict(con.coef)
+        if not any(
+            sum(a * {**at, **dict(zip(free, rest, strict=True))}[c] for c, a in coef.items())
+            + con.const
+            <= 0
+            for rest in itertools.product(*(range(extents[n]) for n in free))
+        ):
+            return False
+    return True
+
+
+@settings(max_examples=200, deadline=None)
+@given(_cases(), st.integers(0, 4))
+def test_peak_fraction_is_the_fullest_outer_iterations_share_of_kept_inner_tiles(case, cut):
+    """What a tile kept across the inner loops holds at its fullest: over every combination
+    of the outer loops, the most inner combinations holding a kept point."""
+    cons, loops, extents = case
+    outer, inner = loops[:cut], loops[cut:]
+    total = 1
+    for lp in inner:
+        total *= extents[lp]
+    peak = 0
+    for o in itertools.product(*(range(extents[lp]) for lp in outer)):
+        at = dict(zip(outer, o, strict=True))
+        kept = sum(
+            _box_kept(cons, {**at, **dict(zip(inner, i, strict=True))}, extents)
+            for i in itertools.product(*(range(extents[lp]) for lp in inner))
+        )
+        peak = max(peak, kept)
+    expected = peak / total if total else 1.0
+    assert peak_fraction(cons, outer, inner, extents) == (expected if inner else 1.0)

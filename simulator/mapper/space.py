@@ -118,7 +118,10 @@ def _offers(
         if knobs["fibres"] == "fit"
         for w in ("columns", "fibre")
     ]
-    return rule + fusemax + chain + blocks + soonest + flat + unfused + segments
+    # the keys and values an instance reads held whole on chip (fetched once; what does not
+    # fit spilled), not streamed per block of rows: a window's band crosses DRAM once
+    held = [(r, {**knobs, "hold": "whole"}) for r, knobs in soonest if knobs["fibres"] == "fit"]
+    return rule + fusemax + chain + blocks + soonest + flat + unfused + segments + held
 
 
 def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> list[Template]:

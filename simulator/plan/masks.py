@@ -232,6 +232,81 @@ def _axis(
     return best
 
 
+def peak_fraction(
+    cons: tuple[Constraint, ...],
+    outer: tuple[str, ...],
+    inner: tuple[str, ...],
+    extents: Mapping[str, int],
+) -> float:
+    """The most combinations of the `inner` loops holding a kept point under any one
+    combination of the `outer` loops, as a share of all of them: what a tile kept across
+    the inner loops holds at its fullest (a block of rows keeps only the tiles of keys its
+    band computes). Conservative where :func:`active_count` is (never below the truth)."""
+    total = math.prod(int(extents[lp]) for lp in inner)
+    if not cons or not total or not inner:
+        return 1.0
+    used = {c for con in cons for c, _a in con.coef} | set(outer) | set(inner)
+    box = tuple(sorted((c, int(extents[c])) for c in used if c in extents))
+    return _peak_count(cons, outer, inner, box) / total
+
+
+@functools.lru_cache(maxsize=4096)
+def _peak_count(
+    cons: tuple[Constraint, ...],
+    outer: tuple[str, ...],
+    inner: tuple[str, ...],
+    box: tuple[tuple[str, int], ...],
+) -> int:
+    """:func:`peak_fraction`'s count over a hashable box: the outer and inner loops that
+    appear in a constraint enumerated (but one inner axis, counted in closed form), the
+    counts summed over the inner ones and the largest taken over the outer ones."""
+    extents = dict(box)
+    total = math.prod(int(extents[lp]) for lp in inner)
+    loops = (*outer, *inner)
+    rows = []
+    for con in cons:
+        coef = dict(con.coef)
+        base = con.const
+        for c, a in coef.items():
+            if c not in loops:
+                base += min(0, a * (int(extents[c]) - 1))
+        rows.append(({c: coef[c] for c in loops if c in coef}, base))
+    inner_used = [lp for lp in inner if any(lp in r for r, _ in rows)]
+    outer_used = [lp for lp in outer if any(lp in r for r, _ in rows)]
+    free = math.prod(int(extents[lp]) for lp in inner if lp not in inner_used)
+    axis = _axis(inner_used, rows, extents) if inner_used else ()
+    rest = [c for c in inner_used if c not in axis]
+    others = [*outer_used, *rest]
+    combos = math.prod(int(extents[c]) for c in others)
+    if combos > MAX_ENUMERATED:
+        return total  # too fine to count: every tile (an upper bound)
+    n = math.prod(int(extents[c]) for c in axis)  # (1 with no axis: one value, 0)
+    shape = [int(extents[c]) for c in others]
+    lo = np.zeros(combos, dtype=np.int64)
+    hi = np.full(combos, n - 1, dtype=np.int64)
+    for coef, base in rows:
+        along_rows = np.full(shape, base, dtype=np.int64)
+        for i, c in enumerate(others):
+            if c in coef:
+                along = [1] * len(others)
+                along[i] = shape[i]
+                along_rows = along_rows + coef[c] * np.arange(shape[i], dtype=np.int64).reshape(
+                    along
+                )
+        along_rows = along_rows.reshape(combos)
+        a = coef.get(axis[0], 0) if axis else 0
+        if a > 0:
+            hi = np.minimum(hi, np.floor_divide(-along_rows, a))
+        elif a < 0:
+            lo = np.maximum(lo, -np.floor_divide(along_rows, a))
+        else:
+            hi = np.where(along_rows <= 0, hi, -1)
+    counts = np.clip(hi - lo + 1, 0, None)
+    if rest:  # summed over the enumerated inner loops (the last axes)
+        counts = counts.reshape(math.prod(shape[: len(outer_used)]), -1).sum(axis=1)
+    return int(counts.max()) * free
+
+
 def active_fraction(
     cons: tuple[Constraint, ...], loops: tuple[str, ...], extents: Mapping[str, int]
 ) -> float:

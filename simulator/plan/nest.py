@@ -264,5 +264,17 @@ def tile_values(
     return math.prod(extents[c] for c in tensor_comps if c not in outside and c not in iterative)
 
 
+def held_loops(
+    nest: Nest, tensor_comps: tuple[str, ...], iterative: frozenset[str], keep: str | None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the loops at or above the keep point, the tile loops below it that the held tile
+    spans): a tile kept at `keep` holds the values of every iteration of the second."""
+    outside = _levels(nest, keep)
+    spanned = tuple(
+        c for c in nest.tile_loops if c in tensor_comps and c not in outside and c not in iterative
+    )
+    return outside, spanned
+
+
 def tensor_size(tensor_comps: tuple[str, ...], extents: Mapping[str, int]) -> int:
     return math.prod(extents[c] for c in tensor_comps)

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 from simulator.plan.facts import CascadeFacts, canonical, placement_of
 from simulator.plan.gemm_mapper import GemmMapping, gemm_of, map_gemm, objective_table
-from simulator.plan.masks import Constraint, active_fraction, constraints
+from simulator.plan.masks import Constraint, active_fraction, constraints, peak_fraction
 from simulator.plan.nest import (
     Nest,
     build_nest,
+    held_loops,
     reuse_signature,
     tensor_components,
     tensor_size,
@@ -134,7 +135,9 @@ def plan_phase(
         tally = tallies.setdefault(tensor, _TensorTally())
         keep = place.keep if place.keep is not None else "top"
         if place.home == "buffer" or keep != "stream":
-            tile = max(tile_values(nests[n], comps, iterative, keep, extents) for n, _ in uses)
+            tile = max(
+                _held(nests[n], comps, iterative, keep, extents, masks, uses) for n, _ in uses
+            )
             if place.spill == "auto":
                 auto_tiles[tensor] = tile * place.copies
             elif place.spill is None:
@@ -239,6 +242,29 @@ def plan_phase(
         activity=tuple(sorted(activity.items())),
         resident_values=resident,
     )
+
+
+def _held(
+    nest: Nest,
+    comps: tuple[str, ...],
+    iterative: frozenset[str],
+    keep: str,
+    extents: dict[str, int],
+    masks: dict[str, tuple[Constraint, ...]],
+    uses: list[tuple[str, bool]],
+) -> float:
+    """Values of a tensor's tile held at its keep point for one of its Einsums: under a
+    filter every Einsum of the tensor shares, only the tiles of the spanned loops that hold a
+    kept point at the fullest iteration of the loops above (a block of rows keeps the scores
+    of the band of keys it computes, not of every key); else the whole tile."""
+    tile = tile_values(nest, comps, iterative, keep, extents)
+    cons = masks[nest.einsum]
+    if not cons or any(set(masks[n]) != set(cons) for n, _ in uses):
+        return tile
+    outside, spanned = held_loops(nest, comps, iterative, keep)
+    if not spanned:
+        return tile
+    return tile * peak_fraction(cons, outside, spanned, extents)
 
 
 def _fetched(

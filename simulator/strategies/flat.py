@@ -33,6 +33,9 @@ from simulator.strategies.spatial import filling
 from simulator.strategies.unfused import _fibre_array, chained, indexed_vars
 from simulator.support.errors import SpecError
 
+# How the inputs the rows do not index cross from DRAM (see flat_mapping).
+HOLDS = ("stream", "whole")
+
 
 def einsum_time(cascade: Cascade, name: str, array: Array, extents: dict[str, int]) -> float:
     """Cycles of an Einsum's points spread over all the array's PEs (to compare arrays)."""
@@ -118,6 +121,7 @@ def flat_mapping(
     fibres: str = "fit",
     chunk_scale: int = 1,
     spread: str = "columns",
+    hold: str = "stream",
 ) -> dict[str, Any]:
     """FLAT's rule (module docstring); `soonest` (the fused strategy): a fibre Einsum runs on
     the array where the block finishes soonest given the Einsums already placed (FuseMax's
@@ -128,7 +132,10 @@ def flat_mapping(
     `spread`: what the last contraction spreads across the 2D array's other side besides
     the rows -- its output's `columns` (FLAT's output-stationary AV, the whole fibre reduced
     in each PE), or the `fibre`'s chunks, reduced down the PEs (where the output's columns
-    are fewer than the PEs: AV of 128-wide heads on 256 PEs). Tensors a block hands on are
+    are fewer than the PEs: AV of 128-wide heads on 256 PEs); `hold`: the inputs the rows
+    do not index (K, V) `stream` by per block of rows (FLAT's), or are held `whole` on chip
+    for the instance, each fetched once, what does not fit spilled (a window's band of keys
+    then crosses from DRAM once, not once per block of rows). Tensors a block hands on are
     computed in place over the one they replace where that one is dead
     (:func:`simulator.strategies.roles.in_place`)."""
     cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
@@ -274,9 +281,13 @@ def flat_mapping(
     local: dict[str, dict[str, Any]] = {}
     # Operands of the rows (Q, the output) stay on chip for their block of rows, spilling
     # what does not fit; the others (K, V) stream by.
+    if hold not in HOLDS:
+        raise ValueError(f"hold must be one of {HOLDS}, got {hold!r}")
     for t in (*cascade.inputs, *cascade.outputs):
         if row in cascade.tensor(t).ranks:
             tensors[t] = {"home": "DRAM", "keep": r2, "spill": "auto"}
+        elif hold == "whole" and t in cascade.inputs:
+            tensors[t] = {"home": "DRAM", "keep": "top", "spill": "auto"}
         else:
             tensors[t] = {"home": "DRAM", "keep": "stream"}
     producer = {cascade.einsum(n).output.tensor: n for n in roles.compute}

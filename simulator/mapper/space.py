@@ -120,7 +120,8 @@ def _offers(
     ]
     # the keys and values an instance reads held whole on chip (fetched once; what does not
     # fit spilled), not streamed per block of rows: a window's band crosses DRAM once
-    held = [(r, {**knobs, "hold": "whole"}) for r, knobs in soonest if knobs["fibres"] == "fit"]
+    fit = [("flat", knobs) for _r, knobs in soonest if knobs["fibres"] == "fit"]
+    held = [(r, {**knobs, "hold": "whole"}) for r, knobs in (*fit, *segments)]
     return rule + fusemax + chain + blocks + soonest + flat + unfused + segments + held
 
 

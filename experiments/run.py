@@ -72,6 +72,12 @@ def compute_chunk(name: str, points: Sequence[Any]) -> list[Any]:
     return [experiment.compute(specs, p) for p in points]
 
 
+def draw_figures(name: str, rows: list[Any], ctx: Context) -> list[Path]:
+    """Worker task: one experiment's figures (drawn beside the other experiments' points and
+    figures, not one after another in the parent at the end of a run)."""
+    return by_name(name).figures(rows, ctx)
+
+
 def tasks_of(
     points: Sequence[Any], size: int, share: Callable[[Any], Any] | None = None
 ) -> list[list[int]]:
@@ -94,10 +100,13 @@ def compute_rows(
     jobs: int,
     progress: bool,
     finished: Callable[[str, list[Any]], None] | None = None,
+    drawing: tuple[Context, Callable[[str, list[Path]], None]] | None = None,
 ) -> dict[str, list[Any]]:
     """Every experiment's rows, in the order of its points. `finished(name, rows)` is called
     in this process as soon as an experiment's last chunk is in, while the workers go on
-    with the others' points (its figures are drawn meanwhile)."""
+    with the others' points. `drawing` (context, `drew(name, paths)`): its figures are then
+    drawn by a worker, one more task of the pool (in this process with `jobs` 1), and
+    `drew` is called here with their paths."""
     points = {e.name: list(e.points(selection)) for e in experiments}
     rows: dict[str, list[Any]] = {name: [None] * len(p) for name, p in points.items()}
     placed = [  # (experiment, the indices of its points in the task)
@@ -109,16 +118,29 @@ def compute_rows(
     total = sum(len(chunk) for _, chunk in tasks)
     left = Counter(name for name, _ in tasks)
 
-    def arrived(index: int, chunk_rows: list[Any]) -> None:
+    drawn: dict[Any, str] = {}  # figure tasks in the pool -> their experiment
+
+    def arrived(index: int, chunk_rows: list[Any]) -> Any:
+        """The chunk's rows in place; the experiment's figure task when it is complete."""
         name, indices = placed[index]
         for i, row in zip(indices, chunk_rows, strict=True):
             rows[name][i] = row  # in the order of the points, whichever task came first
         bar.update(len(indices))
         left[name] -= 1
-        if left[name] == 0 and finished is not None:
-            bar.set_postfix_str(f"writing {name}")  # its figures take seconds: said
+        if left[name] != 0:
+            return None
+        bar.set_postfix_str(f"writing {name}")  # its figures take seconds: said
+        if finished is not None:
             finished(name, rows[name])
-            bar.set_postfix_str("")
+        if drawing is not None and executor is None:
+            drawing[1](name, draw_figures(name, rows[name], drawing[0]))
+        bar.set_postfix_str("")
+        if drawing is None or executor is None:
+            return None
+        ctx = drawing[0]
+        job = executor.submit(draw_figures, name, rows[name], ctx)
+        drawn[job] = name
+        return job
 
     bar = tqdm(total=total, desc="experiments", unit="point", disable=None if progress else True)
     executor = (  # --jobs 1: no pool, every chunk in this process
@@ -135,8 +157,13 @@ def compute_rows(
                 done, pending = wait(pending, timeout=REFRESH_S, return_when=FIRST_COMPLETED)
                 if not done:  # a long chunk: the bar's clock moves on meanwhile
                     bar.refresh()
-                for future in sorted(done, key=futures.__getitem__):
-                    arrived(futures[future], future.result())
+                chunks = sorted((futures[f], f) for f in done if f in futures)
+                for index, future in chunks:
+                    job = arrived(index, future.result())
+                    if job is not None:
+                        pending.add(job)
+                for future in sorted((f for f in done if f in drawn), key=drawn.__getitem__):
+                    drawing[1](drawn[future], future.result())  # type: ignore[index]
         else:
             for index, task in enumerate(tasks):
                 arrived(index, compute_chunk(*task))
@@ -149,10 +176,12 @@ def compute_rows(
             executor.shutdown(wait=True)
     finally:
         bar.close()
-    if finished is not None:  # experiments with no points at this selection
-        for e in experiments:
-            if e.name not in left:
+    for e in experiments:  # experiments with no points at this selection
+        if e.name not in left:
+            if finished is not None:
                 finished(e.name, rows[e.name])
+            if drawing is not None:
+                drawing[1](e.name, draw_figures(e.name, rows[e.name], drawing[0]))
     return rows
 
 
@@ -201,15 +230,30 @@ def run(options: RunOptions) -> RunSummary:
     files: dict[str, list[Path]] = {}
     sections: dict[str, str] = {}
 
+    figures: dict[str, list[Path]] = {}
+
     def outputs(name: str, rows: list[Any]) -> None:
         e = by_name(name)
-        files[name] = e.write(rows, ctx) + e.figures(rows, ctx)
+        files[name] = e.write(rows, ctx)
         sections[name] = e.report(rows, ctx)
 
-    rows = compute_rows(
-        experiments, options.selection, options.jobs, options.progress, finished=outputs
-    )
-    written = [path for e in experiments for path in files[e.name]]
+    def drew(name: str, paths: list[Path]) -> None:
+        figures[name] = paths
+
+    try:
+        rows = compute_rows(
+            experiments,
+            options.selection,
+            options.jobs,
+            options.progress,
+            finished=outputs,
+            drawing=(ctx, drew),
+        )
+    except BaseException:
+        # a worker ended while drawing leaves its figures' temporaries: nothing half-written
+        remove_stale_partials(options.out)
+        raise
+    written = [path for e in experiments for path in [*files[e.name], *figures[e.name]]]
     text = "\n".join([_header(options, experiments), *(sections[e.name] for e in experiments)])
     report = write_text(options.out / "report.md", text)
     written.append(report)

@@ -69,12 +69,14 @@ def _options(out: Path, selection: Selection, experiments, jobs: int = 2) -> Run
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
-    """The attention experiment over all 24 points (what the paper's means are over)."""
+    """The attention experiment over all 24 points (what the paper's means are over); in
+    one process, so the figures this process logs are the ones drawn (a pool's workers
+    draw them otherwise)."""
     out = tmp_path_factory.mktemp("full")
     log = FigureLog()
     with pytest.MonkeyPatch.context() as mp:
         log.install(mp)
-        summary = run(_options(out, FULL, ["attention", "cascades"]))
+        summary = run(_options(out, FULL, ["attention", "cascades"], jobs=1))
     return out, summary, log
 
 

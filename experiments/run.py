@@ -1,12 +1,12 @@
 """Running the experiments: points in a process pool under one progress bar, then outputs.
 
 Order of work: every available experiment's points are computed (in parallel, chunks of
-points per worker task); as soon as an experiment's last chunk is in, this process writes its
-result CSVs and report section, and its figures become one more task of the pool (drawn
-beside the other experiments' points); the report is written last. Every file is written atomically (`experiments.output`), so a run killed at
-any moment leaves no partial result file, and `report.md` present means the run finished.
-Rows come back in the order of the points whatever the order in which workers finish, so a
-re-run writes byte-identical CSVs.
+points per worker task); as soon as an experiment's last chunk is in, this process writes
+its result CSVs and report section, and its figures become one more task of the pool (drawn
+beside the other experiments' points); the report is written last. Every file is written
+atomically (`experiments.output`), so a run killed at any moment leaves no partial result
+file, and `report.md` present means the run finished. Rows come back in the order of the
+points whatever the order in which workers finish, so a re-run writes byte-identical CSVs.
 """
 
 from __future__ import annotations

@@ -156,15 +156,7 @@ def _active_count(
     total = math.prod(int(extents[lp]) for lp in loops)
     if not cons or total == 0:
         return total
-    # Each constraint with the free components at their minimum: a(loops) + base <= 0.
-    rows = []
-    for con in cons:
-        coef = dict(con.coef)
-        base = con.const
-        for c, a in coef.items():
-            if c not in loops:
-                base += min(0, a * (int(extents[c]) - 1))
-        rows.append(({c: coef[c] for c in loops if c in coef}, base))
+    rows = _rows(cons, loops, extents)
     used = [lp for lp in loops if any(lp in r for r, _ in rows)]
     free = math.prod(int(extents[lp]) for lp in loops if lp not in used)
     if not used:
@@ -177,6 +169,35 @@ def _active_count(
             f"a filter over {', '.join(used)} spans {combos} tile combinations: too fine to "
             f"count (limit {MAX_ENUMERATED}); use larger tiles"
         )
+    return int(_spans(rows, axis, others, extents).sum()) * free
+
+
+def _rows(
+    cons: tuple[Constraint, ...], loops: tuple[str, ...], extents: Mapping[str, int]
+) -> list[tuple[dict[str, int], int]]:
+    """Each constraint over `loops`, every other component at the value that minimises it
+    (a box holds a kept point of the constraint iff it holds there): a(loops) + base <= 0."""
+    rows = []
+    for con in cons:
+        coef = dict(con.coef)
+        base = con.const
+        for c, a in coef.items():
+            if c not in loops:
+                base += min(0, a * (int(extents[c]) - 1))
+        rows.append(({c: coef[c] for c in loops if c in coef}, base))
+    return rows
+
+
+def _spans(
+    rows: list[tuple[dict[str, int], int]],
+    axis: tuple[str, ...],
+    others: list[str],
+    extents: Mapping[str, int],
+) -> np.ndarray:
+    """Per combination of the `others` loops (enumerated, the first outermost), how many
+    values of the `axis` (in closed form: every row bounds it to an interval) meet every
+    row; with no axis, 1 where every row holds, else 0."""
+    combos = math.prod(int(extents[c]) for c in others)
     n = math.prod(int(extents[c]) for c in axis)
     shape = [int(extents[c]) for c in others]
     lo = np.zeros(combos, dtype=np.int64)
@@ -189,15 +210,14 @@ def _active_count(
                 along[i] = shape[i]
                 rest = rest + coef[c] * np.arange(shape[i], dtype=np.int64).reshape(along)
         rest = rest.reshape(combos)
-        a = coef.get(axis[0], 0)  # the axis's value x enters the row as a * x
+        a = coef.get(axis[0], 0) if axis else 0  # the axis's value x enters as a * x
         if a > 0:  # a*x <= -rest
             hi = np.minimum(hi, np.floor_divide(-rest, a))
         elif a < 0:  # x >= rest / -a
             lo = np.maximum(lo, -np.floor_divide(rest, a))
         else:
             hi = np.where(rest <= 0, hi, -1)
-    count = int(np.clip(hi - lo + 1, 0, None).sum())
-    return count * free
+    return np.clip(hi - lo + 1, 0, None)
 
 
 def _axis(
@@ -262,48 +282,19 @@ def _peak_count(
     counts summed over the inner ones and the largest taken over the outer ones."""
     extents = dict(box)
     total = math.prod(int(extents[lp]) for lp in inner)
-    loops = (*outer, *inner)
-    rows = []
-    for con in cons:
-        coef = dict(con.coef)
-        base = con.const
-        for c, a in coef.items():
-            if c not in loops:
-                base += min(0, a * (int(extents[c]) - 1))
-        rows.append(({c: coef[c] for c in loops if c in coef}, base))
+    rows = _rows(cons, (*outer, *inner), extents)
     inner_used = [lp for lp in inner if any(lp in r for r, _ in rows)]
     outer_used = [lp for lp in outer if any(lp in r for r, _ in rows)]
     free = math.prod(int(extents[lp]) for lp in inner if lp not in inner_used)
     axis = _axis(inner_used, rows, extents) if inner_used else ()
     rest = [c for c in inner_used if c not in axis]
     others = [*outer_used, *rest]
-    combos = math.prod(int(extents[c]) for c in others)
-    if combos > MAX_ENUMERATED:
+    if math.prod(int(extents[c]) for c in others) > MAX_ENUMERATED:
         return total  # too fine to count: every tile (an upper bound)
-    n = math.prod(int(extents[c]) for c in axis)  # (1 with no axis: one value, 0)
-    shape = [int(extents[c]) for c in others]
-    lo = np.zeros(combos, dtype=np.int64)
-    hi = np.full(combos, n - 1, dtype=np.int64)
-    for coef, base in rows:
-        along_rows = np.full(shape, base, dtype=np.int64)
-        for i, c in enumerate(others):
-            if c in coef:
-                along = [1] * len(others)
-                along[i] = shape[i]
-                along_rows = along_rows + coef[c] * np.arange(shape[i], dtype=np.int64).reshape(
-                    along
-                )
-        along_rows = along_rows.reshape(combos)
-        a = coef.get(axis[0], 0) if axis else 0
-        if a > 0:
-            hi = np.minimum(hi, np.floor_divide(-along_rows, a))
-        elif a < 0:
-            lo = np.maximum(lo, -np.floor_divide(along_rows, a))
-        else:
-            hi = np.where(along_rows <= 0, hi, -1)
-    counts = np.clip(hi - lo + 1, 0, None)
+    counts = _spans(rows, axis, others, extents)
     if rest:  # summed over the enumerated inner loops (the last axes)
-        counts = counts.reshape(math.prod(shape[: len(outer_used)]), -1).sum(axis=1)
+        outer_combos = math.prod(int(extents[c]) for c in outer_used)
+        counts = counts.reshape(outer_combos, -1).sum(axis=1)
     return int(counts.max()) * free
 
 

@@ -27,6 +27,6 @@ import sys as _sys
 __version__ = "0.1.0"
 
 if _sys.argv[:1] == ["-m"]:  # `python -m simulator.X` is starting: a command-line run
-    from simulator.support.cli import install_interrupt_hook
+    from simulator.support.interrupts import install_interrupt_hook
 
     install_interrupt_hook()

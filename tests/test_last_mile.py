@@ -49,6 +49,9 @@ ENTRY_POINTS = {
 }  # fmt: skip
 
 
+INTERRUPTED_LINE = "interrupted: no partial result file was left\n"
+
+
 def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -492,6 +495,35 @@ def test_ctrl_c_inside_an_extension_import_is_still_an_interrupt(run_cli):
     assert (code, printed, err) == (EXIT_INTERRUPTED, "", INTERRUPTED + "\n")
     with pytest.raises(ImportError, match="nothing"):
         run_cli(imports_broken, [])
+
+
+HOOKED = """
+import sys
+from simulator.support.interrupts import install_interrupt_hook
+install_interrupt_hook()
+class Named:
+    def __set_name__(self, owner, name):
+        if sys.argv[1] == "interrupt":
+            raise KeyboardInterrupt
+        raise ValueError("a broken descriptor")
+class Built:
+    field = Named()
+"""
+
+
+@pytest.mark.parametrize("how", ["interrupt", "broken"])
+def test_ctrl_c_while_a_class_is_built_at_import_is_an_interrupt(tmp_path, how):
+    """Ctrl-C landing in a class's `__set_name__` while a module is imported (lark's
+    grammar classes, before `main` runs) surfaces as "RuntimeError: Error calling
+    __set_name__" caused by the KeyboardInterrupt: the hook still ends it with one line and
+    exit 130; the same error with another cause is still a traceback."""
+    script = tmp_path / "hooked.py"
+    script.write_text(HOOKED)
+    done = _run([str(script), how], Path.cwd())
+    if how == "interrupt":
+        assert (done.returncode, done.stderr) == (130, INTERRUPTED_LINE)
+    else:
+        assert done.returncode == 1 and "a broken descriptor" in done.stderr
 
 
 def _out_commands(tmp_path: Path) -> dict[str, tuple]:

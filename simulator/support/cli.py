@@ -11,14 +11,18 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from types import TracebackType
 
 from simulator.support.errors import BoundBreach, SpecError, take_warnings
+from simulator.support.interrupts import (
+    EXIT_INTERRUPTED,
+    INTERRUPTED,
+    command_line,
+    imports_done,
+    interrupted,
+)
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3  # a result that breaks its own lower bound: a bug of the tool
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
-INTERRUPTED = "interrupted: no partial result file was left"
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -35,6 +39,7 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
     result below its own bound (:class:`BoundBreach`) one line and code 3."""
 
     def wrapper(argv: list[str] | None = None) -> int:
+        imports_done()
         take_warnings()  # none left from before this command
         try:
             code = main(negative_values(sys.argv[1:] if argv is None else list(argv)))
@@ -54,10 +59,11 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
         except KeyboardInterrupt:  # files being written were removed as the stack unwound
             print(INTERRUPTED, file=sys.stderr)
             return EXIT_INTERRUPTED
-        except ImportError as err:
-            if not _interrupted(err):
+        except Exception as err:
+            if not interrupted(err):
                 raise
-            # Ctrl-C inside a C extension's first import surfaces as an ImportError
+            # Ctrl-C can surface as another error that it caused: an ImportError from a C
+            # extension's first import, a RuntimeError from a class being built
             print(INTERRUPTED, file=sys.stderr)
             return EXIT_INTERRUPTED
 
@@ -66,23 +72,11 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
     return wrapper
 
 
-def _interrupted(err: BaseException) -> bool:
-    """Was this exception caused, at some remove, by a Ctrl-C?"""
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return True
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return False
-
-
 def _done() -> None:
     """The command's work and its files are complete: in a command-line process, a Ctrl-C
     from here to the exit has nothing left to interrupt (it would otherwise kill the
     interpreter's teardown, exit -2, with the results already written)."""
-    if _COMMAND_LINE:
+    if command_line():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -104,31 +98,6 @@ def negative_values(argv: list[str]) -> list[str]:
         else:
             out.append(token)
     return out
-
-
-_COMMAND_LINE = False  # set when Python runs one of the package's modules as a command
-
-
-def install_interrupt_hook() -> None:
-    """Ctrl-C before an entry point's `main` runs -- while its modules are still being
-    imported -- ends like Ctrl-C inside it: one line and exit status 130, no traceback.
-    Installed by the package when Python runs one of its modules (`python -m simulator.X`)."""
-    global _COMMAND_LINE
-    _COMMAND_LINE = True
-    previous = sys.excepthook
-
-    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        if issubclass(kind, KeyboardInterrupt):
-            print(INTERRUPTED, file=sys.stderr)
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError):
-                    pass
-            os._exit(EXIT_INTERRUPTED)
-        previous(kind, value, tb)
-
-    sys.excepthook = hook
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends (Linux)

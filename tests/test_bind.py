@@ -8,6 +8,7 @@ import pytest
 from simulator.bind.__main__ import main as bind_main
 from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.run import main as run_main
+from simulator.spec.arch_file import load_architecture
 from simulator.spec.workload import make_workload
 
 from .conftest import ROOT
@@ -201,3 +202,21 @@ def test_a_mapping_on_standard_output_names_files_by_absolute_path(tmp_path, cap
     assert bind_main(["one.yaml", "--arch", "chip.yaml", "--rule", "--seq", "1K",
                       "-o", str(saved)]) == 0  # fmt: skip
     assert "architecture: ../here/chip.yaml" in saved.read_text()
+
+
+def test_a_kernels_per_row_statistic_spreads_its_rows_over_the_1d_pes():
+    """LayerNorm kernel by kernel: the square root of each row's variance (`SD[p]`, no
+    fibre to walk) takes a row per PE of the 1D array, as a library kernel's threads do, not
+    one row at a time; its cycles are its points' work over every PE."""
+    w = make_workload("bert", "4K")
+    r = evaluate(
+        Specs(cascade_override="layernorm"),
+        "auto:unfused",
+        w,
+        options=EvalOptions(engine="analytic"),
+    )
+    arch = load_architecture(ROOT / "arch" / "fusemax.yaml")
+    one = next(a for a in arch.arrays if a.mesh_y == 1)
+    sd = next(c for c in r.einsums if c.einsum == "SD")
+    assert sd.array == one.name and sd.parallelism == one.pes
+    assert sd.cycles == pytest.approx(sd.points * sd.cycles_per_point / one.pes, rel=0.01)

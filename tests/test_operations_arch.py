@@ -94,10 +94,14 @@ def test_flat_sigmoid_uses_each_dedicated_unit_once():
 
 
 def test_fusemax_2d_reciprocal_needs_no_divider():
+    """1/d and x/d on the 2D PEs are built from the adder and the MAC: no divider unit is
+    used (nor priced), and a division costs a reciprocal and one multiply."""
     a = array("fusemax", "PE2D")
-    assert a.op("divide") is None
     recip = a.op("reciprocal")
     assert (recip.cycles, dict(recip.actions)) == (5, {"add": 1, "mac": 4})
+    divide = a.op("divide")
+    assert (divide.cycles, dict(divide.actions)) == (6, {"add": 1, "mac": 5})
+    assert "divide" not in dict(divide.unit_cycles())
     # tanh = x + x, exp, 1 + e, 1/d, 1 - 2r: 2 adds + 6 MACs + (1 add + 4 MACs) + 1 MAC
     tanh = a.op("tanh")
     assert (tanh.cycles, dict(tanh.actions)) == (14, {"add": 3, "mac": 11})
@@ -131,6 +135,7 @@ WITH_DIVIDER = {
 WITHOUT_DIVIDER = {
     **{k: v for k, v in WITH_DIVIDER.items() if "divide" not in v},
     "reciprocal": ["add"] + ["mac"] * 4,  # seed; 2 x (t = 2 - d r, r t)
+    "divide": ["reciprocal", "mul"],  # x / d = x (1/d)
     "sigmoid": ["exp", "add", "reciprocal"],
     "silu": ["exp", "add", "reciprocal", "mul"],
     "tanh": ["add", "exp", "add", "reciprocal", "mac"],  # 1 - 2 r as one MAC

@@ -216,13 +216,8 @@ def _mapping_with(tmp_path, old: str, new: str, name: str = "binding") -> str:
             "    PE2D: [QK, LM, SLN, SLD, SLNV, RM]",
             "bound to both",
         ),
-        (
-            "    PE2D: [QK, LM, SLN, SLD, SLNV]\n    PE1D: [RM, PRM, SPD, SPNV, RD, RNV, AV]"
-            "|par: [[QK, LM], [RD, RNV, AV]]",
-            "    PE2D: [QK, LM, SLN, SLD, SLNV, AV]\n    PE1D: [RM, PRM, SPD, SPNV, RD, RNV]"
-            "|par: [[QK, LM, AV], [RD, RNV]]",
-            "needs 'divide'",
-        ),
+        # FLAT's 2D array is a MAC array: the max of LM bound there is not declared
+        ("  architecture: fusemax", "  architecture: flat", "'LM' needs 'max'"),
         ("par: [[QK, LM], [RD, RNV, AV]]", "par: [[QK], [LM], [RD, RNV, AV]]", "par overlaps"),
         ("  shapes:", "  shapez:", "unknown key 'shapez'"),
         ("    E: embed\n", "    E: embed\n    Z: seq_len\n", "'Z' is no rank"),

@@ -59,7 +59,7 @@ def _rule(rule: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
     return call
 
 
-def _unfused(ctx: BindContext, reuse: bool = True) -> dict[str, Any]:
+def _unfused(ctx: BindContext, reuse: bool = True, kernels: str = "vector") -> dict[str, Any]:
     # The unfused strategy's library calls get operands sliced to what is attended.
     shapes, extents = dict(ctx.shapes), dict(ctx.extents)
     fields = ctx.workload.fields()
@@ -67,7 +67,9 @@ def _unfused(ctx: BindContext, reuse: bool = True) -> dict[str, Any]:
         for rank in [r for r, q in shapes.items() if q == role]:
             shapes[rank] = quantity
             extents[rank] = int(fields[quantity])  # type: ignore[call-overload]
-    return unfused_mapping(replace(ctx, shapes=shapes, extents=extents), reuse=reuse)
+    return unfused_mapping(
+        replace(ctx, shapes=shapes, extents=extents), reuse=reuse, kernels=kernels
+    )
 
 
 # A template: a rule writing the mapping data of one structural choice, given its knobs.

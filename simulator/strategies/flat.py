@@ -20,7 +20,6 @@ above, so it differs from the published FLAT where FLAT chose otherwise.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
@@ -29,24 +28,12 @@ from simulator.spec.arch import Array, missing_operations
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.fusemax import arrays_of, supports
 from simulator.strategies.roles import einsum_ranks, in_place, is_gemm, reduced_ranks, tile
-from simulator.strategies.spatial import filling
+from simulator.strategies.spatial import einsum_time, filling
 from simulator.strategies.unfused import _fibre_array, chained, indexed_vars
 from simulator.support.errors import SpecError
 
 # How the inputs the rows do not index cross from DRAM (see flat_mapping).
 HOLDS = ("stream", "whole")
-
-
-def einsum_time(cascade: Cascade, name: str, array: Array, extents: dict[str, int]) -> float:
-    """Cycles of an Einsum's points spread over all the array's PEs (to compare arrays)."""
-    e = cascade.einsum(name)
-    points = math.prod(extents.get(rank_of(v), 1) for v in e.iteration)
-    cycles = sum(
-        n * (array.op(k).cycles if array.op(k) else math.inf)
-        for k, n in ops_per_point(cascade, e).items()
-        if n
-    )
-    return points * cycles / array.pes
 
 
 def soonest_arrays(

@@ -99,15 +99,18 @@ def sub_cascade(cascade: Cascade, names: tuple[str, ...]) -> Cascade:
     )
 
 
-def segments_mapping(ctx: BindContext, *, reuse: bool = True, **flat: Any) -> dict[str, Any]:
-    """The mapping data (module docstring); `flat` are FLAT's rule's knobs for the spans."""
+def segments_mapping(
+    ctx: BindContext, *, reuse: bool = True, kernels: str = "vector", **flat: Any
+) -> dict[str, Any]:
+    """The mapping data (module docstring); `flat` are FLAT's rule's knobs for the spans,
+    `kernels` the unfused kernels' (:data:`simulator.strategies.unfused.KERNELS`)."""
     cascade = ctx.cascade
     spans = fusable_spans(cascade, ctx.roles.compute)
     if not spans:
         raise SpecError(f"'{cascade.name}' has no span FLAT's shape fuses")
     if len(spans) == 1 and len(spans[0]) == len(ctx.roles.compute):
         raise SpecError(f"'{cascade.name}' is one span: FLAT's template binds it whole")
-    rest = unfused_mapping(ctx, reuse=reuse)["mapping"]
+    rest = unfused_mapping(ctx, reuse=reuse, kernels=kernels)["mapping"]
     kernels = [set(phase["schedule"]) for phase in rest["phases"]]
     fused: list[dict[str, Any]] = []
     kept: list[tuple[str, ...]] = []

@@ -12,6 +12,10 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping
 
+from simulator.cascade.ir import Cascade, rank_of
+from simulator.cascade.ops import ops_per_point
+from simulator.spec.arch import Array
+
 
 def filling(
     components: Iterable[str],
@@ -35,3 +39,15 @@ def filling(
             if best is None or key < best:
                 best, chosen = key, tuple(cands[i] for i in subset)
     return list(chosen)
+
+
+def einsum_time(cascade: Cascade, name: str, array: Array, extents: dict[str, int]) -> float:
+    """Cycles of an Einsum's points spread over all the array's PEs (to compare arrays)."""
+    e = cascade.einsum(name)
+    points = math.prod(extents.get(rank_of(v), 1) for v in e.iteration)
+    cycles = sum(
+        n * (array.op(k).cycles if array.op(k) else math.inf)
+        for k, n in ops_per_point(cascade, e).items()
+        if n
+    )
+    return points * cycles / array.pes

@@ -32,6 +32,7 @@ from simulator.strategies.binder_facts import BinderFacts
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.fusemax import arrays_of, supports
 from simulator.strategies.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
+from simulator.strategies.spatial import einsum_time
 from simulator.support.errors import SpecError
 
 
@@ -103,14 +104,22 @@ def _gemm_settings(
     return settings
 
 
+# Where a library kernel's element-wise Einsums run: all on the 1D array (`vector`, the
+# paper's unfused baseline), or each on the 2D array where it finishes sooner there (`both`).
+KERNELS = ("vector", "both")
+
+
 def unfused_mapping(
     ctx: BindContext,
     *,
     reuse: bool = True,
+    kernels: str = "vector",
 ) -> dict[str, Any]:
     cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
     facts = ctx.facts
     two, one = arrays_of(arch)
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
     if not reuse and "group" in ctx.shapes.values():
         raise SpecError(
             f"cannot bind '{cascade.name}' with the unfused strategy without reuse: its GEMMs "
@@ -188,13 +197,39 @@ def unfused_mapping(
                         local[t] = {"home": "buffer", "keep": row, "spill": "auto"}
                         tensors.setdefault(t, {"home": "buffer"})
         phase: dict[str, Any] = {"name": f"fibre{i + 1}" if len(groups) > 3 else "softmax"}
-        phase["loops"] = loops
+        own: dict[str, dict[str, Any]] = {}
         if fibre is not None and sum(kind == "fibre" for kind, _ in groups) > 1:
             # each phase spreads its own fibre over the PEs (the mapping-level spatial
             # names the last one's)
-            phase["einsums"] = {
-                n: {"spatial": [f"{fibre}0"]} for n in names if binding[n] == one.name
-            }
+            own = {n: {"spatial": [f"{fibre}0"]} for n in names if binding[n] == one.name}
+        if fibre is not None:
+            on_two = set()
+            if kernels == "both":
+                on_two = _sooner_on_two(cascade, names, fibre, binding, (two, one), extents)
+            on_one = {n for n in names if binding[n] == one.name and n not in on_two}
+            split, spread = _rows_spread(
+                cascade, names, fibre, loops, (on_one, on_two), partitions, extents
+            )
+            # the tiles spread (an extent unknown here: the 1D array's width, as `tile` has it)
+            room = [min(extents.get(r, one.mesh_x), one.mesh_x) for r in (split, fibre) if r]
+            for n in on_two:
+                if n in spread and room[0] <= two.mesh_x and room[-1] <= two.mesh_y:
+                    binding[n] = two.name
+                else:  # no row to spread across the 2D array's other side: it stays
+                    spread.pop(n, None)
+            if split is not None:
+                partitions[split] = [f"{split}1", f"{split}0"]
+                factors.setdefault(f"{split}0", tile(one.name, "meshX", one.mesh_x, split, extents))
+                loops = [
+                    c for x in loops for c in ((f"{split}1", f"{split}0") if x == split else (x,))
+                ]
+                own.update(spread)
+                for held in local.values():  # a row's tiles are still kept per row
+                    if held["keep"] == split:
+                        held["keep"] = f"{split}0"
+        phase["loops"] = loops
+        if own:
+            phase["einsums"] = own
         if local:
             phase["tensors"] = local
         phase["schedule"] = list(names)
@@ -225,6 +260,80 @@ def unfused_mapping(
     body["tensors"] = tensors
     body["phases"] = phases
     return {"mapping": body}
+
+
+def _sooner_on_two(
+    cascade: Cascade,
+    names: list[str],
+    fibre: str,
+    binding: dict[str, str],
+    arrays: tuple[Array, Array],
+    extents: dict[str, int],
+) -> set[str]:
+    """A kernel's element-wise Einsums on the 1D array (they reduce nothing and walk the
+    fibre: a norm's scaled values, a softmax's division) that would finish sooner spread
+    over the 2D array's PEs -- its multipliers build a division or a square root the 1D
+    array's units do in fewer cycles, on 256 times the PEs."""
+    two, one = arrays
+    out: set[str] = set()
+    for n in names:
+        e = cascade.einsum(n)
+        if binding[n] != one.name or reduced_ranks(e) or fibre not in einsum_ranks(e):
+            continue
+        need = len(dict.fromkeys(a.tensor for a in e.reads())) + 1
+        if supports(two, cascade, n) or two.register_component and need > two.register_words:
+            continue
+        if einsum_time(cascade, n, two, extents) < einsum_time(cascade, n, one, extents):
+            out.add(n)
+    return out
+
+
+def _rows_spread(
+    cascade: Cascade,
+    names: list[str],
+    fibre: str,
+    loops: list[str],
+    placed: tuple[set[str], set[str]],
+    partitions: dict[str, list[str]],
+    extents: dict[str, int],
+) -> tuple[str | None, dict[str, dict[str, Any]]]:
+    """A kernel's Einsums on the 1D array that do not walk the fibre (a norm's square root
+    of each row's sum, after the sum: `placed[0]`) spread their rows over the PEs, as a
+    library kernel's threads take a row each, instead of running one point at a time; the
+    element-wise ones moving to the 2D array (`placed[1]`) spread their rows across its
+    columns and the fibre down its rows. The widest row rank the first of them iterates is
+    split (`M -> M1 x M0`, M0 spread), and every one of them iterating it spreads M0.
+    Returns the rank split (None: none) and each such Einsum's loops and spatial, the
+    phase's loops with the split rank's parts in its place."""
+    on_one, on_two = placed
+    steps = {rank_of(v) for v in cascade.iterative_map}
+    taken = {c for _r, comps in cascade.partitions for c in comps}
+    split: str | None = None
+    own: dict[str, dict[str, Any]] = {}
+    for name in names:
+        mine = einsum_ranks(cascade.einsum(name))
+        if not (name in on_one and fibre not in mine or name in on_two):
+            continue
+        if split is None:
+            rows = [
+                r
+                for r in loops
+                if r in mine
+                and r != fibre
+                and r not in steps
+                and extents.get(r, 1) > 1
+                and r not in dict(cascade.partitions)
+                and {f"{r}1", f"{r}0"}.isdisjoint(taken)
+                and partitions.get(r, [f"{r}1", f"{r}0"]) == [f"{r}1", f"{r}0"]
+            ]
+            if not rows:
+                continue
+            split = max(rows, key=lambda x: extents[x])
+        if split in mine:
+            parted = [c for x in loops for c in ((f"{split}1",) if x == split else (x,))]
+            spread = [f"{split}0", f"{fibre}0"] if name in on_two else [f"{split}0"]
+            own[name] = {"loops": parted, "spatial": spread}
+    return split, own
 
 
 def _kernels(cascade: Cascade, names: list[str]) -> list[list[str]]:

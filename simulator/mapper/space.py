@@ -113,7 +113,7 @@ def _offers(
     chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]
     # a layer's FLAT-shaped span (its attention) fused, the rest kernel by kernel
     segments = [
-        ("segments", {**knobs, "soonest": True, "spread": w, "kernels": "both"})
+        ("segments", {**knobs, "soonest": True, "spread": w, "kernels": "free"})
         for rule_, knobs in flat
         if knobs["fibres"] == "fit"
         for w in ("columns", "fibre")
@@ -122,10 +122,10 @@ def _offers(
     # fit spilled), not streamed per block of rows: a window's band crosses DRAM once
     fit = [("flat", knobs) for _r, knobs in soonest if knobs["fibres"] == "fit"]
     held = [(r, {**knobs, "hold": "whole"}) for r, knobs in (*fit, *segments)]
-    # the kernels' element-wise Einsums on the 2D array where they finish sooner there (a
-    # norm's scaled values); the spans' kernels always so
-    both = [(r, {**knobs, "kernels": "both"}) for r, knobs in unfused]
-    return rule + fusemax + chain + blocks + soonest + flat + unfused + segments + held + both
+    # kernels mapped freely (GEMMs unconstrained, element-wise Einsums on the 2D array where
+    # sooner), not as the paper's library calls; the spans' kernels always so
+    free = [(r, {**knobs, "kernels": "free"}) for r, knobs in unfused]
+    return rule + fusemax + chain + blocks + soonest + flat + unfused + segments + held + free
 
 
 def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> list[Template]:

@@ -59,7 +59,7 @@ def _rule(rule: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
     return call
 
 
-def _unfused(ctx: BindContext, reuse: bool = True, kernels: str = "vector") -> dict[str, Any]:
+def _unfused(ctx: BindContext, reuse: bool = True, kernels: str = "library") -> dict[str, Any]:
     # The unfused strategy's library calls get operands sliced to what is attended.
     shapes, extents = dict(ctx.shapes), dict(ctx.extents)
     fields = ctx.workload.fields()

@@ -100,7 +100,7 @@ def sub_cascade(cascade: Cascade, names: tuple[str, ...]) -> Cascade:
 
 
 def segments_mapping(
-    ctx: BindContext, *, reuse: bool = True, kernels: str = "vector", **flat: Any
+    ctx: BindContext, *, reuse: bool = True, kernels: str = "library", **flat: Any
 ) -> dict[str, Any]:
     """The mapping data (module docstring); `flat` are FLAT's rule's knobs for the spans,
     `kernels` the unfused kernels' (:data:`simulator.strategies.unfused.KERNELS`)."""

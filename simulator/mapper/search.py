@@ -32,6 +32,7 @@ from simulator.mapper.space import (
     data_with_factors,
     needs_padding,
     padded,
+    spread_order,
     templates,
     tile_choices,
     with_factors,
@@ -95,7 +96,7 @@ def _dominates(values: dict[str, int], smaller: dict[str, int]) -> bool:
     return all(values[k] >= v for k, v in smaller.items())
 
 
-Candidate = tuple[int, Template, dict[str, int], Result, Mapping]
+Candidate = tuple[tuple[int, int], Template, dict[str, int], Result, Mapping]
 
 
 def _best(results: list[Candidate], objective: str) -> Candidate | None:
@@ -211,7 +212,12 @@ def _search(
     # that did not fit is skipped unplanned (larger tiles need more buffer). A template
     # over 1/s of the array (`scale` s: what a chip s times smaller does) takes a turn
     # every s rounds: it wins only where the whole array's tiles do not fit.
-    queues = [(tmpl, mapping, iter(choices), []) for tmpl, mapping, choices in plans]
+    # (each template's choices in spread order: the largest, the smallest, the middle ...;
+    # a tie goes to the larger tiles, then the earlier template, whatever order ran them)
+    queues = [
+        (tmpl, mapping, iter([(k, i, choices[i]) for i in spread_order(len(choices))]), [])
+        for k, (tmpl, mapping, choices) in enumerate(plans)
+    ]
     planned = 0
     within_bound = False  # stopped: the best is within `stop_within` of the bound
     rounds = 0
@@ -223,13 +229,14 @@ def _search(
             tmpl, mapping, choices, too_big = entry
             if (rounds - 1) % _turn(tmpl) and len(queues) > 1:
                 continue
-            values = next(choices, None)
-            while values is not None and any(_dominates(values, t) for t in too_big):
+            item = next(choices, None)
+            while item is not None and any(_dominates(item[2], t) for t in too_big):
                 skipped += 1
-                values = next(choices, None)
-            if values is None:
+                item = next(choices, None)
+            if item is None:
                 queues.remove(entry)
                 continue
+            k, i, values = item
             planned += 1
             if progress is not None:
                 progress(planned, min(space, PLANNED_PER_EVALUATION * budget))
@@ -255,7 +262,7 @@ def _search(
             if log is not None:
                 log.append((_described(tmpl, values), r))
             bound = min(bound, r.latency_bound_s or math.inf)
-            results.append((len(results), tmpl, values, r, mapping))
+            results.append(((i, k), tmpl, values, r, mapping))
             if evaluated >= budget:
                 break
         if (

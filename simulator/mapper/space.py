@@ -219,6 +219,24 @@ def tile_choices(
         yield dict(zip(names, combo, strict=True))
 
 
+def spread_order(n: int) -> list[int]:
+    """0 .. n-1 as the first, the last, then the midpoints of the spans left, breadth
+    first (7: 0, 6, 3, 1, 4, 2, 5): the order the search tries a template's tile choices
+    in, so that a budget ending early has seen the largest tiles, the smallest and the
+    middle (a block of rows that must be small to fit is not the last one tried)."""
+    out = list(range(min(n, 1))) + ([n - 1] if n > 1 else [])
+    spans = [(0, n - 1)]
+    while spans:
+        halves = []
+        for lo, hi in spans:
+            if hi - lo > 1:
+                mid = (lo + hi) // 2
+                out.append(mid)
+                halves += [(lo, mid), (mid, hi)]
+        spans = halves
+    return out
+
+
 def with_factors(mapping: Mapping, values: dict[str, int]) -> Mapping:
     """The mapping with those `search` factors fixed."""
     if not values:

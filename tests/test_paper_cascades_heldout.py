@@ -119,9 +119,51 @@ def test_cosine_attention():
     _close(out["AV"], ref.T)
 
 
+def test_sink_logit_attention():
+    """gpt-oss (OpenAI 2025), sec. 2.1: exp(s_ij) / (exp(b) + sum_j exp(s_ij)), s = q k / sqrt d."""
+    inputs, out = _run("sink-logit-attention-3pass", {"M": 40, "P": 24, "E": 8, "F": 6}, seed=6)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    s = q @ k.T / math.sqrt(q.shape[1])
+    b = float(inputs["SINK"])
+    top = np.maximum(s.max(axis=1, keepdims=True), b)
+    e = np.exp(s - top)
+    ref = e / (e.sum(axis=1, keepdims=True) + np.exp(b - top)) @ v
+    _close(out["AV"], ref.T)
+    assert np.max(np.abs(ref - _softmax(s) @ v)) > 1e-3  # the sink takes weight
+
+
+def test_ssmax_attention():
+    """Nakanishi 2025, eq. 3: softmax(s log(n) z) over the n keys, z = q k / sqrt d."""
+    inputs, out = _run("ssmax-attention-3pass", {"M": 40, "P": 24, "E": 8, "F": 6}, seed=7)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    z = q @ k.T / math.sqrt(q.shape[1])
+    ref = _softmax(float(inputs["SS"]) * math.log(k.shape[0]) * z) @ v
+    _close(out["AV"], ref.T)
+
+
+def test_forgetting_attention():
+    """Lin et al. 2025, eqs. 5-6: causal softmax of q_i k_j / sqrt d + c_i - c_j, c the
+    cumulative sums of the log forget gates; the queries are the last P tokens."""
+    shapes = {"M": 40, "P": 24, "J": 40, "E": 8, "F": 6}
+    inputs, out = _run("forgetting-attention-3pass", shapes, seed=8)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    c = np.cumsum(inputs["LF"])  # c_t, t = 0 .. M-1
+    first = shapes["M"] - shapes["P"]  # query i is token first + i
+    s = q @ k.T / math.sqrt(q.shape[1]) + c[first:, None] - c[None, :]
+    keep = np.arange(shapes["M"])[None, :] <= first + np.arange(shapes["P"])[:, None]
+    s = np.where(keep, s, -np.inf)
+    ref = _softmax(s) @ v
+    _close(out["AV"], ref.T)
+    plain = _softmax(np.where(keep, q @ k.T / math.sqrt(q.shape[1]), -np.inf)) @ v
+    assert np.max(np.abs(ref - plain)) > 1e-3  # the decay is live
+
+
 @pytest.mark.parametrize(
     ("name", "passes"),
     [
+        ("sink-logit-attention-3pass", {"M": 3}),
+        ("ssmax-attention-3pass", {"M": 3}),
+        ("forgetting-attention-3pass", {"M": 3}),
         ("gated-attention-3pass", {"M": 3}),
         ("talking-heads-attention-3pass", {"M": 3, "H": 2}),
         ("postnorm-encoder-attention-layer-3pass", {"M": 3, "D": 4}),

@@ -4,7 +4,9 @@ change the mapper. Each is run by the cascade evaluator against a numpy referenc
 from the paper (rows are tokens), its passes checked; then mapped with `--mapping auto` on
 FuseMax's chip at Llama-3-8B sizes, where its latency must stay within 1.5x of max(MACs /
 MAC rate, compulsory bytes / bandwidth) -- the issue's acceptance, checked on cases the
-mapper was not built on (what each gives: docs/mapper.md)."""
+mapper was not built on (what each gives: docs/mapper.md). The first five were later used to
+change the mapper and are design cases now (the folder's README); the last three are held
+out."""
 
 from __future__ import annotations
 
@@ -200,6 +202,16 @@ MAPPED = [
     ("qknorm-attention-3pass", "16K", {}),
     ("cosine-attention-3pass", "4K", {}),
     ("cosine-attention-3pass", "16K", {}),
+    # written a session later still, after the changes above, mapped once: sink logit 1.04x
+    # / 1.04x, Scalable-Softmax 1.05x / 1.05x, forgetting attention 2.67x / 2.35x
+    ("sink-logit-attention-3pass", "4K", {}),
+    ("ssmax-attention-3pass", "4K", {}),
+    pytest.param(
+        "forgetting-attention-3pass",
+        "4K",
+        {"J": 4096},
+        marks=pytest.mark.xfail(strict=True, reason=GAP),
+    ),
 ]
 
 

@@ -254,8 +254,27 @@ def flat_mapping(
     rows_here = min(two.mesh_x // scale, extents.get(row, two.mesh_x))
     for n in fibre_einsums:
         mine = einsum_ranks(cascade.einsum(n))
-        if binding[n] == two.name:  # rows across the columns, the chunk down the rows
+        if binding[n] == two.name and (fibre in mine or f0 in mine):
+            # rows across the columns, the chunk down the rows
             einsums[n] = {"loops": [*outer, r2, r1, f1], "spatial": [r0, f0]}
+        elif binding[n] == two.name:  # no fibre (a gate's GEMM over the rows' inputs): rows
+            # across the columns, down the rows what fills them -- its other ranks, then
+            # part of one wider than the room left (a reduction: summed down the PEs)
+            down, room = [], two.mesh_y
+            for r in sorted(
+                (r for r in mine if r not in (row, *outer) and extents.get(r, 1) > 1),
+                key=lambda r: (r in reduced_ranks(cascade.einsum(n)), -extents[r]),
+            ):
+                if r in split:
+                    continue
+                if extents[r] <= room:
+                    down.append(r)
+                    room //= extents[r]
+                elif room > 1 and extents[r] % room == 0 and not {f"{r}1", f"{r}0"} & (taken_names):
+                    split[r] = (f"{r}1", f"{r}0", room)
+                    down.append(f"{r}0")
+                    room = 1
+            einsums[n] = {"loops": [*outer, r2, r1], "spatial": [r0, *down]}
         elif fibre in mine or f0 in mine:  # the fibre's chunk across the 1D PEs, a row at a time
             einsums[n] = {"loops": [*outer, r2, r1, r0, f1]}
         else:  # no fibre (a division after the contraction): what fills the 1D PEs

@@ -263,7 +263,7 @@ def flat_mapping(
             down, room = [], two.mesh_y
             for r in sorted(
                 (r for r in mine if r not in (row, *outer) and extents.get(r, 1) > 1),
-                key=lambda r: (r in reduced_ranks(cascade.einsum(n)), -extents[r]),
+                key=lambda r: (r in reduced_ranks(cascade.einsum(n)), -extents[r], r),
             ):
                 if r in split:
                     continue

@@ -28,7 +28,7 @@ from simulator.spec.arch import Array, missing_operations
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.fusemax import arrays_of, supports
 from simulator.strategies.roles import einsum_ranks, in_place, is_gemm, reduced_ranks, tile
-from simulator.strategies.spatial import einsum_time, filling
+from simulator.strategies.spatial import einsum_time, filling, registers_hold
 from simulator.strategies.unfused import _fibre_array, chained, indexed_vars
 from simulator.support.errors import SpecError
 
@@ -54,15 +54,13 @@ def soonest_arrays(
     load[one.name] = 0.0
     out: dict[str, str] = {}
 
-    def holds(array: Array, name: str) -> bool:
-        """Its PEs' registers hold the Einsum's operands and result (see plan.point)."""
-        e = cascade.einsum(name)
-        need = len(dict.fromkeys(a.tensor for a in e.reads())) + 1
-        return not array.register_component or need <= array.register_words
-
     ables: dict[str, list[Array]] = {}
     for name in names:
-        able = [a for a in (one, two) if not supports(a, cascade, name) and holds(a, name)]
+        able = [
+            a
+            for a in (one, two)
+            if not supports(a, cascade, name) and registers_hold(cascade, name, a)
+        ]
         if not able:
             lacking = supports(one, cascade, name)
             why = missing_operations(lacking, (two, one)) or (

@@ -51,3 +51,9 @@ def einsum_time(cascade: Cascade, name: str, array: Array, extents: dict[str, in
         if n
     )
     return points * cycles / array.pes
+
+
+def registers_hold(cascade: Cascade, name: str, array: Array) -> bool:
+    """The array's PE registers hold the Einsum's operands and result (see plan.point)."""
+    need = len(dict.fromkeys(a.tensor for a in cascade.einsum(name).reads())) + 1
+    return not array.register_component or need <= array.register_words

@@ -32,7 +32,7 @@ from simulator.strategies.binder_facts import BinderFacts
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.fusemax import arrays_of, supports
 from simulator.strategies.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
-from simulator.strategies.spatial import einsum_time
+from simulator.strategies.spatial import einsum_time, registers_hold
 from simulator.support.errors import SpecError
 
 
@@ -285,8 +285,7 @@ def _sooner_on_two(
         e = cascade.einsum(n)
         if binding[n] != one.name or reduced_ranks(e) or fibre not in einsum_ranks(e):
             continue
-        need = len(dict.fromkeys(a.tensor for a in e.reads())) + 1
-        if supports(two, cascade, n) or two.register_component and need > two.register_words:
+        if supports(two, cascade, n) or not registers_hold(cascade, n, two):
             continue
         if einsum_time(cascade, n, two, extents) < einsum_time(cascade, n, one, extents):
             out.add(n)

@@ -221,27 +221,33 @@ def flat_mapping(
     einsums: dict[str, Any] = {}
     split: dict[str, tuple[str, str, int]] = {}  # rank -> (outer, inner part, its extent)
     taken_names = set(extents) | {c for _r, comps in cascade.partitions for c in comps}
+
+    def down_the_side(ranks: list[str]) -> tuple[list[str], list[str]]:
+        """The ranks spread down the 2D array's side, in order while they fit, and the
+        parts walked: a rank wider than the room left (a 512-wide latent) is split, its
+        part of the room's width down the side, the rest walked (else one column works)."""
+        down, room, walked = [], two.mesh_y, []
+        for r in ranks:
+            size = extents.get(r, 1)
+            if r in split:
+                down.append(split[r][1])
+                walked.append(split[r][0])
+                room //= split[r][2]
+            elif size <= room:
+                down.append(r)
+                room //= size
+            elif room > 1 and size % room == 0 and not {f"{r}1", f"{r}0"} & taken_names:
+                split[r] = (f"{r}1", f"{r}0", room)
+                down.append(f"{r}0")
+                walked.append(f"{r}1")
+                room = 1
+        return down, walked
+
     for n in gemms:
         e = cascade.einsum(n)
         other = [r for r in einsum_ranks(e) if r not in (row, fibre, f1, f0, *outer)]
         if not output_stationary:  # weight-stationary: the operand without rows stays put
-            down, room, walked = [], two.mesh_y, []  # the other ranks down the array's side
-            for r in other:
-                size = extents.get(r, 1)
-                if r in split:
-                    down.append(split[r][1])
-                    walked.append(split[r][0])
-                    room //= split[r][2]
-                elif size <= room:
-                    down.append(r)
-                    room //= size
-                elif room > 1 and size % room == 0 and not {f"{r}1", f"{r}0"} & taken_names:
-                    # wider than the room left (a 512-wide latent): its parts of the room's
-                    # width down the side, the rest walked (else one column works)
-                    split[r] = (f"{r}1", f"{r}0", room)
-                    down.append(f"{r}0")
-                    walked.append(f"{r}1")
-                    room = 1
+            down, walked = down_the_side(other)  # the other ranks down the array's side
             einsums[n] = {"spatial": [f0, *down], "inner": [*walked, r0]}
         elif reduces_fibre(n) and spread == "fibre":  # the fibre's chunks reduced in the PEs
             einsums[n] = {"loops": [*outer, r2, r1, f1], "spatial": [r0, f0]}
@@ -258,20 +264,12 @@ def flat_mapping(
         elif binding[n] == two.name:  # no fibre (a gate's GEMM over the rows' inputs): rows
             # across the columns, down the rows what fills them -- its other ranks, then
             # part of one wider than the room left (a reduction: summed down the PEs)
-            down, room = [], two.mesh_y
-            for r in sorted(
-                (r for r in mine if r not in (row, *outer) and extents.get(r, 1) > 1),
-                key=lambda r: (r in reduced_ranks(cascade.einsum(n)), -extents[r], r),
-            ):
-                if r in split:
-                    continue
-                if extents[r] <= room:
-                    down.append(r)
-                    room //= extents[r]
-                elif room > 1 and extents[r] % room == 0 and not {f"{r}1", f"{r}0"} & (taken_names):
-                    split[r] = (f"{r}1", f"{r}0", room)
-                    down.append(f"{r}0")
-                    room = 1
+            down, _walked = down_the_side(
+                sorted(
+                    (r for r in mine if r not in (row, *outer, *split) and extents.get(r, 1) > 1),
+                    key=lambda r: (r in reduced_ranks(cascade.einsum(n)), -extents[r], r),
+                )
+            )
             einsums[n] = {"loops": [*outer, r2, r1], "spatial": [r0, *down]}
         elif fibre in mine or f0 in mine:  # the fibre's chunk across the 1D PEs, a row at a time
             einsums[n] = {"loops": [*outer, r2, r1, r0, f1]}

@@ -215,10 +215,14 @@ def unfused_mapping(
             split, spread = _rows_spread(
                 cascade, names, fibre, loops, (on_one, on_two), partitions, extents
             )
+
             # the tiles spread (an extent unknown here: the 1D array's width, as `tile` has it)
-            room = [min(extents.get(r, one.mesh_x), one.mesh_x) for r in (split, fibre) if r]
+            def width(rank: str) -> int:
+                return min(extents.get(rank, one.mesh_x), one.mesh_x)
+
+            fits = split is not None and width(split) <= two.mesh_x and width(fibre) <= two.mesh_y
             for n in on_two:
-                if n in spread and room[0] <= two.mesh_x and room[-1] <= two.mesh_y:
+                if n in spread and fits:
                     binding[n] = two.name
                 else:  # no row to spread across the 2D array's other side: it stays
                     spread.pop(n, None)

@@ -160,12 +160,56 @@ def test_forgetting_attention():
     assert np.max(np.abs(ref - plain)) > 1e-3  # the decay is live
 
 
+def test_softpick_attention():
+    """Zuhri et al. 2025, eq. 3: ReLU(e^(x-m) - e^-m) / (sum |e^(x-m) - e^-m| + eps) V."""
+    inputs, out = _run("softpick-attention-3pass", {"M": 40, "P": 24, "E": 8, "F": 6}, seed=9)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    x = q @ k.T / math.sqrt(q.shape[1])
+    top = x.max(axis=1, keepdims=True)
+    shifted = np.exp(x - top) - np.exp(-top)
+    ref = np.maximum(shifted, 0) / (np.abs(shifted).sum(axis=1, keepdims=True) + 1e-6) @ v
+    _close(out["AV"], ref.T)
+    # the unshifted form (eq. 2) is the same function: the shift is for range only
+    plain = np.maximum(np.exp(x) - 1, 0) / (np.abs(np.exp(x) - 1).sum(1, keepdims=True) + 1e-6)
+    assert np.max(np.abs(plain @ v - ref)) < 1e-3 * np.max(np.abs(ref))
+    assert np.max(np.abs(ref - _softmax(x) @ v)) > 1e-3  # not a softmax
+
+
+def test_dora_linear():
+    """Liu et al. 2024, eq. 5: W' = m (W0 + B A) / ||W0 + B A||_c (norm over the outputs for
+    each input), Y = W' X."""
+    shapes = {"P": 32, "D": 24, "O": 20, "R": 4}
+    inputs, out = _run("dora-linear", shapes, seed=10)
+    w = inputs["W0"] + inputs["B"] @ inputs["A"]  # [O, D]
+    ref = inputs["MG"] * w / np.linalg.norm(w, axis=0) @ inputs["X"]
+    _close(out["Y"], ref)
+    lora = (inputs["W0"] + inputs["B"] @ inputs["A"]) @ inputs["X"]
+    assert np.max(np.abs(ref - lora)) > 1e-3  # the decomposition is live
+
+
+def test_moa_attention():
+    """Zhang et al. 2022, eqs. 1-6, every head selected: y = sum_i G_i(x) E_i(q), G a
+    softmax over the heads, E_i softmax attention over shared K and V, then W_o^i."""
+    shapes = {"M": 40, "P": 24, "E": 8, "F": 6, "H": 3, "D": 12, "O": 10}
+    inputs, out = _run("moa-attention-3pass", shapes, seed=11)
+    q, k, v = inputs["Q"], inputs["K"].T, inputs["V"].T  # [E, H, P], [M, E], [M, F]
+    gate = _softmax(inputs["X"].T @ inputs["WG"])  # [P, H]
+    heads = [_softmax(q[:, h, :].T @ k.T / math.sqrt(q.shape[0])) @ v for h in range(3)]
+    ref = sum(gate[:, [h]] * heads[h] @ inputs["WO"][:, h, :] for h in range(3))  # [P, O]
+    _close(out["Y"], ref.T)
+    even = sum(heads[h] @ inputs["WO"][:, h, :] for h in range(3)) / 3
+    assert np.max(np.abs(ref - even)) > 1e-3  # the router is live
+
+
 @pytest.mark.parametrize(
     ("name", "passes"),
     [
         ("sink-logit-attention-3pass", {"M": 3}),
         ("ssmax-attention-3pass", {"M": 3}),
         ("forgetting-attention-3pass", {"M": 3}),
+        ("softpick-attention-3pass", {"M": 3}),
+        ("dora-linear", {"O": 2}),
+        ("moa-attention-3pass", {"M": 3, "H": 3}),
         ("gated-attention-3pass", {"M": 3}),
         ("talking-heads-attention-3pass", {"M": 3, "H": 2}),
         ("postnorm-encoder-attention-layer-3pass", {"M": 3, "D": 4}),

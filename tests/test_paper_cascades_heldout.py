@@ -20,10 +20,17 @@ from simulator.cascade.execute import evaluate, random_inputs
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.shapes import resolve_shapes
+from simulator.core.evaluate import evaluate_mapping
 from simulator.drivers.configs import Specs
 from simulator.drivers.configs import evaluate as evaluate_point
+from simulator.mapper.resolve import resolved
+from simulator.mapper.space import with_factors
 from simulator.spec.arch_file import load_architecture
+from simulator.spec.mapping import loads_mapping
 from simulator.spec.workload import make_workload
+from simulator.strategies.auto import mapping_yaml, template
+from simulator.strategies.context import bind_context
+from simulator.support.errors import DoesNotFit
 from simulator.support.paths import resolve_spec
 
 from .conftest import DATA
@@ -253,6 +260,13 @@ MAPPED = [
     # closed (1.12x / 1.07x; a design case since): a kernel's sum over its fibre -- the
     # gates' cumulative sums -- runs on the 2D array where sooner
     ("forgetting-attention-3pass", "4K", {"J": 4096}),
+    # written after that, mapped once: Softpick 1.11x / 1.11x, DoRA 1.28x / 1.07x, the
+    # mixture of heads 3.45x / 4.15x -- closed at 1.24x / 1.16x (a design case since): the
+    # segments' spans in the order their data allows, each naming the parts of a rank
+    # another span splits, and a last contraction's wide output spread down the side
+    ("softpick-attention-3pass", "4K", {}),
+    ("dora-linear", "4K", {"D": 4096, "O": 4096, "R": 16}),
+    ("moa-attention-3pass", "4K", {"H": 32, "D": 4096, "O": 4096}),
 ]
 
 
@@ -264,6 +278,26 @@ def test_a_held_out_paper_form_maps_within_1_5x_of_the_floor(name, seq, shape):
     r = evaluate_point(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
     floor = _floor_s(path, w, arch)
     assert floor <= r.latency_s <= 1.5 * floor, (name, r.latency_s / floor, r.search.found)
+    # and no candidate came out under its own bounds (a model bug, set aside): the mixture
+    # of heads' shared K and V fit whole and its output projection is no A V (9 before);
+    # DoRA's chain handed its scaled weight across blocks of rows in registers (12 before)
+    assert r.search.breaches == 0, (name, r.search.breaches)
+
+
+def test_a_value_handed_in_registers_across_a_loop_its_maker_does_not_walk_does_not_fit():
+    """DoRA as a chain over its inputs D: the scaled weight `WD[o, d]` is made once per chunk
+    of D and read by every block of token rows, handed in the PEs' registers -- which would
+    keep 16.8M values across the blocks (before: the chain moved less than the compulsory
+    traffic plus nothing, under its own bound, a model bug the search set aside)."""
+    path = HELDOUT / "dora-linear.yaml"
+    c = load_cascade(path)
+    a = load_architecture(resolve_spec("arch", "fusemax"))
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape={"D": 4096, "O": 4096, "R": 16})
+    ctx = bind_context(c, a, w, str(path), "fusemax")
+    spec = loads_mapping(mapping_yaml(template(ctx, "chain")), "<template>", "template")
+    view = ctx.cascade
+    with pytest.raises(DoesNotFit, match="registers"):
+        evaluate_mapping(view, with_factors(resolved(spec, view, a, w), {"P1": 1}), a, w)
 
 
 def test_a_gemm_whose_rows_are_both_keys_and_queries_binds_kernel_by_kernel():
@@ -276,3 +310,42 @@ def test_a_gemm_whose_rows_are_both_keys_and_queries_binds_kernel_by_kernel():
     specs = Specs(cascade_override=str(path), arch_override="fusemax")
     r = evaluate_point(specs, "auto:unfused", w)
     assert r.latency_s >= r.latency_bound_s > 0
+
+
+@pytest.mark.parametrize("spread", ["columns", "fibre"])
+def test_spans_run_in_the_order_their_data_allows(spread):
+    """A dense mixture of attention heads has two spans FLAT's shape fuses: the router's
+    softmax over the heads up to the output projection that sums over them (`Y`), and each
+    head's attention (QK .. AV). The router's span reads the attention's output, so it runs
+    second (before: first -- "phase 'fused' runs GA, which reads AV ... later phase"); the
+    attention walks the heads its router span splits by their parts (before: the loop over
+    `H` was none, every head's fibres one block: 2.2e14 bytes spilled); and the output
+    projection's 4096 columns are spread in blocks down the side (before: "spatial O=4096
+    of 'Y' exceeds PE2D's meshY") or, reducing the 32 heads down the PEs, filled with
+    them: the whole array either way."""
+    name = "moa-attention-3pass"
+    path = HELDOUT / f"{name}.yaml"
+    c = load_cascade(path)
+    a = load_architecture(resolve_spec("arch", "fusemax"))
+    two = next(x for x in a.arrays if x.mesh_y > 1)
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape={"H": 32, "D": 4096, "O": 4096})
+    knobs = {"fibres": "fit", "soonest": True, "spread": spread, "kernels": "free"}
+    ctx = bind_context(c, a, w, str(path), "fusemax")
+    data = template(ctx, "segments", **knobs)
+    order = [n for phase in data["mapping"]["phases"] for n in _scheduled(phase["schedule"])]
+    assert order.index("AV") < order.index("GA")
+    spec = loads_mapping(mapping_yaml(data), "<template>", "template")
+    view = ctx.cascade  # as the templates read it (the scores' scale an Einsum of its own)
+    r = evaluate_mapping(view, with_factors(resolved(spec, view, a, w), {"P1": 1}), a, w)
+    by = {x.einsum: x for x in r.einsums}
+    assert by["Y"].array == two.name and by["Y"].parallelism == two.pes
+    assert all(t.spill_bytes == 0 for t in r.tensors if t.tensor in ("A", "SN", "QK"))
+
+
+def _scheduled(node) -> list[str]:
+    """The Einsum names of a phase's schedule, in order (`par`/`seq` groups flattened)."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [n for v in node.values() for n in _scheduled(v)]
+    return [n for v in node for n in _scheduled(v)]

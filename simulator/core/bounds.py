@@ -24,6 +24,7 @@ schedule on the same arrays, buffer and bandwidth must spend:
     `q(d + f) + x(d + f) q / g` with the rows
     held on chip `g = M / (d + f)` (each holds its Q row and its output row), at least one
     pass over K and V; for one head and d = f this is FlashAttention's `2qd + 4xqd^2 / M`.
+    K and V that fit in M whole are read once (no re-reads, however many rows);
     A filter scales the re-reads by the share of points it keeps (a causal block needs the
     keys up to its diagonal); one tensor read as both K and V (a latent cache) is re-read
     once per block. A schedule may instead send the `q x` scores through DRAM once (an
@@ -158,11 +159,15 @@ def _shares_a_value(
     cascade: Cascade, c1: Einsum, e: Einsum, keys: set[str], rows: set[str], after: set[str]
 ) -> bool:
     """Is `e` the second contraction of an attention-shaped pair with `c1`: it reduces the
-    keys, reads what `c1` made (through any Einsums between), and its other operand is an
-    input no row indexes -- a value every row needs (V), the reason each block of rows reads
-    it again? A per-row operand (a one-hot target `Y[c, p]`) is read once whatever the
-    blocks."""
-    if e is c1 or not {cascade.rank_group(rank_of(v)) for v in e.reduced} & keys:
+    keys (and nothing else), reads what `c1` made (through any Einsums between), and its
+    other operand is an input no row indexes -- a value every row needs (V), the reason each
+    block of rows reads it again? A per-row operand (a one-hot target `Y[c, p]`) is read
+    once whatever the blocks."""
+    reduced = {cascade.rank_group(rank_of(v)) for v in e.reduced}
+    if e is c1 or not reduced & keys or reduced - keys:
+        # (a contraction reducing more than the keys -- a mixture's output projection over
+        # the heads and their values, `Y[o, p] = GA[f, h, p] WO[f, h, o]` -- is no A V: the
+        # rows need no whole value row per key)
         return False
     aliases, inputs = _aliases(cascade), set(cascade.inputs)
     reads = [a.access for a in e.expr.args]  # type: ignore[union-attr]
@@ -256,7 +261,10 @@ def _dram_parts(
         rows_on_chip = m / (a.d + a.f)
         blocks = a.q / rows_on_chip if rows_on_chip > 0 else math.inf
         per_key = a.d if a.shared else a.d + a.f  # one tensor serving as K and V: once
-        reread = (a.x * per_key) * max(0.0, blocks * a.kept - 1.0)
+        # keys and values that fit on chip whole are read once, however many blocks of rows
+        # pass them (a mixture of heads' 32 heads of rows over one shared K and V)
+        fits = a.x * per_key <= m
+        reread = 0.0 if fits else (a.x * per_key) * max(0.0, blocks * a.kept - 1.0)
         # ... or the scores leave the chip once and come back once (kernel by kernel): a
         # schedule takes the cheaper, so the bound may ask no more than that
         through_dram = 2.0 * a.q * a.x * a.kept

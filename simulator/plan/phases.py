@@ -47,6 +47,7 @@ from simulator.plan.waves import (
 )
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping, Phase
+from simulator.support.errors import DoesNotFit, Loc
 
 # Einsums under distinct filters sharing one copy of a tensor, counted exactly (inclusion and
 # exclusion over their subsets); more are bounded above by the sum of their fractions.
@@ -109,6 +110,7 @@ def plan_phase(
         for name, cons in masks.items()
         if cons
     }
+    check_register_handoffs(phase, mapping, facts, arch, extents, partitions, nests)
     tallies: dict[str, _TensorTally] = {}
     # A cache shared by a fan-out of cores (simulator.plan.waves): reads the units of a
     # wave may share, priced once the phase's working set is known.
@@ -377,3 +379,51 @@ def _buffer_accesses(
     buffered = [n for n in readers if mapping.array_of(n) != p_array or facts.passes[n] != p_pass]
     writes = 1 if buffered else 0
     return writes + sum(fetches(n) for n in buffered)
+
+
+def check_register_handoffs(
+    phase: Phase,
+    mapping: Mapping,
+    facts: CascadeFacts,
+    arch: Architecture,
+    extents: dict[str, int],
+    partitions: dict[str, tuple[str, ...]],
+    nests: dict[str, Nest],
+) -> None:
+    """A value handed between Einsums in the PEs' registers (no placement) lives from its
+    Einsum to its readers: where a reader walks a tile loop its maker does not (a weight's
+    scaled columns, made once per chunk of inputs, read by every block of token rows), the
+    registers would keep the maker's whole tile across that loop. More than the arrays'
+    registers hold cannot be so handed: the mapping does not fit (it must place the tensor
+    in the buffer or DRAM, or the maker walk the loop too). A mapping of arrays whose
+    registers the architecture leaves out is not checked."""
+    if not all(a.register_component for a in arch.arrays):
+        return
+    capacity = sum(a.pes * a.register_words for a in arch.arrays)
+    cascade = facts.cascade
+    made_here = {canonical(facts, cascade.einsum(n).output.tensor): n for n in nests}
+    for name, nest in nests.items():
+        for acc in cascade.einsum(name).reads():
+            tensor = canonical(facts, acc.tensor)
+            maker = made_here.get(tensor)
+            if maker is None or maker == name:
+                continue
+            if placement_of(phase, facts, tensor).home != "register":
+                continue
+            across = [
+                lv
+                for lv in nest.tile_loops
+                if extents.get(lv, 1) > 1 and lv not in nests[maker].comps
+            ]
+            if not across:
+                continue
+            comps, iterative = tensor_components(cascade, tensor, partitions)
+            held = tile_values(nest, comps, iterative, across[0], extents)
+            if held > capacity:
+                raise DoesNotFit(
+                    f"mapping '{mapping.name}': phase '{phase.name}' hands {tensor} from "
+                    f"{maker} to {name} in registers, but {name} reuses it across {across[0]}, "
+                    f"which {maker} does not walk: {held:.0f} values held, the registers "
+                    f"hold {capacity}",
+                    Loc(mapping.path),
+                )

@@ -222,11 +222,12 @@ def flat_mapping(
     split: dict[str, tuple[str, str, int]] = {}  # rank -> (outer, inner part, its extent)
     taken_names = set(extents) | {c for _r, comps in cascade.partitions for c in comps}
 
-    def down_the_side(ranks: list[str]) -> tuple[list[str], list[str]]:
-        """The ranks spread down the 2D array's side, in order while they fit, and the
-        parts walked: a rank wider than the room left (a 512-wide latent) is split, its
-        part of the room's width down the side, the rest walked (else one column works)."""
-        down, room, walked = [], two.mesh_y, []
+    def down_the_side(ranks: list[str], room: int = two.mesh_y) -> tuple[list[str], list[str]]:
+        """The ranks spread down the 2D array's side (`room` PEs), in order while they fit,
+        and the parts walked: a rank wider than the room left (a 512-wide latent) is split,
+        its part of the room's width down the side, the rest walked (else one column
+        works)."""
+        down, walked = [], []
         for r in ranks:
             size = extents.get(r, 1)
             if r in split:
@@ -250,9 +251,17 @@ def flat_mapping(
             down, walked = down_the_side(other)  # the other ranks down the array's side
             einsums[n] = {"spatial": [f0, *down], "inner": [*walked, r0]}
         elif reduces_fibre(n) and spread == "fibre":  # the fibre's chunks reduced in the PEs
-            einsums[n] = {"loops": [*outer, r2, r1, f1], "spatial": [r0, f0]}
+            # (a fibre shorter than its chunk -- a mixture's 32 heads -- leaves room down the
+            # side: the other ranks fill it, as they would the whole side)
+            chunk = two.mesh_y // chunk_scale
+            short = extents.get(fibre, chunk) < chunk and own_partition
+            down, walked = down_the_side(other, chunk // extents[fibre]) if short else ([], [])
+            einsums[n] = {"loops": [*outer, r2, r1, f1, *walked], "spatial": [r0, f0, *down]}
         elif reduces_fibre(n):  # accumulates over the whole fibre in the PEs: rows stay put
-            einsums[n] = {"loops": [*outer, r2, r1], "spatial": [r0, *other]}
+            # (its other ranks down the side while they fit: a mixture's output projection,
+            # 4096 columns, walks 16 blocks of 256)
+            down, walked = down_the_side(other)
+            einsums[n] = {"loops": [*outer, r2, r1, *walked], "spatial": [r0, *down]}
         else:
             einsums[n] = {"inner": list(reduced_ranks(e))}
     rows_here = min(two.mesh_x // scale, extents.get(row, two.mesh_x))

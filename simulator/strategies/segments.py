@@ -139,7 +139,7 @@ def segments_mapping(
     spans = kept
     span_of = {n: i for i, span in enumerate(spans) for n in span}
     one = arrays_of(ctx.arch)[1]
-    phases: list[dict[str, Any]] = []
+    units: list[tuple[set[str], list[dict[str, Any]]]] = []  # (Einsums, phases) in order
     placed: set[int] = set()
     for phase in rest["phases"]:
         names = set(phase["schedule"])
@@ -147,7 +147,7 @@ def segments_mapping(
         if len(owners) == 1 and None not in owners:
             (i,) = owners
             if i not in placed:
-                phases += fused[i]["phases"]
+                units.append((set(spans[i]), fused[i]["phases"]))
                 placed.add(i)
             continue
         if "mapper" not in phase and "einsums" not in phase:
@@ -156,7 +156,8 @@ def segments_mapping(
             if spread:
                 bound_1d = [n for n in phase["schedule"] if n in rest["binding"].get(one.name, [])]
                 phase = {**phase, "einsums": {n: {"spatial": list(spread)} for n in bound_1d}}
-        phases.append(phase)
+        units.append((names, [phase]))
+    phases = [p for _names, unit in _in_dependency_order(cascade, units) for p in unit]
     binding: dict[str, list[str]] = {}
     for n in ctx.roles.compute:
         source = fused[span_of[n]] if n in span_of else rest
@@ -173,6 +174,7 @@ def segments_mapping(
         factors.update(body.get("factors", {}))
         partitions.update(body.get("partitions", {}))
         spatial.update(body.get("spatial", {}))
+    phases = [_walking_parts(phase, partitions) for phase in phases]
     first, last = spans[0], spans[-1]
     out = mapping_head(
         ctx,
@@ -190,3 +192,47 @@ def segments_mapping(
     out["tensors"] = tensors
     out["phases"] = phases
     return {"mapping": out}
+
+
+def _in_dependency_order(
+    cascade: Cascade, units: list[tuple[set[str], list[dict[str, Any]]]]
+) -> list[tuple[set[str], list[dict[str, Any]]]]:
+    """The spans and kernels in an order their data allows, the given one where it does: a
+    span reading what a later kernel or span makes runs after it (a mixture of heads' router
+    span ends in the heads' gated sum, which reads the attention span's output). Spans
+    needing each other's results cannot be phases: a one-line error."""
+    made = [{cascade.einsum(n).output.tensor for n in names} for names, _ in units]
+    reads = [{a.tensor for n in names for a in cascade.einsum(n).reads()} for names, _ in units]
+    needs = [
+        {k for k in range(len(units)) if k != j and reads[j] & made[k]} for j in range(len(units))
+    ]
+    order: list[int] = []
+    while len(order) < len(units):
+        ready = [j for j in range(len(units)) if j not in order and needs[j] <= set(order)]
+        if not ready:
+            raise SpecError(f"'{cascade.name}': its fused spans need each other's results")
+        order.append(ready[0])
+    return [units[j] for j in order]
+
+
+def _walking_parts(phase: dict[str, Any], partitions: dict[str, list[str]]) -> dict[str, Any]:
+    """A phase whose loops or spread name a rank another span splits (a mixture of heads'
+    attention walks its heads `H` outermost and spreads its values' `F`; its router span
+    splits both, `H -> H1 x H0`) names the parts, outer first: the components the Einsums
+    iterate (a name that is none is no loop at all)."""
+
+    def parts(rank: str) -> list[str]:
+        comps = partitions.get(rank)
+        return [c for x in comps for c in parts(x)] if comps else [rank]
+
+    def walk(loops: list[str]) -> list[str]:
+        return [c for r in loops for c in parts(r)]
+
+    lists = ("loops", "inner", "spatial")
+    out = {k: walk(v) if k in lists else v for k, v in phase.items()}
+    if "einsums" in out:
+        out["einsums"] = {
+            n: {k: walk(v) if k in lists else v for k, v in over.items()}
+            for n, over in out["einsums"].items()
+        }
+    return out

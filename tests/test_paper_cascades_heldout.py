@@ -209,6 +209,43 @@ def test_moa_attention():
     assert np.max(np.abs(ref - even)) > 1e-3  # the router is live
 
 
+def test_mqa_decode():
+    """Shazeer 2019, section 3: G query heads of one step against one shared K and V head."""
+    shapes = {"M": 40, "P": 1, "G": 4, "E": 8, "F": 6}
+    inputs, out = _run("mqa-decode-3pass", shapes, seed=12)
+    q, k, v = inputs["Q"], inputs["K"].T, inputs["V"].T  # [E, G, P], [M, E], [M, F]
+    ref = np.stack([_softmax(q[:, g, :].T @ k.T / math.sqrt(8)) @ v for g in range(4)])
+    _close(out["AV"], ref.transpose(2, 0, 1))  # [F, G, P]
+
+
+def test_moe_ffn():
+    """Shazeer et al. 2017, eq. 1-2: y = sum_i softmax(x W_g)_i ReLU(x W1_i) W2_i."""
+    shapes = {"P": 16, "D": 12, "N": 3, "J": 10, "O": 8}
+    inputs, out = _run("moe-ffn", shapes, seed=13)
+    x = inputs["X"].T  # [P, D]
+    gate = _softmax(x @ inputs["WG"])  # [P, N]
+    experts = [np.maximum(x @ inputs["W1"][:, :, i], 0) @ inputs["W2"][:, i, :] for i in range(3)]
+    ref = sum(gate[:, [i]] * experts[i] for i in range(3))  # [P, O]
+    _close(out["Y"], ref.T)
+    assert np.max(np.abs(ref - sum(experts) / 3)) > 1e-3  # the gate is live
+
+
+def test_retention():
+    """Sun et al. 2023, eq. 5 and section 2.3: R = (Q K^T / sqrt d) * D / sqrt(rowsum D),
+    R / max(|rowsum R|, 1), times V; D_nm = gamma^(n - m) for n >= m."""
+    shapes = {"M": 40, "P": 24, "E": 8, "F": 6}
+    inputs, out = _run("retention-3pass", shapes, seed=14)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    gamma = math.exp(float(inputs["LG"]))
+    t = shapes["M"] - shapes["P"] + np.arange(shapes["P"])[:, None]  # query positions
+    m = np.arange(shapes["M"])[None, :]
+    d = np.where(m <= t, gamma ** (t - m).astype(float), 0.0)
+    d = d / np.sqrt(d.sum(axis=1, keepdims=True))
+    r = q @ k.T / math.sqrt(q.shape[1]) * d
+    ref = r / np.maximum(np.abs(r.sum(axis=1, keepdims=True)), 1) @ v
+    _close(out["O"], ref.T)
+
+
 @pytest.mark.parametrize(
     ("name", "passes"),
     [
@@ -218,6 +255,9 @@ def test_moa_attention():
         ("softpick-attention-3pass", {"M": 3}),
         ("dora-linear", {"O": 2}),
         ("moa-attention-3pass", {"M": 3, "H": 3}),
+        ("mqa-decode-3pass", {"M": 3}),
+        ("moe-ffn", {"N": 3}),
+        ("retention-3pass", {"M": 3}),
         ("gated-attention-3pass", {"M": 3}),
         ("talking-heads-attention-3pass", {"M": 3, "H": 2}),
         ("postnorm-encoder-attention-layer-3pass", {"M": 3, "D": 4}),

@@ -26,6 +26,7 @@ from simulator.support.errors import SpecError
 from .conftest import CASCADES, DATA
 
 PAPER = DATA / "paper_cascades"
+HELDOUT = DATA / "paper_cascades_heldout"
 # (cascade, --shape of the ranks no workload field sizes, decode)
 CASES = (
     (CASCADES / "attention-3pass.yaml", {}, False),
@@ -38,6 +39,10 @@ CASES = (
     (PAPER / "mla-decode-3pass.yaml", {"L": 512, "R": 64, "D": 4096}, True),
     (PAPER / "swiglu-ffn.yaml", {"D": 4096, "N": 14336, "O": 4096}, False),
     (PAPER / "lora-linear.yaml", {"D": 4096, "O": 4096, "R": 16}, False),
+    # a mixture of heads (two fused spans; K and V shared by the heads) and DoRA (a weight
+    # made once, read by every block of rows): each had candidates under their bounds
+    (HELDOUT / "moa-attention-3pass.yaml", {"H": 8, "D": 1024, "O": 1024}, False),
+    (HELDOUT / "dora-linear.yaml", {"D": 4096, "O": 4096, "R": 16}, False),
 )
 SLACK = 0.005
 EXAMPLES = int(os.environ.get("FLOOR_CASES", "5"))

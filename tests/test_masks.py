@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.cascade.parse import load_cascade
 from simulator.plan.masks import Constraint, active_count, peak_fraction
+from simulator.strategies.regions import kept_extent
 
 
 def _brute(cons, loops, extents) -> int:
@@ -123,3 +126,29 @@ def test_peak_fraction_is_the_fullest_outer_iterations_share_of_kept_inner_tiles
         peak = max(peak, kept)
     expected = peak / total if total else 1.0
     assert peak_fraction(cons, outer, inner, extents) == (expected if inner else 1.0)
+
+
+@pytest.mark.parametrize(
+    ("expr", "kept"),
+    [
+        ("S[m, p] = Q[e, p] * K[e, m : m < SINK]", 4),  # StreamingLLM's sinks
+        ("S[m, p] = Q[e, p] * K[e, m : m >= 2]", 14),
+        ("S[m, p] = Q[e, p] * K[e, m : 2 * m < 9]", 5),  # m = 0 .. 4
+        ("S[m, p] = Q[e, p] * K[e, m : SINK <= m + 1]", 13),  # m >= 3
+        ("S[m, p] = Q[e, p] * K[e, m : m == 5]", 1),
+        ("S[m, p] = Q[e, p] * K[e, m : m <= p]", 16),  # a band: every key for some query
+        ("S[m, p] = Q[e, p] * K[e, m]", 16),
+    ],
+)
+def test_the_region_a_filter_keeps_of_a_rank(expr, kept, tmp_path):
+    """How many of a rank's values an Einsum's filters on that index alone keep (a region a
+    tile can be shaped to); a filter relating it to another index bounds nothing."""
+    path = tmp_path / "c.yaml"
+    sink = ", SINK: 4" if "SINK" in expr else ""
+    path.write_text(
+        f"name: c\nshapes: {{M: 16, P: 16, E: 4{sink}}}\neinsum:\n  declaration:\n"
+        "    Q: [E, P]\n    K: [E, M]\n    S: [M, P]\n"
+        f'  expressions:\n    - "{expr}"\n'
+    )
+    e = load_cascade(path).einsum("S")
+    assert kept_extent(e, "M", {"M": 16, "P": 16, "E": 4, "SINK": 4}) == kept

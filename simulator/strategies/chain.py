@@ -17,7 +17,9 @@ fibre. As FuseMax's Mapping 1 without the running corrections:
 * **tensors** -- inputs kept where they are reused, an accumulating output for its block; a
   whole tile handed between the arrays through the buffer, double-buffered (the arrays then
   overlap whole); a reduction over `X` read by an Einsum that walks no chunk (a
-  normaliser) in the buffer for the block; everything else moves between PEs.
+  normaliser), and what an Einsum walking no chunk makes for one that does (a norm's rows
+  for an FFN's hidden chunks), in the buffer for the block; everything else moves between
+  PEs.
 
 The template applies where those conditions hold; otherwise it says which one fails.
 """
@@ -65,7 +67,11 @@ def chain_mapping(
     *,
     reuse: bool = True,
     scale: int = 1,
+    spill: bool = True,
 ) -> dict[str, Any]:
+    """The mapping data (module docstring); `spill`: the inputs held for a block (the
+    rows a residual reads again at its end) may spill what the buffer cannot hold, fetched
+    again where read -- larger blocks of rows, fewer passes over the weights."""
     cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
     x = streamed_rank(cascade, roles, extents)
     if x is None:
@@ -154,6 +160,8 @@ def chain_mapping(
     producer = {cascade.einsum(n).output.tensor: n for n in roles.compute}
     for t in cascade.inputs:
         tensors[t] = {"home": "DRAM", "keep": keep_point(loops, tensor_leaves(t))}
+        if spill:  # what the buffer cannot hold is fetched again where read
+            tensors[t]["spill"] = "auto"
     for t in cascade.outputs:
         n = producer.get(t)
         accumulates = n is not None and x in reduced_ranks(cascade.einsum(n))
@@ -167,8 +175,13 @@ def chain_mapping(
             if made is None or t in tensors:
                 continue
             over_x = x in reduced_ranks(cascade.einsum(made))
-            if over_x and x not in einsum_ranks(cascade.einsum(n)):
+            walks_x = x in einsum_ranks(cascade.einsum(n))
+            if over_x and not walks_x:
                 # a reduction over the chunks read once they are done: held for the block
+                tensors[t] = {"home": "buffer", "keep": keep_point(loops, tensor_leaves(t))}
+            elif walks_x and x not in einsum_ranks(cascade.einsum(made)):
+                # made once for the block and read with every chunk (a norm's rows, read by
+                # each chunk of an FFN's hidden units): held for the block, not in registers
                 tensors[t] = {"home": "buffer", "keep": keep_point(loops, tensor_leaves(t))}
             elif binding[made] != binding[n] and whole_tile <= tensor_leaves(t):
                 tensors[t] = {"home": "buffer", "keep": x1, "copies": 2}

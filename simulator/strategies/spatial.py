@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 
 from simulator.cascade.ir import Cascade, rank_of
-from simulator.cascade.ops import ops_per_point
+from simulator.cascade.ops import count_points, ops_per_point
 from simulator.spec.arch import Array
 
 
@@ -42,9 +42,13 @@ def filling(
 
 
 def einsum_time(cascade: Cascade, name: str, array: Array, extents: dict[str, int]) -> float:
-    """Cycles of an Einsum's points spread over all the array's PEs (to compare arrays)."""
+    """Cycles of an Einsum's points spread over all the array's PEs (to compare arrays):
+    the points its filters keep (a window's band, StreamingLLM's 4 sink keys), where every
+    rank is sized."""
     e = cascade.einsum(name)
     points = math.prod(extents.get(rank_of(v), 1) for v in e.iteration)
+    if e.filters() and all(rank_of(v) in extents for v in e.iteration):
+        points = count_points(cascade, e, extents)
     cycles = sum(
         n * (array.op(k).cycles if array.op(k) else math.inf)
         for k, n in ops_per_point(cascade, e).items()

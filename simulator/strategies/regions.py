@@ -1,0 +1,94 @@
+"""How much of a rank an Einsum's filters keep, whatever its other indices: a region.
+
+StreamingLLM's sink keys (`K[e, m : m < SINK]`) are 4 of 4096 keys for every query: an
+Einsum over them computed in the tiles that span a whole chunk of keys pads 4 keys to 256.
+A filter that bounds one rank's index by numbers and extents alone (`m < SINK`, `m >= 2`)
+makes such a region; one that relates it to another index (`m <= p`, a causal or window
+band) keeps every value of the rank for some query, and bounds nothing here.
+"""
+
+from __future__ import annotations
+
+from simulator.cascade.ir import Cond, Einsum, IBin, IInt, Index, ISym, IVar, rank_of
+
+
+def _linear(ix: Index, extents: dict[str, int]) -> tuple[dict[str, int], int] | None:
+    """An index expression as (variable -> coefficient, constant); None: not affine in
+    known extents."""
+    if isinstance(ix, IInt):
+        return {}, ix.value
+    if isinstance(ix, ISym):
+        return ({}, int(extents[ix.name])) if ix.name in extents else None
+    if isinstance(ix, IVar):
+        return {ix.name: 1}, 0
+    if isinstance(ix, IBin):
+        left, right = _linear(ix.left, extents), _linear(ix.right, extents)
+        if left is None or right is None:
+            return None
+        (lc, lk), (rc, rk) = left, right
+        if ix.op in ("+", "-"):
+            sign = 1 if ix.op == "+" else -1
+            coef = dict(lc)
+            for v, c in rc.items():
+                coef[v] = coef.get(v, 0) + sign * c
+            return {v: c for v, c in coef.items() if c}, lk + sign * rk
+        if ix.op == "*" and (not lc or not rc):
+            scale, (coef, k) = (lk, (rc, rk)) if not lc else (rk, (lc, lk))
+            return {v: c * scale for v, c in coef.items() if c * scale}, k * scale
+    return None
+
+
+def _bound(cond: Cond, var: str, extents: dict[str, int]) -> tuple[int, int] | None:
+    """The interval of `var` a filter on it alone keeps (inclusive); None: not such a
+    filter."""
+    left, right = _linear(cond.left, extents), _linear(cond.right, extents)
+    if left is None or right is None or cond.op not in ("<", "<=", ">", ">=", "=="):
+        return None
+    coef = dict(left[0])
+    for v, c in right[0].items():
+        coef[v] = coef.get(v, 0) - c
+    coef = {v: c for v, c in coef.items() if c}
+    if set(coef) != {var}:
+        return None
+    a, k = coef[var], right[1] - left[1]  # a * var  op  k
+    op = cond.op
+    if a < 0:
+        a, k = -a, -k
+        op = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "=="}[op]
+    lo, hi = -(2**62), 2**62
+    if op in ("<", "<="):
+        hi = (k - (1 if op == "<" else 0)) // a
+    elif op in (">", ">="):
+        lo = -((-(k + (1 if op == ">" else 0))) // a)
+    else:
+        if k % a:
+            return 1, 0  # no integer keeps it
+        lo = hi = k // a
+    return lo, hi
+
+
+def kept_extent(e: Einsum, rank: str, extents: dict[str, int]) -> int:
+    """How many values of `rank` the Einsum's filters on its index alone keep (the rank's
+    extent where none bounds it)."""
+    full = int(extents.get(rank, 0))
+    lo, hi = 0, full - 1
+    for acc in e.reads():
+        for pos in acc.indices:
+            cond = pos.filter
+            if cond is None:
+                continue
+            for var in {v.name for v in _vars(cond.left) + _vars(cond.right)}:
+                if rank_of(var) != rank:
+                    continue
+                bound = _bound(cond, var, extents)
+                if bound is not None:
+                    lo, hi = max(lo, bound[0]), min(hi, bound[1])
+    return max(0, hi - lo + 1)
+
+
+def _vars(ix: Index) -> list[IVar]:
+    if isinstance(ix, IVar):
+        return [ix]
+    if isinstance(ix, IBin):
+        return _vars(ix.left) + _vars(ix.right)
+    return []

@@ -246,6 +246,50 @@ def test_retention():
     _close(out["O"], ref.T)
 
 
+def test_linear_elu_attention():
+    """Katharopoulos et al. 2020, eqs. 2-3 and 7: phi(Q) phi(K)^T V over its row sums,
+    phi(x) = elu(x) + 1."""
+    inputs, out = _run("linear-elu-attention-2pass", {"M": 40, "P": 24, "E": 8, "F": 6}, 15)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+
+    def phi(x):
+        return np.where(x > 0, x, np.exp(x) - 1) + 1
+
+    s = phi(q) @ phi(k).T
+    ref = s / s.sum(axis=1, keepdims=True) @ v
+    _close(out["O"], ref.T)
+    # the associative form of eq. 4 (what the quadratic form is written to equal)
+    kv = phi(k).T @ v
+    assert np.allclose(phi(q) @ kv / (phi(q) @ phi(k).sum(0))[:, None], ref)
+
+
+def test_slot_attention():
+    """Locatello et al. 2020, Algorithm 1: softmax over the slots, plus epsilon, then a
+    weighted mean of the values over the inputs."""
+    shapes = {"M": 40, "S": 5, "E": 8, "F": 6}
+    inputs, out = _run("slot-attention", shapes, seed=16)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))  # [S, E], [M, E], [M, F]
+    attn = _softmax(k @ q.T / math.sqrt(8)) + 1e-8  # [M, S]: over the slots
+    ref = (attn / attn.sum(axis=0, keepdims=True)).T @ v  # [S, F]
+    _close(out["U"], ref.T)
+
+
+def test_longformer_attention():
+    """Beltagy et al. 2020, sec. 3.1: a window of HW keys each side of the query plus G
+    global tokens, attending and attended by every token."""
+    shapes = {"M": 48, "P": 48, "E": 8, "F": 6, "HW": 4, "G": 3}
+    inputs, out = _run("longformer-attention-3pass", shapes, seed=17)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    t = np.arange(48)[:, None]  # query positions (P = M: self-attention)
+    m = np.arange(48)[None, :]
+    keep = (np.abs(m - t) <= 4) | (m < 3) | (t < 3)
+    s = np.where(keep, q @ k.T / math.sqrt(8), -np.inf)
+    ref = _softmax(s) @ v
+    _close(out["AV"], ref.T)
+    band = np.where(np.abs(m - t) <= 4, q @ k.T / math.sqrt(8), -np.inf)
+    assert np.max(np.abs(ref - _softmax(band) @ v)) > 1e-3  # the global tokens are live
+
+
 @pytest.mark.parametrize(
     ("name", "passes"),
     [
@@ -258,6 +302,9 @@ def test_retention():
         ("mqa-decode-3pass", {"M": 3}),
         ("moe-ffn", {"N": 3}),
         ("retention-3pass", {"M": 3}),
+        ("linear-elu-attention-2pass", {"M": 2}),
+        ("slot-attention", {"S": 3, "M": 2}),
+        ("longformer-attention-3pass", {"M": 3}),
         ("gated-attention-3pass", {"M": 3}),
         ("talking-heads-attention-3pass", {"M": 3, "H": 2}),
         ("postnorm-encoder-attention-layer-3pass", {"M": 3, "D": 4}),

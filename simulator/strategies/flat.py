@@ -289,23 +289,34 @@ def flat_mapping(
             spread_1d = filling(cands, sizes, one.pes)
             loops = [*outer, r2, r1, r0, f1]
             einsums[n] = {"loops": [x for x in loops if x not in spread_1d], "spatial": spread_1d}
-    # A region of the fibre (StreamingLLM's 4 sink keys of 4096): an Einsum whose filters
-    # keep under a quarter of a chunk walks the chunk's values as tiles, so that only the
-    # region's are computed, and spreads its other ranks down the side instead (a whole
-    # chunk of 256 keys for 4 wasted 3,072 of a block's 23,060 cycles)
+    # A region of the fibre or of the rows (StreamingLLM's 4 sink keys of 4096, Longformer's
+    # 16 global query rows): an Einsum whose filters keep under a quarter of a tile of it
+    # walks that tile's values as tiles, so that only the region's are computed, and spreads
+    # its other ranks (a contraction's) down the side instead -- a whole chunk of 256 keys
+    # for 4 wasted 3,072 of a block's 23,060 cycles. An Einsum with no other rank to spread
+    # keeps its whole tiles (one step of the tile beats a step per value); on the 1D array
+    # the rows spread over the PEs while the fibre's region is walked.
     chunk = min(extents.get(fibre, two.mesh_y), two.mesh_y // chunk_scale)
     for n in [*gemms, *fibre_einsums] if own_partition else []:
         e = cascade.einsum(n)
         mine = einsum_ranks(e)
-        if fibre not in mine or 4 * kept_extent(e, fibre, extents) > chunk:
+        if fibre not in mine:
             continue
-        walk = [*outer, r2, r1, f1, f0]
-        if binding[n] == two.name:
-            others = [r for r in mine if r not in (row, fibre, *outer) and extents.get(r, 1) > 1]
-            down, walked = down_the_side(others)
-            einsums[n] = {"loops": [*walk, *walked], "spatial": [r0, *down]}
-        else:
-            einsums[n] = {"loops": walk, "spatial": filling([r0], {r0: rows_here}, one.pes)}
+        others = [r for r in mine if r not in (row, fibre, *outer) and extents.get(r, 1) > 1]
+        few_keys = 4 * kept_extent(e, fibre, extents) <= chunk
+        few_rows = row in mine and 4 * kept_extent(e, row, extents) <= rows_here
+        if binding[n] != two.name:
+            if few_keys:
+                spread_1d = filling([r0], {r0: rows_here}, one.pes)
+                einsums[n] = {"loops": [*outer, r2, r1, f1, f0], "spatial": spread_1d}
+            continue
+        if not others or not (few_keys or few_rows):
+            continue
+        down, walked = down_the_side(others)
+        if few_keys:
+            einsums[n] = {"loops": [*outer, r2, r1, f1, f0, *walked], "spatial": [r0, *down]}
+        else:  # the fibre's chunk across the columns, the region's rows walked
+            einsums[n] = {"loops": [*outer, r2, r1, r0, f1, *walked], "spatial": [f0, *down]}
     tensors: dict[str, dict[str, Any]] = {}
     local: dict[str, dict[str, Any]] = {}
     # Operands of the rows (Q, the output) stay on chip for their block of rows, spilling

@@ -365,9 +365,9 @@ MAPPED = [
     # them and spreads the contractions' other ranks, and a region without other ranks to
     # spread keeps whole tiles
     ("linear-elu-attention-2pass", "4K", {}),
-    pytest.param(
-        "slot-attention", "4K", {"S": 8}, marks=pytest.mark.xfail(strict=True, reason=GAP)
-    ),
+    # slot attention closed at 1.15x / 1.15x (a design case since): its sum over the
+    # inputs for each of 8 slots runs on the 2D array with the kernel's rows (8 PEs before)
+    ("slot-attention", "4K", {"S": 8}),
     ("longformer-attention-3pass", "4K", {"HW": 256, "G": 16}),
 ]
 

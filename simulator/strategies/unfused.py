@@ -279,19 +279,17 @@ def _sooner_on_two(
     arrays: tuple[Array, Array],
     extents: dict[str, int],
 ) -> set[str]:
-    """A kernel's Einsums on the 1D array that walk the fibre and reduce nothing else --
-    element-wise ones (a norm's scaled values, a softmax's division) and sums over the fibre
-    (a cumulative sum of gates, `C[m] = G[j : j <= m]`) -- that would finish sooner spread
-    over the 2D array's PEs: its multipliers build a division or a square root the 1D
-    array's units do in fewer cycles, on 256 times the PEs, and a sum over the fibre is
-    reduced down its rows as a GEMM's is."""
+    """A kernel's Einsums on the 1D array that walk the fibre -- element-wise ones (a norm's
+    scaled values, a softmax's division), sums over the fibre (a cumulative sum of gates,
+    `C[m] = G[j : j <= m]`) or over its rows (slot attention's column sums over the inputs,
+    its fibre the 8 slots) -- that would finish sooner spread over the 2D array's PEs: its
+    multipliers build a division or a square root the 1D array's units do in fewer cycles,
+    on 256 times the PEs, and a sum is reduced down its PEs as a GEMM's is."""
     two, one = arrays
     out: set[str] = set()
     for n in names:
         e = cascade.einsum(n)
         if binding[n] != one.name or fibre not in einsum_ranks(e):
-            continue
-        if set(reduced_ranks(e)) - {fibre}:
             continue
         if supports(two, cascade, n) or not registers_hold(cascade, n, two):
             continue

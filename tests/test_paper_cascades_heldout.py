@@ -290,6 +290,35 @@ def test_longformer_attention():
     assert np.max(np.abs(ref - _softmax(band) @ v)) > 1e-3  # the global tokens are live
 
 
+def test_gemma2_local_attention():
+    """Gemma Team 2024, sec. 2: a causal window of W keys, logits soft-capped by
+    CAP tanh(x / CAP) after the 1 / sqrt(d) scale."""
+    shapes = {"M": 48, "P": 48, "E": 8, "F": 6, "W": 10, "CAP": 50}
+    inputs, out = _run("gemma2-local-attention-3pass", shapes, seed=18)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    t = np.arange(48)[:, None]
+    m = np.arange(48)[None, :]
+    logits = 50 * np.tanh(q @ k.T / math.sqrt(8) / 50)
+    ref = _softmax(np.where((m <= t) & (t - 10 < m), logits, -np.inf)) @ v
+    _close(out["AV"], ref.T)
+
+
+def test_mla_prefill():
+    """DeepSeek-AI 2024, sec. 2.1.2, eqs. 9-11 and 14-18: keys and values up-projected per
+    head from the tokens' latent, a RoPE key shared by the heads."""
+    shapes = {"M": 24, "P": 24, "H": 2, "D": 16, "L": 6, "E": 4, "R": 3, "F": 4}
+    inputs, out = _run("mla-prefill-3pass", shapes, seed=19)
+    x = inputs["X"].T  # [M, D]
+    c = x @ inputs["WDKV"]  # [M, L]
+    kr = x @ inputs["WKR"]  # [M, R]
+    heads = []
+    for h in range(2):
+        kc, vc = c @ inputs["WUK"][:, :, h], c @ inputs["WUV"][:, :, h]  # [M, E], [M, F]
+        qc, qr = inputs["QC"][:, h, :].T, inputs["QR"][:, h, :].T  # [P, E], [P, R]
+        heads.append(_softmax((qc @ kc.T + qr @ kr.T) / math.sqrt(4 + 3)) @ vc)  # [P, F]
+    _close(out["O"], np.stack(heads).transpose(2, 0, 1))  # [F, H, P]
+
+
 @pytest.mark.parametrize(
     ("name", "passes"),
     [
@@ -305,6 +334,8 @@ def test_longformer_attention():
         ("linear-elu-attention-2pass", {"M": 2}),
         ("slot-attention", {"S": 3, "M": 2}),
         ("longformer-attention-3pass", {"M": 3}),
+        ("gemma2-local-attention-3pass", {"M": 3}),
+        ("mla-prefill-3pass", {"M": 3}),
         ("gated-attention-3pass", {"M": 3}),
         ("talking-heads-attention-3pass", {"M": 3, "H": 2}),
         ("postnorm-encoder-attention-layer-3pass", {"M": 3, "D": 4}),

@@ -66,10 +66,22 @@ def fusable_span(cascade: Cascade, compute: tuple[str, ...]) -> tuple[str, ...] 
             ]
             if not opening or not closing:
                 continue
-            first = max(opening, key=order.__getitem__)  # the nearest: the scores
+            # the scores: the contractions whose result carries the rank and every row the
+            # reduction keeps (MLA's latent scores and its RoPE scores, both `[m, h, p]`;
+            # not the keys' up-projection `[e, h, m]`), else the nearest
+            rows = {rank_of(v) for v in cascade.einsum(name).output.vars()}
+            scores = [
+                n
+                for n in opening
+                if rows <= {rank_of(v) for v in cascade.einsum(n).output.vars()}
+            ] or [max(opening, key=order.__getitem__)]
             last = min(closing, key=order.__getitem__)
             upto = before(last) | {last}
-            return tuple(n for n in compute if n in upto and (n == first or first in before(n)))
+            return tuple(
+                n
+                for n in compute
+                if n in upto and (n in scores or any(f in before(n) for f in scores))
+            )
     return None
 
 

@@ -320,6 +320,41 @@ def test_mla_prefill():
     _close(out["O"], np.stack(heads).transpose(2, 0, 1))  # [F, H, P]
 
 
+def test_palm_parallel_layer():
+    """Chowdhery et al. 2023, sec. 2: x + MLP(LN(x)) + Attention(LN(x)), one LayerNorm (no
+    bias), causal multi-query attention, a SwiGLU MLP."""
+    shapes = {"M": 24, "P": 24, "D": 16, "H": 2, "E": 4, "F": 4, "N": 20}
+    inputs, out = _run("palm-parallel-layer-3pass", shapes, 20, ("XQ", "XK"))
+    x = inputs["XQ"].T  # [P, D]
+    mean = x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+    xn = (x - mean) / np.sqrt(var + 1e-6) * inputs["GN"]
+    k, v = xn @ inputs["WK"], xn @ inputs["WV"]  # [M, E], [M, F] (M = P)
+    keep = np.arange(24)[None, :] <= np.arange(24)[:, None]
+    attn = 0
+    for h in range(2):
+        q = xn @ inputs["WQ"][:, :, h]
+        a = _softmax(np.where(keep, q @ k.T / math.sqrt(4), -np.inf)) @ v  # [P, F]
+        attn = attn + a @ inputs["WO"][:, h, :]
+    xw, xv = xn @ inputs["W1"], xn @ inputs["W3"]
+    mlp = (xw / (1 + np.exp(-xw)) * xv) @ inputs["W2"]
+    _close(out["Y"], (x + attn + mlp).T)
+
+
+def test_streaming_gqa_decode():
+    """Xiao et al. 2024, sec. 3.2, at decode: the new token's G query heads against the
+    first SINK and the last W cached keys of one shared K/V head."""
+    shapes = {"M": 64, "P": 1, "G": 4, "E": 8, "F": 6, "W": 16, "SINK": 4}
+    inputs, out = _run("streaming-gqa-decode-3pass", shapes, seed=21)
+    q, k, v = inputs["Q"], inputs["K"].T, inputs["V"].T  # [E, G, P], [M, E], [M, F]
+    m = np.arange(64)
+    keep = (m < 4) | (m > 63 - 16)
+    ref = np.stack(
+        [_softmax(np.where(keep, q[:, g, :].T @ k.T / math.sqrt(8), -np.inf)) @ v for g in range(4)]
+    )  # [G, P, F]
+    _close(out["AV"], ref.transpose(2, 0, 1))
+
+
 @pytest.mark.parametrize(
     ("name", "passes"),
     [
@@ -337,6 +372,8 @@ def test_mla_prefill():
         ("longformer-attention-3pass", {"M": 3}),
         ("gemma2-local-attention-3pass", {"M": 3}),
         ("mla-prefill-3pass", {"M": 3}),
+        ("palm-parallel-layer-3pass", {"M": 3, "D": 4}),
+        ("streaming-gqa-decode-3pass", {"M": 3}),
         ("gated-attention-3pass", {"M": 3}),
         ("talking-heads-attention-3pass", {"M": 3, "H": 2}),
         ("postnorm-encoder-attention-layer-3pass", {"M": 3, "D": 4}),

@@ -443,6 +443,8 @@ MAPPED = [
     # span FLAT fuses opens at every contraction making the scores (latent and RoPE)
     ("gemma2-local-attention-3pass", "4K", {"W": 4096, "CAP": 50}),
     ("mla-prefill-3pass", "4K", {"H": 32, "D": 4096, "L": 512, "R": 64}),
+    # written after that, mapped once: PaLM's parallel layer 1.10x / 1.10x
+    ("palm-parallel-layer-3pass", "4K", {"D": 4096, "H": 32, "N": 16384}),
 ]
 
 
@@ -537,3 +539,20 @@ def test_the_span_opens_at_every_contraction_making_the_scores():
     c = load_cascade(HELDOUT / "mla-prefill-3pass.yaml")
     span = fusable_span(c, tuple(e.name for e in c.einsums))
     assert span == ("SC", "SR", "S", "GM", "SN", "SD", "A", "O")
+
+
+def test_streaming_decode_reads_only_its_window_and_sinks_at_the_bandwidth_floor():
+    """StreamingLLM at decode (held out, mapped once: 1.00x of its bound at 4K and 16K):
+    the step reads the last W = 1024 and the first 4 cached keys and values, not the 4096
+    the cache holds -- its floor is those bytes over the bandwidth, and it runs there."""
+    path = HELDOUT / "streaming-gqa-decode-3pass.yaml"
+    shape = {"W": 1024, "SINK": 4}
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape=shape, phase="decode")
+    r = evaluate_point(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
+    arch = load_architecture(resolve_spec("arch", "fusemax"))
+    moved = {t.tensor: t.read_bytes for t in r.tensors}
+    per_key = w.batch * w.kv_heads * w.embed * arch.value_bytes
+    for t in ("K", "V"):
+        assert (1024 + 4) * per_key <= moved[t] <= 1.01 * (1024 + 4) * per_key, t
+    assert r.search.breaches == 0
+    assert r.latency_bound_s <= r.latency_s <= 1.05 * r.latency_bound_s

@@ -9,40 +9,19 @@ band) keeps every value of the rank for some query, and bounds nothing here.
 
 from __future__ import annotations
 
-from simulator.cascade.ir import Cond, Einsum, IBin, IInt, Index, ISym, IVar, rank_of
-
-
-def _linear(ix: Index, extents: dict[str, int]) -> tuple[dict[str, int], int] | None:
-    """An index expression as (variable -> coefficient, constant); None: not affine in
-    known extents."""
-    if isinstance(ix, IInt):
-        return {}, ix.value
-    if isinstance(ix, ISym):
-        return ({}, int(extents[ix.name])) if ix.name in extents else None
-    if isinstance(ix, IVar):
-        return {ix.name: 1}, 0
-    if isinstance(ix, IBin):
-        left, right = _linear(ix.left, extents), _linear(ix.right, extents)
-        if left is None or right is None:
-            return None
-        (lc, lk), (rc, rk) = left, right
-        if ix.op in ("+", "-"):
-            sign = 1 if ix.op == "+" else -1
-            coef = dict(lc)
-            for v, c in rc.items():
-                coef[v] = coef.get(v, 0) + sign * c
-            return {v: c for v, c in coef.items() if c}, lk + sign * rk
-        if ix.op == "*" and (not lc or not rc):
-            scale, (coef, k) = (lk, (rc, rk)) if not lc else (rk, (lc, lk))
-            return {v: c * scale for v, c in coef.items() if c * scale}, k * scale
-    return None
+from simulator.cascade.ir import Cond, Einsum, index_syms, index_vars, rank_of
+from simulator.cascade.ops import linear_form
 
 
 def _bound(cond: Cond, var: str, extents: dict[str, int]) -> tuple[int, int] | None:
     """The interval of `var` a filter on it alone keeps (inclusive); None: not such a
     filter."""
-    left, right = _linear(cond.left, extents), _linear(cond.right, extents)
-    if left is None or right is None or cond.op not in ("<", "<=", ">", ">=", "=="):
+    if cond.op not in ("<", "<=", ">", ">=", "=="):
+        return None
+    if any(sym not in extents for side in (cond.left, cond.right) for sym in index_syms(side)):
+        return None
+    left, right = linear_form(cond.left, extents), linear_form(cond.right, extents)
+    if left is None or right is None:
         return None
     coef = dict(left[0])
     for v, c in right[0].items():
@@ -77,18 +56,10 @@ def kept_extent(e: Einsum, rank: str, extents: dict[str, int]) -> int:
             cond = pos.filter
             if cond is None:
                 continue
-            for var in {v.name for v in _vars(cond.left) + _vars(cond.right)}:
+            for var in sorted(set(index_vars(cond.left)) | set(index_vars(cond.right))):
                 if rank_of(var) != rank:
                     continue
                 bound = _bound(cond, var, extents)
                 if bound is not None:
                     lo, hi = max(lo, bound[0]), min(hi, bound[1])
     return max(0, hi - lo + 1)
-
-
-def _vars(ix: Index) -> list[IVar]:
-    if isinstance(ix, IVar):
-        return [ix]
-    if isinstance(ix, IBin):
-        return _vars(ix.left) + _vars(ix.right)
-    return []

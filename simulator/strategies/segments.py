@@ -71,9 +71,7 @@ def fusable_span(cascade: Cascade, compute: tuple[str, ...]) -> tuple[str, ...] 
             # not the keys' up-projection `[e, h, m]`), else the nearest
             rows = {rank_of(v) for v in cascade.einsum(name).output.vars()}
             scores = [
-                n
-                for n in opening
-                if rows <= {rank_of(v) for v in cascade.einsum(n).output.vars()}
+                n for n in opening if rows <= {rank_of(v) for v in cascade.einsum(n).output.vars()}
             ] or [max(opening, key=order.__getitem__)]
             last = min(closing, key=order.__getitem__)
             upto = before(last) | {last}

@@ -235,7 +235,7 @@ def _filtered_points(
     fvars = sorted({v for f in filters for side in (f.left, f.right) for v in index_vars(side)})
     grid_size = math.prod(extents[v] for v in fvars)
     rest = math.prod(n for v, n in extents.items() if v not in fvars)
-    forms = [_condition_form(f, shapes) for f in filters]
+    forms = [condition_form(f, shapes) for f in filters]
     if all(form is not None for form in forms):
         kept = count_filtered([f for f in forms if f is not None], {v: extents[v] for v in fvars})
         if kept is None:
@@ -295,7 +295,7 @@ def linear_form(ix: Index, values: Mapping[str, int]) -> tuple[dict[str, int], i
     return {v: c * rk for v, c in lc.items()}, lk * rk
 
 
-def _condition_form(cond: Cond, values: Mapping[str, int]) -> LinearCondition | None:
+def condition_form(cond: Cond, values: Mapping[str, int]) -> LinearCondition | None:
     """`left OP right` as `left - right OP 0` (zero coefficients dropped)."""
     left, right = linear_form(cond.left, values), linear_form(cond.right, values)
     if left is None or right is None:

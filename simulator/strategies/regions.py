@@ -10,7 +10,7 @@ band) keeps every value of the rank for some query, and bounds nothing here.
 from __future__ import annotations
 
 from simulator.cascade.ir import Cond, Einsum, index_syms, index_vars, rank_of
-from simulator.cascade.ops import linear_form
+from simulator.cascade.ops import condition_form
 
 
 def _bound(cond: Cond, var: str, extents: dict[str, int]) -> tuple[int, int] | None:
@@ -20,17 +20,10 @@ def _bound(cond: Cond, var: str, extents: dict[str, int]) -> tuple[int, int] | N
         return None
     if any(sym not in extents for side in (cond.left, cond.right) for sym in index_syms(side)):
         return None
-    left, right = linear_form(cond.left, extents), linear_form(cond.right, extents)
-    if left is None or right is None:
+    form = condition_form(cond, extents)  # a * var + c  op  0
+    if form is None or [v for v, _c in form.coefs] != [var]:
         return None
-    coef = dict(left[0])
-    for v, c in right[0].items():
-        coef[v] = coef.get(v, 0) - c
-    coef = {v: c for v, c in coef.items() if c}
-    if set(coef) != {var}:
-        return None
-    a, k = coef[var], right[1] - left[1]  # a * var  op  k
-    op = cond.op
+    a, k, op = form.coef(var), -form.const, form.op
     if a < 0:
         a, k = -a, -k
         op = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "=="}[op]

@@ -355,6 +355,20 @@ def test_streaming_gqa_decode():
     _close(out["AV"], ref.transpose(2, 0, 1))
 
 
+def test_perceiver_cross_attention():
+    """Jaegle et al. 2021, sec. 2.1: N latents' queries against M inputs' keys and values."""
+    inputs, out = _run("perceiver-cross-attention-3pass", {"M": 40, "N": 6, "E": 8, "F": 6}, 22)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))  # [N, E], [M, E], [M, F]
+    _close(out["AV"], (_softmax(q @ k.T / math.sqrt(8)) @ v).T)
+
+
+def test_relu_attention():
+    """Wortsman et al. 2023, sec. 2: ReLU(q k / sqrt d) / L times V, L the keys."""
+    inputs, out = _run("relu-attention-1pass", {"M": 40, "P": 24, "E": 8, "F": 6}, seed=23)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    _close(out["AV"], (np.maximum(q @ k.T / math.sqrt(8), 0) / 40 @ v).T)
+
+
 @pytest.mark.parametrize(
     ("name", "passes"),
     [
@@ -374,6 +388,8 @@ def test_streaming_gqa_decode():
         ("mla-prefill-3pass", {"M": 3}),
         ("palm-parallel-layer-3pass", {"M": 3, "D": 4}),
         ("streaming-gqa-decode-3pass", {"M": 3}),
+        ("perceiver-cross-attention-3pass", {"M": 3}),
+        ("relu-attention-1pass", {"M": 1}),
         ("gated-attention-3pass", {"M": 3}),
         ("talking-heads-attention-3pass", {"M": 3, "H": 2}),
         ("postnorm-encoder-attention-layer-3pass", {"M": 3, "D": 4}),

@@ -461,6 +461,10 @@ MAPPED = [
     ("mla-prefill-3pass", "4K", {"H": 32, "D": 4096, "L": 512, "R": 64}),
     # written after that, mapped once: PaLM's parallel layer 1.10x / 1.10x
     ("palm-parallel-layer-3pass", "4K", {"D": 4096, "H": 32, "N": 16384}),
+    # written last, mapped once: Perceiver's cross-attention 1.04x / 1.04x, ReLU attention
+    # 1.02x / 1.02x
+    ("perceiver-cross-attention-3pass", "4K", {"N": 512}),
+    ("relu-attention-1pass", "4K", {}),
 ]
 
 

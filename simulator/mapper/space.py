@@ -72,7 +72,10 @@ def _offers(
     heads) are constraints: they narrow the knobs, never widen them."""
     reuses = [True, False] if reuse else [False]
     two = next((a for a in arch.arrays if a.mesh_y > 1), None)
-    parts = scales(math.gcd(two.mesh_x, two.mesh_y)) if two is not None else [1]
+    # blocks down to 64 PEs a side (a quarter of the paper's 256): a chip twice as wide can
+    # run every block a chip half its width runs (more PEs never slower)
+    side = math.gcd(two.mesh_x, two.mesh_y) if two is not None else 1
+    parts = scales(side, max(4, side // 64)) if two is not None else [1]
     fusemax = [
         ("fusemax", {"pipelined": pipelined, "reuse": r, "lanes": lanes, "scale": s, "handoff": h})
         for s in parts

@@ -60,10 +60,15 @@ def tile(
 
 
 def scales(size: int, most: int = 4) -> list[int]:
-    """The divisors of an array side a template may use part of it by: 1, 2, 4 (those that
-    divide it, leaving at least 16 PEs a side: a narrower array -- a GPU core's 16-row
-    tensor tiles -- is used whole)."""
-    return [1] + [s for s in (2, 4) if s <= most and size % s == 0 and size // s >= 16]
+    """The divisors of an array side a template may use part of it by: 1, 2, 4, ... up to
+    `most` (those that divide it, leaving at least 16 PEs a side: a narrower array -- a GPU
+    core's 16-row tensor tiles -- is used whole)."""
+    out, s = [1], 2
+    while s <= most:
+        if size % s == 0 and size // s >= 16:
+            out.append(s)
+        s *= 2
+    return out
 
 
 def einsum_ranks(e: Einsum) -> tuple[str, ...]:

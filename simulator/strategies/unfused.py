@@ -228,7 +228,15 @@ def unfused_mapping(
                     spread.pop(n, None)
             if split is not None:
                 partitions[split] = [f"{split}1", f"{split}0"]
-                factors.setdefault(f"{split}0", tile(one.name, "meshX", one.mesh_x, split, extents))
+                rows = tile(one.name, "meshX", one.mesh_x, split, extents)
+                if kernels == "free" and local and fibre in extents:
+                    # free kernels: no more rows than their fibres fit the buffer (a
+                    # wider chip's whole width of rows would spill them)
+                    fit = int(arch.buffer_values) // (extents[fibre] * len(local))
+                    width = min(one.mesh_x, extents.get(split, one.mesh_x))
+                    if 1 <= fit < width:
+                        rows = 1 << (fit.bit_length() - 1)
+                factors.setdefault(f"{split}0", rows)
                 loops = [
                     c for x in loops for c in ((f"{split}1", f"{split}0") if x == split else (x,))
                 ]

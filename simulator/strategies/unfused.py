@@ -154,6 +154,7 @@ def unfused_mapping(
     spatial: dict[str, list[str]] = {}
     tensors: dict[str, dict[str, Any]] = {}
     producer = {cascade.einsum(n).output.tensor: n for n in roles.compute}
+    held_rows: dict[str, int] = {}  # split rank -> rows its phases' fibres fit the buffer
     for i, (kind, names) in enumerate(groups):
         if kind == "gemm":
             (name,) = names
@@ -231,11 +232,14 @@ def unfused_mapping(
                 rows = tile(one.name, "meshX", one.mesh_x, split, extents)
                 if kernels == "free" and local and fibre in extents:
                     # free kernels: no more rows than their fibres fit the buffer (a
-                    # wider chip's whole width of rows would spill them)
+                    # wider chip's whole width of rows would spill them); the rank's
+                    # parts are the mapping's, so every phase splitting it takes the
+                    # fewest rows any of them holds
                     fit = int(arch.buffer_values) // (extents[fibre] * len(local))
                     width = min(one.mesh_x, extents.get(split, one.mesh_x))
                     if 1 <= fit < width:
                         rows = 1 << (fit.bit_length() - 1)
+                        held_rows[split] = min(held_rows.get(split, rows), rows)
                 factors.setdefault(f"{split}0", rows)
                 loops = [
                     c for x in loops for c in ((f"{split}1", f"{split}0") if x == split else (x,))
@@ -251,6 +255,8 @@ def unfused_mapping(
             phase["tensors"] = local
         phase["schedule"] = list(names)
         phases.append(phase)
+    for split, rows in held_rows.items():
+        factors[f"{split}0"] = rows
     # what one phase hands to a later one goes through DRAM, streamed
     for name in roles.compute:
         t = cascade.einsum(name).output.tensor

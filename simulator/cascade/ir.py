@@ -433,6 +433,10 @@ class Einsum(HashedOnce):
 
     def filters(self) -> tuple[Cond, ...]:
         """The filters on the Einsum's reads; they are ANDed over its iteration space."""
+        return self._filters
+
+    @functools.cached_property
+    def _filters(self) -> tuple[Cond, ...]:
         return tuple(pos.filter for acc in self.reads() for pos in acc.indices if pos.filter)
 
     @property
@@ -507,10 +511,15 @@ class Cascade(HashedOnce):
         return dict(self.shape_locs).get(rank, Loc(self.path))
 
     def einsum(self, name: str) -> Einsum:
+        return self._einsum_by_name[name]  # KeyError for an unknown name
+
+    @functools.cached_property
+    def _einsum_by_name(self) -> dict[str, Einsum]:
+        """The Einsums by name, built once (every stage looks them up by name)."""
+        out: dict[str, Einsum] = {}
         for e in self.einsums:
-            if e.name == name:
-                return e
-        raise KeyError(name)
+            out.setdefault(e.name, e)
+        return out
 
     def shape_names(self) -> frozenset[str]:
         """Every name that takes an extent: declared ranks, partition components and the

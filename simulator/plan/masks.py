@@ -89,9 +89,27 @@ def constraints(
     depend on (a search's candidates differ in a few)."""
     if not isinstance(partitions, Partitions):
         return _constraints(e, partitions, extents)
-    names = partitions.kept(("filter extents", e), lambda: _filter_extents(e, partitions))
-    key = ("constraints", e, tuple(int(extents[n]) for n in names))
-    return partitions.kept(key, lambda: _constraints(e, partitions, extents))
+    frozen = partitions.kept(("frozen",), lambda: tuple(sorted(partitions.items())))
+    names = _filter_extents_of(e, frozen)
+    return _constraints_of(e, frozen, tuple((n, int(extents[n])) for n in names))
+
+
+@functools.lru_cache(maxsize=1024)
+def _filter_extents_of(
+    e: Einsum, frozen: tuple[tuple[str, tuple[str, ...]], ...]
+) -> tuple[str, ...]:
+    """:func:`_filter_extents` of hashable partitions (kept across a search's candidates)."""
+    return _filter_extents(e, dict(frozen))
+
+
+@functools.lru_cache(maxsize=4096)
+def _constraints_of(
+    e: Einsum,
+    frozen: tuple[tuple[str, tuple[str, ...]], ...],
+    extents: tuple[tuple[str, int], ...],
+) -> tuple[Constraint, ...]:
+    """:func:`_constraints` of hashable partitions and the extents its filters read."""
+    return _constraints(e, dict(frozen), dict(extents))
 
 
 def _filter_extents(e: Einsum, partitions: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:

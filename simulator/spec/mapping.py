@@ -24,6 +24,7 @@ checks the file; :func:`resolve` fixes it for one workload point.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,10 +124,20 @@ class Phase(HashedOnce):
     mapper: Any = None
 
     def placement(self, tensor: str) -> Placement | None:
+        return self._placement_by_tensor.get(tensor)
+
+    def __getstate__(self) -> dict:
+        state = HashedOnce.__getstate__(self)
+        state.pop("_placement_of", None)  # the planner's memo (simulator.plan.facts)
+        return state
+
+    @functools.cached_property
+    def _placement_by_tensor(self) -> dict[str, Placement]:
+        """The placements by tensor, the first of each (looked up per access)."""
+        out: dict[str, Placement] = {}
         for p in self.placements:
-            if p.tensor == tensor:
-                return p
-        return None
+            out.setdefault(p.tensor, p)
+        return out
 
 
 @dataclass(frozen=True)

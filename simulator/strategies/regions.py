@@ -9,6 +9,8 @@ band) keeps every value of the rank for some query, and bounds nothing here.
 
 from __future__ import annotations
 
+import functools
+
 from simulator.cascade.ir import Cond, Einsum, index_syms, index_vars, rank_of
 from simulator.cascade.ops import condition_form
 
@@ -42,6 +44,15 @@ def _bound(cond: Cond, var: str, extents: dict[str, int]) -> tuple[int, int] | N
 def kept_extent(e: Einsum, rank: str, extents: dict[str, int]) -> int:
     """How many values of `rank` the Einsum's filters on its index alone keep (the rank's
     extent where none bounds it)."""
+    if not e.filters():
+        return max(0, int(extents.get(rank, 0)))
+    return _kept_extent(e, rank, tuple(sorted(extents.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _kept_extent(e: Einsum, rank: str, box: tuple[tuple[str, int], ...]) -> int:
+    """:func:`kept_extent` of hashable extents (a search asks at every template)."""
+    extents = dict(box)
     full = int(extents.get(rank, 0))
     lo, hi = 0, full - 1
     for acc in e.reads():

@@ -8,6 +8,7 @@ exceeding them: a block's 16 rows leave 112 of a GPU core's 128 lanes idle, its 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterable, Mapping
@@ -45,6 +46,15 @@ def einsum_time(cascade: Cascade, name: str, array: Array, extents: dict[str, in
     """Cycles of an Einsum's points spread over all the array's PEs (to compare arrays):
     the points its filters keep (a window's band, StreamingLLM's 4 sink keys), where every
     rank is sized."""
+    return _einsum_time(cascade, name, array, tuple(sorted(extents.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _einsum_time(
+    cascade: Cascade, name: str, array: Array, box: tuple[tuple[str, int], ...]
+) -> float:
+    """:func:`einsum_time` of hashable extents (the templates ask at every candidate)."""
+    extents = dict(box)
     e = cascade.einsum(name)
     points = math.prod(extents.get(rank_of(v), 1) for v in e.iteration)
     if e.filters() and all(rank_of(v) in extents for v in e.iteration):

@@ -12,6 +12,7 @@ held out."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -41,12 +42,20 @@ HELDOUT = DATA / "paper_cascades_heldout"
 RTOL = 1e-9
 
 
-def _run(name: str, shapes: dict[str, int], seed: int = 0, same: tuple[str, str] | None = None):
+def _run(
+    name: str,
+    shapes: dict[str, int],
+    seed: int = 0,
+    same: tuple[str, str] | None = None,
+    fix: Callable[[dict[str, np.ndarray]], None] | None = None,
+):
     cascade = load_cascade(HELDOUT / f"{name}.yaml")
     resolved = resolve_shapes(cascade, shapes)
     inputs = random_inputs(cascade, resolved, seed=seed)
     if same is not None:  # self-attention: the queries' tokens are the keys'
         inputs[same[0]] = inputs[same[1]].copy()
+    if fix is not None:  # inputs that are not random (a position table): set in place
+        fix(inputs)
     return inputs, evaluate(cascade, inputs, resolved)
 
 
@@ -369,6 +378,70 @@ def test_relu_attention():
     _close(out["AV"], (np.maximum(q @ k.T / math.sqrt(8), 0) / 40 @ v).T)
 
 
+def test_linformer_attention():
+    """Wang et al. 2020, sec. 4: softmax(Q (E K)^T / sqrt d) F V, E and F projecting the M
+    keys' and values' positions to J."""
+    shapes = {"M": 40, "P": 24, "J": 10, "E": 8, "F": 6}
+    inputs, out = _run("linformer-attention-3pass", shapes, seed=24)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))  # [P, E], [M, E], [M, F]
+    kp, vp = inputs["EP"].T @ k, inputs["FP"].T @ v  # [J, E], [J, F]
+    _close(out["AV"], (_softmax(q @ kp.T / math.sqrt(8)) @ vp).T)
+
+
+def test_mos_lm_head():
+    """Yang et al. 2018, sec. 3: P(x | c) = sum_k pi_k softmax_x(tanh(W_h,k g) . w_x), the
+    prior pi = softmax_k(W_pi g), the output embeddings shared by the K components."""
+    shapes = {"P": 12, "D": 10, "K": 3, "C": 8, "V": 50}
+    inputs, out = _run("mos-lm-head", shapes, seed=25)
+    g = inputs["H"].T  # [P, D]
+    prior = _softmax(g @ inputs["WP"])  # [P, K]
+    parts = [_softmax(np.tanh(g @ inputs["WH"][:, :, k]) @ inputs["WE"]) for k in range(3)]
+    ref = sum(prior[:, [k]] * parts[k] for k in range(3))  # [P, V]
+    _close(out["PV"], ref.T)
+    assert np.allclose(ref.sum(axis=1), 1)  # a distribution over the vocabulary per token
+    assert min(np.max(np.abs(ref - part)) for part in parts) > 1e-3  # the mixture is live
+
+
+def test_cla_decode():
+    """Brandon et al. 2024, sec. 2: two layers' G query heads attend to one shared K/V
+    cache at decode, the second layer's queries projected from the first's output."""
+    shapes = {"M": 64, "P": 1, "G": 4, "E": 8, "F": 6, "D": 16}
+    inputs, out = _run("cla-decode-3pass", shapes, seed=26)
+    k, v = inputs["K"].T, inputs["V"].T  # [M, E], [M, F]
+
+    def attend(q):  # [E, G, P] -> [G, P, F]
+        return np.stack([_softmax(q[:, g, :].T @ k.T / math.sqrt(8)) @ v for g in range(4)])
+
+    o1 = attend(inputs["Q1"])
+    y1 = sum(o1[g] @ inputs["WO1"][:, g, :] for g in range(4))  # [P, D]
+    q2 = np.stack([(y1 @ inputs["WQ2"][:, :, g]).T for g in range(4)], axis=1)  # [E, G, P]
+    o2 = attend(q2)
+    _close(out["O1"], o1.transpose(2, 0, 1))  # [F, G, P]
+    _close(out["O2"], o2.transpose(2, 0, 1))
+
+
+def test_cosformer_attention():
+    """Qin et al. 2022, secs. 3.3-3.4, non-causal: sum_j relu(q_i) relu(k_j)^T
+    cos(pi/2 (i - j) / M) v_j over the same sum without v_j -- the quadratic form, against
+    the cascade's linear one (cos and sin terms); the position tables set to their values."""
+    shapes = {"M": 40, "P": 24, "E": 8, "F": 6}
+    i, j = np.arange(1, 25), np.arange(1, 41)  # positions from 1, M = 40 the longer
+
+    def tables(inputs):
+        for name, pos in (("Q", i), ("K", j)):
+            inputs["C" + name] = np.cos(np.pi * pos / (2 * 40))
+            inputs["S" + name] = np.sin(np.pi * pos / (2 * 40))
+
+    inputs, out = _run("cosformer-attention", shapes, seed=27, fix=tables)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))  # [P, E], [M, E], [M, F]
+    relu = np.maximum(q, 0) @ np.maximum(k, 0).T  # [P, M]
+    s = relu * np.cos(np.pi / 2 * (i[:, None] - j[None, :]) / 40)
+    ref = s / s.sum(axis=1, keepdims=True) @ v
+    _close(out["O"], ref.T)
+    plain = relu / relu.sum(axis=1, keepdims=True) @ v
+    assert np.max(np.abs(ref - plain)) > 1e-3  # the re-weighting is live
+
+
 @pytest.mark.parametrize(
     ("name", "passes"),
     [
@@ -390,6 +463,10 @@ def test_relu_attention():
         ("streaming-gqa-decode-3pass", {"M": 3}),
         ("perceiver-cross-attention-3pass", {"M": 3}),
         ("relu-attention-1pass", {"M": 1}),
+        ("linformer-attention-3pass", {"J": 3, "M": 1}),
+        ("mos-lm-head", {"V": 3, "K": 3}),
+        ("cla-decode-3pass", {"M": 6}),
+        ("cosformer-attention", {"M": 1}),
         ("gated-attention-3pass", {"M": 3}),
         ("talking-heads-attention-3pass", {"M": 3, "H": 2}),
         ("postnorm-encoder-attention-layer-3pass", {"M": 3, "D": 4}),

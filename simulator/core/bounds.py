@@ -370,6 +370,8 @@ def input_shares(point: PointPlan) -> dict[str, float]:
     largest share of the read positions a filter keeps. The largest, not the union, so never
     more than the values truly read: a lower bound stays one."""
     cascade = point.cascade
+    if not any(e.filters() for e in cascade.einsums):
+        return {}  # every value of every input is read
     aliases = _aliases(cascade)
     inputs = set(cascade.inputs)
     shares: dict[str, float] = {}

@@ -324,7 +324,9 @@ def _search(
 
 
 def _turn(tmpl: Template) -> int:
-    """Every how many rounds a template takes a turn (its `scale`)."""
+    """Every how many rounds a template takes a turn (its own, else its `scale`)."""
+    if tmpl.turn > 0:
+        return tmpl.turn
     scale = dict(tmpl.knobs).get("scale", 1)
     return scale if isinstance(scale, int) and scale > 0 else 1
 

@@ -40,6 +40,8 @@ from simulator.strategies.roles import scales
 from simulator.support.errors import Loc, SpecError
 
 STRATEGIES = ("fusemax", "flat", "unfused", "fused")
+TURN = "turn"  # an offer's search turn (not a template knob): see Template.turn
+RARELY = 8  # a rarely tried template takes a turn every 8 x scale rounds
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class Template:
     rule: str
     knobs: tuple[tuple[str, Any], ...]
     data: dict[str, Any]
+    # every how many rounds of the search it takes a turn (0: as often as its `scale` says)
+    turn: int = 0
 
     @property
     def label(self) -> str:
@@ -105,12 +109,19 @@ def _offers(
         for w in ("columns", "fibre")
     ]
     rule = [("fused", {"pipelined": pipelined, "reuse": reuse})]
-    # blocks over part of an array larger than the paper's 256 a side: a larger chip does
-    # what the 256-PE one does (smaller arrays keep their whole side)
-    block_parts = [s for s in parts if s == 1 or two is not None and two.mesh_x // s >= 256]
+    # blocks over part of an array, down to 256 PEs a side ...
+    wide = [s for s in parts if s == 1 or two is not None and two.mesh_x // s >= 256]
     blocks = [
         ("fused", {"rule": "blocks", "reduction": r, "scale": s})
-        for s in block_parts
+        for s in wide
+        for r in ("chunks", "whole")
+    ]
+    # ... and narrower, down to 64 (a chip twice as wide does what the chip half its width
+    # does), offered last and taking a turn rarely: they win where a wide block spills
+    narrow = [
+        ("fused", {"rule": "blocks", "reduction": r, "scale": s, TURN: RARELY * s})
+        for s in parts
+        if s not in wide
         for r in ("chunks", "whole")
     ]
     chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]
@@ -128,7 +139,8 @@ def _offers(
     # kernels mapped freely (GEMMs unconstrained, element-wise Einsums on the 2D array where
     # sooner), not as the paper's library calls; the spans' kernels always so
     free = [(r, {**knobs, "kernels": "free"}) for r, knobs in unfused]
-    return rule + fusemax + chain + blocks + soonest + flat + unfused + segments + held + free
+    return [*rule, *fusemax, *chain, *blocks, *soonest, *flat, *unfused, *segments, *held, *free,
+            *narrow]  # fmt: skip
 
 
 def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> list[Template]:
@@ -139,7 +151,8 @@ def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> 
     out: list[Template] = []
     seen: set[str] = set()
     first_error: SpecError | None = None
-    for rule, knobs in _offers(strategy, pipelined, reuse, ctx.arch):
+    for rule, offered in _offers(strategy, pipelined, reuse, ctx.arch):
+        knobs = {k: v for k, v in offered.items() if k != TURN}
         try:
             data = template(ctx, rule, **knobs)
         except SpecError as err:
@@ -149,7 +162,7 @@ def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> 
         if key in seen:
             continue
         seen.add(key)
-        out.append(Template(rule, tuple(knobs.items()), data))
+        out.append(Template(rule, tuple(knobs.items()), data, offered.get(TURN, 0)))
     if not out:
         assert first_error is not None
         raise first_error
@@ -186,7 +199,10 @@ def padded(tmpl: Template, ranks: list[str]) -> Template:
     """The template with those ranks rounded up to whole tiles."""
     body = {**tmpl.data["mapping"], "padded": sorted(ranks)}
     return Template(
-        tmpl.rule, (*tmpl.knobs, ("padded", ",".join(sorted(ranks)))), {"mapping": body}
+        tmpl.rule,
+        (*tmpl.knobs, ("padded", ",".join(sorted(ranks)))),
+        {"mapping": body},
+        tmpl.turn,
     )
 
 

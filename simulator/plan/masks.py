@@ -45,7 +45,7 @@ class Constraint:
 
 
 def einsum_filters(e: Einsum) -> tuple[Cond, ...]:
-    return tuple(pos.filter for acc in e.reads() for pos in acc.indices if pos.filter)
+    return e.filters()
 
 
 def _linear(
@@ -87,6 +87,8 @@ def constraints(
     """The Einsum's filters as linear constraints over its components (`!=` keeps every
     tile: it removes single points only). Kept by the partitions for the extents they
     depend on (a search's candidates differ in a few)."""
+    if not e.filters():
+        return ()
     if not isinstance(partitions, Partitions):
         return _constraints(e, partitions, extents)
     frozen = partitions.kept(("frozen",), lambda: tuple(sorted(partitions.items())))

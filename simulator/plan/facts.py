@@ -47,8 +47,8 @@ def canonical(facts: CascadeFacts, tensor: str) -> str:
 
 def placement_of(phase: Phase, facts: CascadeFacts, tensor: str) -> Placement:
     """Where a tensor lives in a phase: its placement, an alias's, or the default."""
-    # kept in the phase (planning asks for every access of every candidate's phases); the
-    # key names the cascade, whose facts these are
+    # kept in the phase (planning asks for every access of every candidate's phases), each
+    # answer with the cascade it was worked out for (reused only for that very cascade)
     kept = phase.__dict__.setdefault("_placement_of", {})
     found = kept.get(tensor)
     if found is None or found[0] is not facts.cascade:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cascade.ir import Cond, Einsum, IBin, IInt, Index, ISym, IVar, rank_of
+from simulator.cascade.ir import Einsum, IBin, IInt, Index, ISym, IVar, rank_of
 from simulator.plan.nest import Partitions, leaf_components
 from simulator.support.errors import SpecError
 
@@ -42,10 +42,6 @@ class Constraint:
 
     coef: tuple[tuple[str, int], ...]
     const: int
-
-
-def einsum_filters(e: Einsum) -> tuple[Cond, ...]:
-    return e.filters()
 
 
 def _linear(
@@ -127,7 +123,7 @@ def _filter_extents(e: Einsum, partitions: Mapping[str, tuple[str, ...]]) -> tup
             walk(ix.left)
             walk(ix.right)
 
-    for f in einsum_filters(e):
+    for f in e.filters():
         walk(f.left)
         walk(f.right)
     return tuple(names)
@@ -137,7 +133,7 @@ def _constraints(
     e: Einsum, partitions: Mapping[str, tuple[str, ...]], extents: Mapping[str, int]
 ) -> tuple[Constraint, ...]:
     out = []
-    for f in einsum_filters(e):
+    for f in e.filters():
         lc, lk = _linear(f.left, partitions, extents)
         rc, rk = _linear(f.right, partitions, extents)
         g = dict(lc)

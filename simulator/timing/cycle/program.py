@@ -29,7 +29,6 @@ from simulator.cascade.ir import ISym, IVar, rank_of
 from simulator.cascade.ops import count_points, iteration_extents
 from simulator.plan.costs import cycles_per_point
 from simulator.plan.facts import CascadeFacts, canonical
-from simulator.plan.masks import einsum_filters
 from simulator.plan.nest import leaf_components
 from simulator.plan.phases import PhasePlan
 from simulator.plan.point import PointPlan
@@ -132,7 +131,7 @@ def _read_rule(
 def dense_points(cascade, e, extents: dict[str, int]) -> int:
     """Points of an Einsum's iteration space, every point of a filtered one counted (a tile
     on the array computes all its points)."""
-    if einsum_filters(e):
+    if e.filters():
         return math.prod(iteration_extents(cascade, e, extents).values())
     return count_points(cascade, e, extents)
 

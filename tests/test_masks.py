@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from simulator.cascade.parse import load_cascade
 from simulator.plan.masks import Constraint, active_count, peak_fraction
-from simulator.strategies.regions import kept_extent
+from simulator.strategies.regions import block_values, kept_extent
 
 
 def _brute(cons, loops, extents) -> int:
@@ -152,3 +152,29 @@ def test_the_region_a_filter_keeps_of_a_rank(expr, kept, tmp_path):
     )
     e = load_cascade(path).einsum("S")
     assert kept_extent(e, "M", {"M": 16, "P": 16, "E": 4, "SINK": 4}) == kept
+
+
+@pytest.mark.parametrize(
+    ("expr", "kept"),
+    [
+        ("S[m, p] = Q[e, p] * K[e, m : m <= p]", 13 + 14 + 15 + 16),  # causal: the last block
+        ("S[m, p] = Q[e, p : p <= m + 2] * K[e, m : m <= p + 2]", 4 * 5),  # a band of 5 keys
+        ("S[m, p] = Q[e, p : p < 2] * K[e, m]", 2 * 16),  # two global query rows
+        ("S[m, p] = Q[e, p] * K[e, m : m < SINK]", 4 * 4),  # four sink keys a row
+        ("S[m, p] = Q[e : e < 2, p] * K[e, m : m <= p]", 58),  # another rank's filter: more
+        ("S[m, p] = Q[e, p] * K[e, m]", 4 * 16),
+    ],
+)
+def test_the_points_a_block_of_rows_keeps(expr, kept, tmp_path):
+    """How many (query, key) points a block of 4 query rows keeps at its fullest: a band
+    keeps its band, a few global rows their rows, a causal block its triangle's widest
+    rows (16 x 16, blocks of 4 starting at 0)."""
+    path = tmp_path / "c.yaml"
+    sink = ", SINK: 4" if "SINK" in expr else ""
+    path.write_text(
+        f"name: c\nshapes: {{M: 16, P: 16, E: 4{sink}}}\neinsum:\n  declaration:\n"
+        "    Q: [E, P]\n    K: [E, M]\n    S: [M, P]\n"
+        f'  expressions:\n    - "{expr}"\n'
+    )
+    e = load_cascade(path).einsum("S")
+    assert block_values(e, "M", "P", 4, {"M": 16, "P": 16, "E": 4, "SINK": 4}) == kept

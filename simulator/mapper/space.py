@@ -124,6 +124,15 @@ def _offers(
         if s not in wide
         for r in ("chunks", "whole")
     ]
+    # ... and with the fibre's chunk over part of the 1D array, rarely too: a chip twice as
+    # wide runs a block of the chip half its width at twice the scale and chunk scale
+    chunked = [
+        ("fused", {"rule": "blocks", "reduction": r, "scale": s, "chunk_scale": c,
+                   TURN: RARELY * s * c})
+        for s in parts
+        for c in parts[1:]
+        for r in ("chunks", "whole")
+    ]  # fmt: skip
     chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]
     # a layer's FLAT-shaped span (its attention) fused, the rest kernel by kernel
     segments = [
@@ -140,7 +149,7 @@ def _offers(
     # sooner), not as the paper's library calls; the spans' kernels always so
     free = [(r, {**knobs, "kernels": "free"}) for r, knobs in unfused]
     return [*rule, *fusemax, *chain, *blocks, *soonest, *flat, *unfused, *segments, *held, *free,
-            *narrow]  # fmt: skip
+            *narrow, *chunked]  # fmt: skip
 
 
 def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> list[Template]:

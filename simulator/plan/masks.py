@@ -273,17 +273,19 @@ def peak_fraction(
     outer: tuple[str, ...],
     inner: tuple[str, ...],
     extents: Mapping[str, int],
+    limit: int = MAX_ENUMERATED,
 ) -> float:
     """The most combinations of the `inner` loops holding a kept point under any one
     combination of the `outer` loops, as a share of all of them: what a tile kept across
     the inner loops holds at its fullest (a block of rows keeps only the tiles of keys its
-    band computes). Conservative where :func:`active_count` is (never below the truth)."""
+    band computes). Conservative where :func:`active_count` is (never below the truth);
+    1 where more than `limit` combinations would be enumerated."""
     total = math.prod(int(extents[lp]) for lp in inner)
     if not cons or not total or not inner:
         return 1.0
     used = {c for con in cons for c, _a in con.coef} | set(outer) | set(inner)
     box = tuple(sorted((c, int(extents[c])) for c in used if c in extents))
-    return _peak_count(cons, outer, inner, box) / total
+    return _peak_count(cons, outer, inner, box, limit) / total
 
 
 @functools.lru_cache(maxsize=4096)
@@ -292,6 +294,7 @@ def _peak_count(
     outer: tuple[str, ...],
     inner: tuple[str, ...],
     box: tuple[tuple[str, int], ...],
+    limit: int = MAX_ENUMERATED,
 ) -> int:
     """:func:`peak_fraction`'s count over a hashable box: the outer and inner loops that
     appear in a constraint enumerated (but one inner axis, counted in closed form), the
@@ -305,7 +308,7 @@ def _peak_count(
     axis = _axis(inner_used, rows, extents) if inner_used else ()
     rest = [c for c in inner_used if c not in axis]
     others = [*outer_used, *rest]
-    if math.prod(int(extents[c]) for c in others) > MAX_ENUMERATED:
+    if math.prod(int(extents[c]) for c in others) > limit:
         return total  # too fine to count: every tile (an upper bound)
     counts = _spans(rows, axis, others, extents)
     if rest:  # summed over the enumerated inner loops (the last axes)

@@ -52,6 +52,7 @@ from simulator.support.errors import DoesNotFit, Loc
 # Einsums under distinct filters sharing one copy of a tensor, counted exactly (inclusion and
 # exclusion over their subsets); more are bounded above by the sum of their fractions.
 MAX_UNION = 4
+VALUE_COUNT_LIMIT = 1 << 16  # combinations a held tile's count by value may enumerate
 
 
 @dataclass
@@ -264,9 +265,14 @@ def _held(
     if not cons or any(set(masks[n]) != set(cons) for n, _ in uses):
         return tile
     outside, spanned = held_loops(nest, comps, iterative, keep)
-    if not spanned:
-        return tile
-    return tile * peak_fraction(cons, outside, spanned, extents)
+    share = peak_fraction(cons, outside, spanned, extents) if spanned else 1.0
+    # counted by value as well as by tile: a region of 16 rows in a tile of 256 spread
+    # over the PEs holds those 16 rows, not the tile (both counts are at least the truth;
+    # by value where it enumerates few combinations)
+    values = tuple(c for c in comps if c not in outside and c not in iterative)
+    if len(values) > len(spanned):
+        share = min(share, peak_fraction(cons, outside, values, extents, VALUE_COUNT_LIMIT))
+    return tile * share
 
 
 def _fetched(

@@ -27,7 +27,7 @@ from simulator.cascade.ops import ops_per_point
 from simulator.spec.arch import Array, missing_operations
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.fusemax import arrays_of, supports
-from simulator.strategies.regions import kept_extent
+from simulator.strategies.regions import block_values, kept_extent
 from simulator.strategies.roles import einsum_ranks, in_place, is_gemm, reduced_ranks, tile
 from simulator.strategies.spatial import einsum_time, filling, registers_hold
 from simulator.strategies.unfused import _fibre_array, chained, indexed_vars
@@ -89,6 +89,28 @@ def soonest_arrays(
         out[name] = best.name
         load[best.name] += einsum_time(cascade, name, best, extents)
     return {n: out[n] for n in names}
+
+
+def _block_footprint(
+    cascade: Cascade,
+    handed: list[str],
+    over: dict[str, str],
+    row: str,
+    fibre: str,
+    rows: int,
+    extents: dict[str, int],
+) -> int:
+    """Values a block of `rows` rows holds of the fibres handed between its Einsums: each
+    tensor the points its producer's filters keep (a window's band, a few global rows),
+    a chain computed in place (`over`) one slot, as large as its largest."""
+    slots: dict[str, int] = {}
+    for t in handed:
+        root = t
+        while root in over:
+            root = over[root]
+        kept = max(block_values(e, fibre, row, rows, extents) for e in cascade.producers(t))
+        slots[root] = max(slots.get(root, 0), kept)
+    return sum(slots.values())
 
 
 def _contraction(cascade: Cascade, name: str) -> bool:
@@ -212,10 +234,13 @@ def flat_mapping(
         if cascade.einsum(n).output.tensor not in cascade.outputs
         and fibre in cascade.tensor(cascade.einsum(n).output.tensor).ranks
     ]
-    block = min(two.mesh_x // scale, extents.get(row, two.mesh_x)) * extents.get(fibre, 0)
     over = in_place(cascade, set(handed))  # computed in place: one slot for the chain
-    slots = len(handed) - len(over)
-    onchip = fibres != "dram" and slots * block * arch.value_bytes <= arch.buffer.capacity_bytes
+    onchip = (
+        fibres != "dram"
+        and _block_footprint(cascade, handed, over, row, fibre, two.mesh_x // scale, extents)
+        * arch.value_bytes
+        <= arch.buffer.capacity_bytes
+    )
     # Output-stationary GEMMs hold a tile of rows in the PEs: they need rows to fill the
     # columns (one decoding query does not), else the operand without rows stays put.
     output_stationary = onchip and extents.get(row, 0) >= two.mesh_x // scale

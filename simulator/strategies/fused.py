@@ -48,13 +48,14 @@ def fused_mapping(
     rule: str = "first",
     reduction: str = "chunks",
     scale: int = 1,
+    chunk_scale: int = 1,
 ) -> dict[str, Any]:
     """`rule`: `first` -- the first rule that applies (module docstring) -- or `blocks`
-    (blocks of rows whatever the cascade); `reduction`, `scale`: see
+    (blocks of rows whatever the cascade); `reduction`, `scale`, `chunk_scale`: see
     :func:`_blocks_of_rows`."""
     cascade, roles = ctx.cascade, ctx.roles
     if rule == "blocks":
-        return _blocks_of_rows(ctx, reduction, scale)
+        return _blocks_of_rows(ctx, reduction, scale, chunk_scale)
     if fusemax_applies(roles) is None:
         data = fusemax_mapping(ctx, pipelined=pipelined, reuse=reuse)
         return _relabel(data, cascade, "a one-pass recurrence interleaved over both arrays")
@@ -118,12 +119,15 @@ def _blocks_of_rows(
     ctx: BindContext,
     reduction: str = "chunks",
     scale: int = 1,
+    chunk_scale: int = 1,
 ) -> dict[str, Any]:
     """`reduction`: a contraction's reduction streams through
     its output tile in `chunks` (both operands fetched per tile of the other), or stays
     `whole` (the block's rows of the first operand held in the buffer, read once; the
     second streams per block); `scale`: the tiles span 1/scale of each side of the 2D
-    array (a larger array may do what a smaller one does)."""
+    array (a larger array may do what a smaller one does); `chunk_scale`: the fibre's
+    chunk spans 1/chunk_scale of the 1D array (a chip twice as wide runs the blocks of
+    one half its width at twice the scale and twice the chunk scale)."""
     cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
     two, one = arrays_of(arch)
     steps = _iterated_ranks(cascade)
@@ -184,7 +188,7 @@ def _blocks_of_rows(
     elif fibre is not None:
         f1, f0 = f"{fibre}1", f"{fibre}0"
         partitions[fibre] = [f1, f0]
-        factors[f0] = tile(one.name, "meshX", one.mesh_x, fibre, extents)
+        factors[f0] = tile(one.name, "meshX", one.mesh_x, fibre, extents, chunk_scale)
     # A contraction's output columns (`F` of `Z[f, p]`) across the 2D array's other side, in
     # blocks (`F -> F2 x F1 x F0`, F1 searched): a block of rows x a block of columns is the
     # output tile the buffer accumulates while the reduction streams through in chunks

@@ -436,6 +436,11 @@ class Einsum(HashedOnce):
         return self._filters
 
     @functools.cached_property
+    def iteration_ranks(self) -> tuple[str, ...]:
+        """The ranks the Einsum iterates (its variables' ranks), in order of appearance."""
+        return tuple(dict.fromkeys(rank_of(v) for v in self.iteration))
+
+    @functools.cached_property
     def _filters(self) -> tuple[Cond, ...]:
         return tuple(pos.filter for acc in self.reads() for pos in acc.indices if pos.filter)
 

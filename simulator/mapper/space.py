@@ -126,11 +126,13 @@ def _offers(
     ]
     # ... and with the fibre's chunk over part of the 1D array, rarely too: a chip twice as
     # wide runs a block of the chip half its width at twice the scale and chunk scale
+    # (at most the block's own scale: what the half-width chip's blocks need)
     chunked = [
         ("fused", {"rule": "blocks", "reduction": r, "scale": s, "chunk_scale": c,
                    TURN: RARELY * s * c})
         for s in parts
         for c in parts[1:]
+        if c <= s
         for r in ("chunks", "whole")
     ]  # fmt: skip
     chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]

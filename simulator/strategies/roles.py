@@ -73,7 +73,7 @@ def scales(size: int, most: int = 4) -> list[int]:
 
 def einsum_ranks(e: Einsum) -> tuple[str, ...]:
     """The ranks an Einsum iterates (its variables' ranks), in order of appearance."""
-    return tuple(dict.fromkeys(rank_of(v) for v in e.iteration))
+    return e.iteration_ranks
 
 
 def reduced_ranks(e: Einsum) -> tuple[str, ...]:

@@ -258,11 +258,10 @@ def unfused_mapping(
     for split, rows in held_rows.items():
         factors[f"{split}0"] = rows
     # what one phase hands to a later one goes through DRAM, streamed
+    computed = set(roles.compute)
     for name in roles.compute:
         t = cascade.einsum(name).output.tensor
-        readers = [
-            r for r in roles.compute if any(a.tensor == t for a in cascade.einsum(r).reads())
-        ]
+        readers = [r.name for r in cascade.readers(t) if r.name in computed]
         if any(phase_of[r] != phase_of[name] for r in readers):
             tensors[t] = {"home": "DRAM", "keep": "stream"}
     chaining = {a.name: "pipelined" for a in (one,) if chained(a)}

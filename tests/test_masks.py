@@ -128,6 +128,18 @@ def test_peak_fraction_is_the_fullest_outer_iterations_share_of_kept_inner_tiles
     assert peak_fraction(cons, outer, inner, extents) == (expected if inner else 1.0)
 
 
+def _scores(expr: str, tmp_path):
+    """The scores Einsum `S[m, p]` of a one-line cascade (16 keys, 16 queries)."""
+    path = tmp_path / "c.yaml"
+    sink = ", SINK: 4" if "SINK" in expr else ""
+    path.write_text(
+        f"name: c\nshapes: {{M: 16, P: 16, E: 4{sink}}}\neinsum:\n  declaration:\n"
+        "    Q: [E, P]\n    K: [E, M]\n    S: [M, P]\n"
+        f'  expressions:\n    - "{expr}"\n'
+    )
+    return load_cascade(path).einsum("S")
+
+
 @pytest.mark.parametrize(
     ("expr", "kept"),
     [
@@ -143,14 +155,7 @@ def test_peak_fraction_is_the_fullest_outer_iterations_share_of_kept_inner_tiles
 def test_the_region_a_filter_keeps_of_a_rank(expr, kept, tmp_path):
     """How many of a rank's values an Einsum's filters on that index alone keep (a region a
     tile can be shaped to); a filter relating it to another index bounds nothing."""
-    path = tmp_path / "c.yaml"
-    sink = ", SINK: 4" if "SINK" in expr else ""
-    path.write_text(
-        f"name: c\nshapes: {{M: 16, P: 16, E: 4{sink}}}\neinsum:\n  declaration:\n"
-        "    Q: [E, P]\n    K: [E, M]\n    S: [M, P]\n"
-        f'  expressions:\n    - "{expr}"\n'
-    )
-    e = load_cascade(path).einsum("S")
+    e = _scores(expr, tmp_path)
     assert kept_extent(e, "M", {"M": 16, "P": 16, "E": 4, "SINK": 4}) == kept
 
 
@@ -169,12 +174,5 @@ def test_the_points_a_block_of_rows_keeps(expr, kept, tmp_path):
     """How many (query, key) points a block of 4 query rows keeps at its fullest: a band
     keeps its band, a few global rows their rows, a causal block its triangle's widest
     rows (16 x 16, blocks of 4 starting at 0)."""
-    path = tmp_path / "c.yaml"
-    sink = ", SINK: 4" if "SINK" in expr else ""
-    path.write_text(
-        f"name: c\nshapes: {{M: 16, P: 16, E: 4{sink}}}\neinsum:\n  declaration:\n"
-        "    Q: [E, P]\n    K: [E, M]\n    S: [M, P]\n"
-        f'  expressions:\n    - "{expr}"\n'
-    )
-    e = load_cascade(path).einsum("S")
+    e = _scores(expr, tmp_path)
     assert block_values(e, "M", "P", 4, {"M": 16, "P": 16, "E": 4, "SINK": 4}) == kept

@@ -146,6 +146,17 @@ def test_more_hardware_never_slows_a_random_cascade(tmp_path_factory, text, seq,
     assert after <= before * 1.005, (text, arch, seq, grow, pe_dim, buffer_kb, before, after)
 
 
+def _on_half_and_twice(path, seq: str, pe_dim: int, buffer_bytes: int) -> tuple[float, float]:
+    """The best latency of a cascade file on FuseMax's chip at `pe_dim` PEs a side, then
+    at twice that (the same buffer and bandwidth)."""
+    w = make_workload("custom", seq, {"heads": 1, "embed": 64, "batch": 2})
+    specs = Specs(cascade_override=str(path), arch_override="fusemax")
+    return tuple(  # type: ignore[return-value]
+        evaluate(specs, "auto", w, Sizing(pe, buffer_bytes, 400 * 2**30)).latency_s
+        for pe in (pe_dim, 2 * pe_dim)
+    )
+
+
 def test_a_chip_twice_as_wide_runs_the_narrower_chips_blocks(tmp_path):
     """Scores and their row maximum at 4K with 1 MB of buffer: FuseMax's chip at 128 PEs a
     side runs blocks of 128 rows; at 256 the only blocks offered spanned 256 rows and
@@ -158,10 +169,7 @@ def test_a_chip_twice_as_wide_runs_the_narrower_chips_blocks(tmp_path):
         "einsum:\n  declaration:\n    X: [E, P]\n    K: [E, M]\n    A: [M, P]\n    B: [P]\n"
         "  expressions:\n    - A[m, p] = X[e, p] * K[e, m]\n    - B[p] = A[m, p] :: max(m)\n"
     )
-    w = make_workload("custom", "4K", {"heads": 1, "embed": 64, "batch": 2})
-    specs = Specs(cascade_override=str(path), arch_override="fusemax")
-    small = evaluate(specs, "auto", w, Sizing(128, 2**20, 400 * 2**30)).latency_s
-    big = evaluate(specs, "auto", w, Sizing(256, 2**20, 400 * 2**30)).latency_s
+    small, big = _on_half_and_twice(path, "4K", 128, 2**20)
     assert big <= small * 1.005, (small, big)
 
 
@@ -181,8 +189,5 @@ def test_a_chip_twice_as_wide_runs_the_narrower_chips_chunks(tmp_path):
         "  expressions:\n    - A[m, p] = X[e, p] * K[e, m]\n    - B[m, p] = exp(A[m, p])\n"
         "    - C[p] = B[m, p] :: max(m)\n    - D[m, p] = B[m, p] - C[p]\n"
     )
-    w = make_workload("custom", "512", {"heads": 1, "embed": 64, "batch": 2})
-    specs = Specs(cascade_override=str(path), arch_override="fusemax")
-    small = evaluate(specs, "auto", w, Sizing(256, 256 * 1024, 400 * 2**30)).latency_s
-    big = evaluate(specs, "auto", w, Sizing(512, 256 * 1024, 400 * 2**30)).latency_s
+    small, big = _on_half_and_twice(path, "512", 256, 256 * 1024)
     assert big <= small * 1.005, (small, big)

@@ -82,12 +82,15 @@ def cascades(draw) -> str:
     )
 
 
-@settings(
-    max_examples=CASES,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+# the drawn tests' settings: the same cases every run, however slow a case is
+_DRAWN = {
+    "deadline": None,
+    "derandomize": True,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+}
+
+
+@settings(max_examples=CASES, **_DRAWN)
 @given(
     text=cascades(),
     seq=st.sampled_from(("512", "1K", "4K")),
@@ -117,12 +120,7 @@ def test_random_cascades_never_beat_their_bounds(tmp_path_factory, run_cli, text
 GROWS = int(os.environ.get("CASCADE_FUZZ_CASES", "60")) // 6
 
 
-@settings(
-    max_examples=max(GROWS, 1),
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@settings(max_examples=max(GROWS, 1), **_DRAWN)
 @given(
     text=cascades(),
     seq=st.sampled_from(("512", "1K", "4K")),

@@ -3,10 +3,20 @@ line of their bash blocks, in a scratch folder that sees the repository's folder
 relative paths resolve and outputs land in the scratch), page by page in order (a command
 may use what the one before it wrote). Left out, each for its reason: commands naming a
 placeholder (HOST), the install/test/make/docker/CI commands (CI runs them), and
-`--backend timeloop` where `timeloop-model` is not installed."""
+`--backend timeloop` where `timeloop-model` is not installed.
+
+Each command runs its module's `main` in this process, as `python -m` would call it (the
+same argument list, folder and exit status), rather than in a new interpreter: the
+modules are imported once for the page, not once a command (half a second each, about
+sixty commands). That every module also starts as a command of its own is checked apart
+(`test_every_documented_module_starts_as_a_command`), and CI runs the README's first
+command in a fresh environment."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import re
 import shlex
 import shutil
@@ -45,22 +55,42 @@ def _skip(command: str) -> str:
     return ""
 
 
-def _run_page(page: Path, scratch: Path) -> list[tuple[str, int, str]]:
+def entry_point(module: str):
+    """The `main` that `python -m module` calls: the module's own, or its package's
+    `__main__`'s."""
+    mod = importlib.import_module(module)
+    if not hasattr(mod, "main"):
+        mod = importlib.import_module(f"{module}.__main__")
+    return mod.main
+
+
+def run_in_process(words: list[str]) -> tuple[int, str]:
+    """`python -m module args...` as its `main(args)` in this process: (exit status, the
+    end of what it wrote on stderr)."""
+    assert words[:2] == ["python", "-m"], words
+    main = entry_point(words[2])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(words[3:])
+        except SystemExit as stop:  # (argparse's --help and the like)
+            code = stop.code if isinstance(stop.code, int) else 1
+    return int(code or 0), err.getvalue()[-300:]
+
+
+def _run_page(page: Path, scratch: Path, monkeypatch) -> list[tuple[str, int, str]]:
     folder = scratch / page.stem
     folder.mkdir()
     for name in LINKED:
         (folder / name).symlink_to(ROOT / name)
+    monkeypatch.chdir(folder)
     failures = []
     for command, status in commands(page):
         if _skip(command):
             continue
-        words = shlex.split(command)
-        r = subprocess.run(
-            [sys.executable, *words[1:]], cwd=folder, capture_output=True, text=True,
-            timeout=600,
-        )  # fmt: skip
-        if r.returncode != status:
-            failures.append((command, r.returncode, r.stderr[-300:]))
+        code, tail = run_in_process(shlex.split(command))
+        if code != status:
+            failures.append((command, code, tail))
     return failures
 
 
@@ -69,8 +99,21 @@ def test_the_pages_show_commands():
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
-def test_every_documented_command_runs(tmp_path, page):
+def test_every_documented_command_runs(tmp_path, page, monkeypatch):
     """A page at a time (its commands in order, each may use what the one before wrote):
     pytest-xdist spreads the pages over the cores."""
-    failures = _run_page(page, tmp_path)
+    failures = _run_page(page, tmp_path, monkeypatch)
     assert not failures, failures
+
+
+def test_every_documented_module_starts_as_a_command(tmp_path):
+    """Each module the pages run starts as `python -m` in a new interpreter (its imports,
+    its `__main__`): asked for its help, which exits 0 having loaded everything."""
+    modules = sorted({shlex.split(c)[2] for p in PAGES for c, _ in commands(p)})
+    assert len(modules) >= 5, modules
+    for module in modules:
+        r = subprocess.run(
+            [sys.executable, "-m", module, "--help"], cwd=tmp_path, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+        assert r.returncode == 0 and "usage" in r.stdout.lower(), (module, r.stderr[-300:])

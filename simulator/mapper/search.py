@@ -207,6 +207,7 @@ def _search(
     first_breach: BoundBreach | None = None
     results: list[Candidate] = []
     bound = math.inf
+    fastest = math.inf  # the least latency of the results so far
     # Round robin over the templates (each gets its share of the budget), each template's
     # tile choices larger first; a choice whose every factor is at least that of a choice
     # that did not fit is skipped unplanned (larger tiles need more buffer). A template
@@ -262,14 +263,12 @@ def _search(
             if log is not None:
                 log.append((_described(tmpl, values), r))
             bound = min(bound, r.latency_bound_s or math.inf)
+            fastest = min(fastest, r.latency_s)
             results.append(((i, k), tmpl, values, r, mapping))
             if evaluated >= budget:
                 break
-        if (
-            options.objective == "latency"
-            and results
-            and min(x[3].latency_s for x in results) <= bound * (1 + options.stop_within)
-        ):
+        near = fastest <= bound * (1 + options.stop_within)
+        if options.objective == "latency" and results and near:
             within_bound = True
             break
     if progress is not None:

@@ -5,6 +5,7 @@ constraint, some point of its box (the other components over their full ranges) 
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -176,3 +177,45 @@ def test_the_points_a_block_of_rows_keeps(expr, kept, tmp_path):
     rows (16 x 16, blocks of 4 starting at 0)."""
     e = _scores(expr, tmp_path)
     assert block_values(e, "M", "P", 4, {"M": 16, "P": 16, "E": 4, "SINK": 4}) == kept
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    st.lists(
+        st.tuples(st.lists(st.integers(-5, 5), min_size=4, max_size=4), st.integers(-20, 20)),
+        min_size=1,
+        max_size=3,
+    ),
+    st.booleans(),
+)
+def test_a_few_combinations_counted_in_python_are_numpys_counts(sizes, drawn, with_axis):
+    """The spans of a few enumerated combinations, counted one at a time in Python, are
+    the vectorised count's, element by element (the choice between them changes no
+    number)."""
+    from simulator.plan import masks
+
+    names = ["a", "b", "c", "d"][: len(sizes)]
+    extents = dict(zip(names, sizes, strict=True))
+    axis = (names[-1],) if with_axis else ()
+    others = [c for c in names if c not in axis]
+    rows = [({c: a for c, a in zip(names, co, strict=False) if a}, base) for co, base in drawn]
+    n = math.prod(extents[c] for c in axis)
+    few = masks._few_spans(rows, axis, others, extents, n)
+    saved = masks.FEW_COMBINATIONS
+    try:
+        masks.FEW_COMBINATIONS = -1  # every count vectorised
+        vectorised = masks._spans(rows, axis, others, extents)
+    finally:
+        masks.FEW_COMBINATIONS = saved
+    assert few == vectorised.tolist()
+    # and by brute force: each combination's axis values that meet every row
+    for i, values in enumerate(itertools.product(*(range(extents[c]) for c in others))):
+        point = dict(zip(others, values, strict=True))
+
+        def holds(x: int, point=point) -> bool:
+            at = {**point, **({axis[0]: x} if axis else {})}
+            return all(sum(a * at[c] for c, a in co.items()) + base <= 0 for co, base in rows)
+
+        kept = sum(holds(x) for x in range(n))
+        assert few[i] == kept

@@ -23,6 +23,7 @@ which together index the rank's tiles in order; loops in no constraint multiply 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from simulator.plan.nest import Partitions, leaf_components
 from simulator.support.errors import SpecError
 
 MAX_ENUMERATED = 1 << 22  # loop combinations enumerated per count (the rest in closed form)
+FEW_COMBINATIONS = 32  # at most this many enumerated in Python, more with numpy
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,8 @@ def _spans(
     row; with no axis, 1 where every row holds, else 0."""
     combos = math.prod(int(extents[c]) for c in others)
     n = math.prod(int(extents[c]) for c in axis)
+    if combos <= FEW_COMBINATIONS:  # (numpy's fixed costs outweigh a few in Python)
+        return np.array(_few_spans(rows, axis, others, extents, n), dtype=np.int64)
     shape = [int(extents[c]) for c in others]
     lo = np.zeros(combos, dtype=np.int64)
     hi = np.full(combos, n - 1, dtype=np.int64)
@@ -234,6 +238,32 @@ def _spans(
         else:
             hi = np.where(rest <= 0, hi, -1)
     return np.clip(hi - lo + 1, 0, None)
+
+
+def _few_spans(
+    rows: list[tuple[dict[str, int], int]],
+    axis: tuple[str, ...],
+    others: list[str],
+    extents: Mapping[str, int],
+    n: int,
+) -> list[int]:
+    """:func:`_spans` one combination at a time (the same integers, in the same order)."""
+    out = []
+    for values in itertools.product(*(range(int(extents[c])) for c in others)):
+        lo, hi = 0, n - 1
+        for coef, base in rows:
+            rest = base
+            for c, v in zip(others, values, strict=True):
+                rest += coef.get(c, 0) * v
+            a = coef.get(axis[0], 0) if axis else 0
+            if a > 0:  # a*x <= -rest
+                hi = min(hi, -rest // a)
+            elif a < 0:  # x >= rest / -a
+                lo = max(lo, -(rest // a))
+            elif rest > 0:
+                hi = -1
+        out.append(hi - lo + 1 if hi >= lo else 0)
+    return out
 
 
 def _axis(

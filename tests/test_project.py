@@ -97,3 +97,16 @@ def test_the_python_floor_is_one_claim_the_pins_support():
             f">={floor}"
         )
     assert checked >= 10  # the pins are installed here: the check is not vacuous
+
+
+def test_a_command_starts_without_what_it_may_never_use():
+    """`python -m simulator.run` loads no progress-bar library (tqdm reads its own version
+    through importlib.metadata) and no plotting library until one is drawn: start-up is
+    most of a one-point run."""
+    import subprocess
+    import sys
+
+    probe = "import sys, simulator.run; print(sorted({'tqdm', 'matplotlib'} & set(sys.modules)))"
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-300:]
+    assert r.stdout.strip() == "[]", r.stdout

@@ -11,10 +11,21 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 SHOW_AFTER_S = 1.0
+
+
+def new_bar(**options: Any) -> tqdm:
+    """A tqdm bar. tqdm is imported with the first bar a process shows, not with this
+    module: its import reads its own version through importlib.metadata (25 ms), a cost
+    every command would pay at its start for a bar most never draw."""
+    from tqdm import tqdm
+
+    return tqdm(**options)
 
 
 class SimulationProgress:
@@ -30,7 +41,7 @@ class SimulationProgress:
             if done >= total or elapsed_s < SHOW_AFTER_S:
                 return
             desc = f"simulating {self.label + ' ' if self.label else ''}{phase}"
-            bar = tqdm(
+            bar = new_bar(
                 total=total, desc=desc, unit="epoch", file=sys.stderr, disable=None, leave=False
             )
             self.bars[phase] = bar
@@ -57,7 +68,7 @@ class SearchProgress:
         if self.bar is None:
             if done >= total or now - self.start < SHOW_AFTER_S:
                 return
-            self.bar = tqdm(
+            self.bar = new_bar(
                 total=total, desc="searching mappings", unit="mapping", file=sys.stderr,
                 disable=None, leave=False,
             )  # fmt: skip
@@ -98,7 +109,7 @@ class Steps:
         if self.bar is None:
             if done % self.every or time.perf_counter() - self.start < self.show_after:
                 return
-            self.bar = tqdm(
+            self.bar = new_bar(
                 total=self.total, desc=self.desc, unit=self.unit, file=sys.stderr,
                 disable=None, leave=False,
             )  # fmt: skip

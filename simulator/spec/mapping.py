@@ -468,7 +468,8 @@ def find_row(
 
 
 def _apply_selects(node: Any, row: dict[str, str] | None, where: str) -> Any:
-    """Replace every `{select: dataflow.COL, VALUE: branch}` by the row's branch."""
+    """Replace every `{select: dataflow.COL, VALUE: branch}` by the row's branch. A part
+    with no select is returned as it is, not copied (specs are never changed once read)."""
     if isinstance(node, LocDict):
         if "select" in node:
             key = str(node["select"])
@@ -493,14 +494,18 @@ def _apply_selects(node: Any, row: dict[str, str] | None, where: str) -> Any:
                     node.loc_of("select"),
                 )
             return _apply_selects(node[value], row, where)
-        out = LocDict()
+        items = {k: _apply_selects(v, row, f"{where}.{k}") for k, v in node.items()}
+        if all(items[k] is v for k, v in node.items()):
+            return node
+        out = LocDict(items)
         out.loc, out.tag = node.loc, node.tag
         out.key_locs, out.value_locs = dict(node.key_locs), dict(node.value_locs)
-        for k, v in node.items():
-            out[k] = _apply_selects(v, row, f"{where}.{k}")
         return out
     if isinstance(node, LocList):
-        out_list = LocList(_apply_selects(v, row, where) for v in node)
+        values = [_apply_selects(v, row, where) for v in node]
+        if all(new is old for new, old in zip(values, node, strict=True)):
+            return node
+        out_list = LocList(values)
         out_list.loc, out_list.item_locs = node.loc, list(node.item_locs)
         return out_list
     return node

@@ -196,25 +196,34 @@ def _check_depth(text: str, source: str) -> None:
 def located(value: Any, source: str) -> Any:
     """Plain data (dicts, lists, strings, numbers) as :func:`loads` builds it from the data's
     YAML text, every position the source itself: a generated spec read without writing and
-    re-parsing its text (the mapper makes one per template of every search)."""
+    re-parsing its text (the mapper makes one per template of every search). Equal strings
+    share one located string (each is immutable, and its position is the same)."""
     loc = Loc(source)
-    if isinstance(value, dict):
-        mapping = LocDict()
-        mapping.loc = loc
-        for key, item in value.items():
-            name = LocStr(str(key), loc)
-            mapping[name] = located(item, source)
-            mapping.key_locs[name] = loc
-            mapping.value_locs[name] = loc
-        return mapping
-    if isinstance(value, list | tuple):
-        sequence = LocList(located(item, source) for item in value)
-        sequence.loc = loc
-        sequence.item_locs = [loc] * len(sequence)
-        return sequence
-    if isinstance(value, str):
-        return LocStr(value, loc)
-    return value
+    strings: dict[str, LocStr] = {}
+
+    def text(raw: str) -> LocStr:
+        found = strings.get(raw)
+        if found is None:
+            found = strings[raw] = LocStr(raw, loc)
+        return found
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return text(item)
+        if isinstance(item, dict):
+            mapping = LocDict({text(str(k)): walk(v) for k, v in item.items()})
+            mapping.loc = loc
+            mapping.key_locs = dict.fromkeys(mapping, loc)
+            mapping.value_locs = dict.fromkeys(mapping, loc)
+            return mapping
+        if isinstance(item, list | tuple):
+            sequence = LocList([walk(v) for v in item])
+            sequence.loc = loc
+            sequence.item_locs = [loc] * len(sequence)
+            return sequence
+        return item
+
+    return walk(value)
 
 
 def read(path: str | Path) -> str:

@@ -57,6 +57,7 @@ from simulator.support.atomic import check_writable, output_path, write_text
 from simulator.support.cli import ArgumentParser, guarded
 from simulator.support.errors import SpecError
 from simulator.support.paths import data_dir, resolve_spec
+from simulator.support.pool import local_jobs
 from simulator.support.textfmt import table
 from simulator.support.units import format_count
 
@@ -445,11 +446,15 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
         raise SpecError(f"--target-passes must be 1 or more, got {args.target_passes}")
     by_cost = args.arch is not None
     workload_flags = (args.at, args.model, args.seq, args.batch, args.heads, args.kv_heads)
-    if not by_cost and (args.objective or any(f is not None for f in workload_flags)):
+    if not by_cost and (
+        args.objective or args.jobs is not None or any(f is not None for f in workload_flags)
+    ):
         raise SpecError(
-            "--objective, --at, --model, --seq, --batch, --heads and --kv-heads rank the "
-            "candidates on a chip: add --arch (without it the rewrite ranks by passes)"
+            "--objective, --at, --model, --seq, --batch, --heads, --kv-heads and --jobs rank "
+            "the candidates on a chip: add --arch (without it the rewrite ranks by passes)"
         )
+    if args.jobs is not None and args.jobs < 1:
+        raise SpecError(f"--jobs must be 1 or more, got {args.jobs}")
     workload = None
     if by_cost:
         # an unknown or bad chip: one line, before any search
@@ -480,7 +485,8 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
         assert workload is not None
         objective = args.objective or "latency"
         texts = [_rewritten_draft(result, args.file, None, c)[0].text([]) for c in result.reached]
-        ranked = rank(result, args.arch, workload, objective, texts)
+        jobs = local_jobs(args.jobs, len(texts))
+        ranked = rank(result, args.arch, workload, objective, texts, jobs=jobs)
         winner = best(ranked, objective)
         chosen = winner.candidate
         ranking = render(ranked, winner, objective, f"{args.arch} at {workload.label}")
@@ -649,6 +655,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--kv-heads", type=_count("--kv-heads"), help="with --arch: key/value heads (grouped)"
     )
     p.add_argument("--at", help="with --arch: the workload's rank extents, e.g. E=4096,P=16K")
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=_count("--jobs"),
+        help="with --arch: processes ranking the candidates (default: all cores; the same "
+        "ranking whatever their number)",
+    )
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_rewrite)
 

@@ -81,7 +81,7 @@ def test_without_an_architecture_it_ranks_by_passes(capsys):
 @pytest.mark.parametrize(
     "flag",
     [["--seq", "4K"], ["--objective", "energy"], ["--at", "E=64"], ["--heads", "32"],
-     ["--kv-heads", "8"]],
+     ["--kv-heads", "8"], ["--jobs", "2"]],
 )  # fmt: skip
 def test_workload_flags_need_an_architecture(capsys, flag):
     assert cascade_main(["rewrite", "layernorm", *flag]) == 2
@@ -95,6 +95,7 @@ def test_workload_flags_need_an_architecture(capsys, flag):
         (["--arch", "banana"], "banana: no such file"),
         (["--arch", "fusemax", "--at", "Z=5"], "has no rank Z"),
         (["--arch", "fusemax", "--at", "E=foo"], "is not a count"),
+        (["--arch", "fusemax", "--jobs", "0"], "--jobs must be 1 or more"),
     ],
 )
 def test_a_bad_chip_or_workload_is_one_line_before_the_search(capsys, argv, message):
@@ -126,8 +127,23 @@ def test_rewrite_takes_runs_heads_and_its_search_budget(capsys, monkeypatch):
     monkeypatch.setattr(cli, "rank", rank)
     monkeypatch.setattr(Specs, "__init__", init)
     argv = ["rewrite", "softmax", "--arch", "fusemax", "--heads", "24", "--kv-heads", "6"]
-    assert cascade_main(argv) == 0
+    assert cascade_main([*argv, "--jobs", "1"]) == 0  # (in this process: its Specs seen)
     workload, *budgets = seen
     assert (workload.name, workload.heads, workload.kv_heads) == ("bert", 24, 6)
     assert budgets and all(b == DEFAULT_SEARCH_S for b in budgets)
     assert "equivalent candidates on fusemax" in capsys.readouterr().out
+
+
+def test_the_ranking_is_the_same_on_any_number_of_processes(tmp_path, capsys):
+    """The candidates ranked on two worker processes and in this one: the same table and
+    the same file, byte for byte (each candidate's search is its own)."""
+    outputs = []
+    for jobs in ("2", "1"):
+        (tmp_path / jobs).mkdir()
+        out = tmp_path / jobs / "best.yaml"  # (the file's name names the cascade)
+        argv = ["rewrite", "softmax", "--arch", "flat", "--at", "M=4K,P=4K", "-o", str(out)]
+        assert cascade_main([*argv, "--jobs", jobs]) == 0
+        table = capsys.readouterr().out
+        assert "equivalent candidates on flat" in table
+        outputs.append((table.replace(str(out), "OUT"), out.read_text()))
+    assert outputs[0] == outputs[1]

@@ -25,6 +25,7 @@ from simulator.drivers.configs import EvalOptions, Specs, evaluate
 from simulator.mapper.search import DEFAULT_SEARCH_S, objective_key
 from simulator.spec.workload import Workload
 from simulator.support.errors import SpecError
+from simulator.support.pool import ordered_map
 from simulator.support.progress import Steps
 from simulator.support.textfmt import table
 from simulator.support.units import format_bytes
@@ -78,31 +79,37 @@ def rank(
     objective: str,
     texts: Sequence[str],
     search_s: float = RANK_SEARCH_S,
+    jobs: int = 1,
 ) -> list[Ranked]:
     """Each reached candidate (its cascade file's text in `texts`, same order) mapped and
-    timed on `arch` at `workload`."""
-    out: list[Ranked] = []
+    timed on `arch` at `workload`, on `jobs` processes (the same rows whatever their
+    number: each candidate's search is its own, with its own budget)."""
     measure = "latency" if objective == "passes" else objective
     # each candidate is mapped on the chip (seconds each): a bar at once, on a terminal
     progress = Steps(f"ranking on {Path(arch).stem}", len(texts), "candidate", 1, 0.0)
     with progress, tempfile.TemporaryDirectory(prefix="fusemax-rewrite-") as folder:
-        for i, (candidate, text) in enumerate(zip(result.reached, texts, strict=True)):
-            progress.update(i)
+        tasks = []
+        for i, text in enumerate(texts):
             path = Path(folder) / f"candidate-{i}.yaml"
             path.write_text(text, encoding="utf-8")
-            specs = Specs(
-                cascade_override=str(path),
-                arch_override=arch,
-                objective=measure,
-                search_s=search_s,
-            )
-            try:
-                r = evaluate(specs, "auto", workload, options=EvalOptions(engine="analytic"))
-            except SpecError as err:
-                out.append(Ranked(i, candidate, None, err.message.splitlines()[0]))
-                continue
-            out.append(Ranked(i, candidate, r))
-    return out
+            tasks.append((str(path), arch, measure, search_s, workload))
+        costs = ordered_map(_cost, tasks, jobs, progress.update)
+    return [
+        Ranked(i, candidate, r, error)
+        for i, (candidate, (r, error)) in enumerate(zip(result.reached, costs, strict=True))
+    ]
+
+
+def _cost(
+    path: str, arch: str, measure: str, search_s: float, workload: Workload
+) -> tuple[Result | None, str]:
+    """One candidate's result on the chip, or the first line of why the mapper cannot bind
+    it (a task of :func:`rank`, run in a worker process)."""
+    specs = Specs(cascade_override=path, arch_override=arch, objective=measure, search_s=search_s)
+    try:
+        return evaluate(specs, "auto", workload, options=EvalOptions(engine="analytic")), ""
+    except SpecError as err:
+        return None, err.message.splitlines()[0]
 
 
 def best(ranked: Sequence[Ranked], objective: str) -> Ranked:

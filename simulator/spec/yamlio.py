@@ -38,6 +38,10 @@ class LocStr(str):
         obj.prefix = prefix  # leading characters added by the reader, absent from the file
         return obj
 
+    def __getnewargs__(self) -> tuple[str, Loc, str | None, int]:
+        """Pickled with its position (a result crossing to another process keeps it)."""
+        return (str(self), self.loc, self.style, self.prefix)
+
     def text_loc(self, offset: int) -> Loc:
         """Position of character `offset` of the text (best effort when quoted or multi-line)."""
         offset = max(0, offset - self.prefix)

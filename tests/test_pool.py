@@ -42,3 +42,18 @@ def test_the_jobs_are_bounded_by_the_cores_and_the_tasks():
     assert local_jobs(10**6, 10**6) == MAX_JOBS_PER_CPU * cpus
     assert local_jobs(8, 3) == 3
     assert local_jobs(None, 0) == 1
+
+
+def _warned(index: int) -> int:
+    from simulator.support.errors import warn
+
+    warn(f"task {index} warns")
+    return index
+
+
+def test_warnings_a_worker_records_are_recorded_here_in_task_order():
+    from simulator.support.errors import take_warnings
+
+    take_warnings()
+    assert ordered_map(_warned, [(i,) for i in range(4)], 2) == [0, 1, 2, 3]
+    assert take_warnings() == [f"task {i} warns" for i in range(4)]

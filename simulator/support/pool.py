@@ -15,6 +15,7 @@ from typing import Any
 
 from simulator.support.atomic import interrupts_held
 from simulator.support.cli import abandon, worker_process
+from simulator.support.errors import take_warnings, warn
 
 # Worker processes per core at most, whatever is asked (never more than the tasks).
 MAX_JOBS_PER_CPU = 4
@@ -35,7 +36,8 @@ def ordered_map(
 ) -> list[Any]:
     """`[fn(*task) for task in tasks]`, on `jobs` processes (1: in this process);
     `done(count)` after each task finishes, in whatever order they finish. `fn` must be a
-    module-level function and its tasks and results picklable."""
+    module-level function and its tasks and results picklable. The warnings a task records
+    in a worker are recorded here, in the order of the tasks (as one process records them)."""
     if jobs <= 1 or len(tasks) <= 1:
         out = []
         for i, task in enumerate(tasks):
@@ -48,15 +50,25 @@ def ordered_map(
     )
     try:
         with interrupts_held():  # the workers start (see worker_process)
-            futures = [pool.submit(fn, *task) for task in tasks]
+            futures = [pool.submit(_with_warnings, fn, task) for task in tasks]
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             if done is not None:
                 done(len(futures) - len(pending))
-        results = [f.result() for f in futures]
+        outcomes = [f.result() for f in futures]
     except BaseException:  # Ctrl-C (the workers leave it to us), or a task's error
         abandon(pool)
         raise
     pool.shutdown(wait=True)
-    return results
+    for _result, warnings in outcomes:
+        for message in warnings:
+            warn(message)
+    return [result for result, _warnings in outcomes]
+
+
+def _with_warnings(fn: Callable[..., Any], task: tuple) -> tuple[Any, list[str]]:
+    """A task in a worker: its result and the warnings it recorded."""
+    take_warnings()  # (the parent's, copied into this process when it started)
+    result = fn(*task)
+    return result, take_warnings()

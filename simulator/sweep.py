@@ -67,6 +67,7 @@ from simulator.support.atomic import (
 from simulator.support.cli import ArgumentParser, abandon, guarded, worker_process
 from simulator.support.errors import BoundBreach, SpecError
 from simulator.support.paths import KINDS, data_dir, is_file, resolve_sweep
+from simulator.support.pool import MAX_JOBS_PER_CPU, local_jobs
 from simulator.support.units import parse_seconds
 from simulator.timing.options import TimingOptions
 
@@ -78,9 +79,6 @@ LARGE_GRID = 100_000
 # Points read from the grid at a time per worker: the grid is streamed, never a list, and
 # rows are written in grid order as soon as those before them are in.
 WINDOW_PER_JOB = 256
-# Local worker processes per core at most, whatever --jobs asks (and never more than the
-# points left to compute): a process per point beyond the cores only costs memory.
-MAX_JOBS_PER_CPU = 4
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -441,8 +439,8 @@ def _sweep(
             print(f"nothing to resume ({log} does not exist): running the sweep", file=sys.stderr)
         writer = journal.Writer(log, header, fresh=not log.exists())
     left = (p for p in points(spec) if p.index not in done.rows)
-    cpus = os.cpu_count() or 1
-    jobs = max(1, min(args.jobs or cpus, MAX_JOBS_PER_CPU * cpus, size - len(done.rows)))
+    # (at most MAX_JOBS_PER_CPU a core and one a point left: more only costs memory)
+    jobs = local_jobs(args.jobs, size - len(done.rows))
     bar = tqdm(
         total=size,
         initial=len(done.rows),

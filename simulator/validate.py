@@ -40,6 +40,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ from simulator.support.cli import ArgumentParser, guarded
 from simulator.support.errors import Loc, SpecError
 from simulator.support.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.support.paths import data_dir, is_file, resolve_spec
+from simulator.support.pool import local_jobs, ordered_map
 from simulator.support.progress import Steps
 from simulator.support.textfmt import table
 from simulator.support.units import format_count
@@ -595,18 +597,62 @@ def validate_one(
 
 
 def validate(
-    measured: Measured, arch: str, specs: Specs | None = None, kernels: str | None = None
+    measured: Measured,
+    arch: str,
+    specs: Specs | None = None,
+    kernels: str | None = None,
+    jobs: int = 1,
 ) -> tuple[Validation, ...]:
-    """Every measured shape, in the file's order."""
+    """Every measured shape, in the file's order. With `jobs` > 1 (and no `specs` given),
+    the shapes left once PARALLEL_AFTER_S has passed are predicted on `jobs` processes, in
+    runs of consecutive shapes with specs of their own: the same rows (a file of hand-mapped
+    shapes is done before worker processes would have started)."""
+    shapes = measured.measurements
+    parallel = specs is None and jobs > 1
     specs = specs or Specs(arch_override=arch)
-    limits = measured.limits if measured.limits.rates else Ceilings.of(measured.ceilings)
-    rows = []
+    limits = _limits(measured)
+    rows: list[Validation] = []
+    start = time.perf_counter()
     # a bar on a terminal: a cold cache maps every shape (about a minute for the wide grid)
-    with Steps("predicting", len(measured.measurements), "shape", every=1) as progress:
-        for m in measured.measurements:
+    with Steps("predicting", len(shapes), "shape", every=1) as progress:
+        for m in shapes:
+            if parallel and time.perf_counter() - start > PARALLEL_AFTER_S:
+                break
             rows.append(validate_one(specs, m, arch, limits, kernels))
             progress.update(len(rows))
+        rest = shapes[len(rows) :]
+        if rest:  # (a few runs a process: one slow run does not leave the others idle)
+            size = -(-len(rest) // (jobs * RUNS_PER_JOB))
+            runs = [rest[i : i + size] for i in range(0, len(rest), size)]
+            done = len(rows)
+            parts = ordered_map(
+                _validate_run,
+                [(run, arch, limits, kernels) for run in runs],
+                jobs,
+                lambda k: progress.update(done + min(len(rest), k * size)),
+            )
+            rows += [row for part in parts for row in part]
     return tuple(rows)
+
+
+# A parallel `validate` predicts in this process for this long first (seconds), then hands
+# what is left to worker processes in this many runs of consecutive shapes a process.
+PARALLEL_AFTER_S = 1.0
+RUNS_PER_JOB = 4
+
+
+def _validate_run(
+    shapes: tuple[Measurement, ...], arch: str, limits: Ceilings, kernels: str | None
+) -> tuple[Validation, ...]:
+    """A run of shapes in a worker process (a task of :func:`validate`; the parent draws
+    the bar)."""
+    specs = Specs(arch_override=arch)
+    return tuple(validate_one(specs, m, arch, limits, kernels) for m in shapes)
+
+
+def _limits(measured: Measured) -> Ceilings:
+    """What the file's chip runs at: every ceiling row read, else its three rates."""
+    return measured.limits if measured.limits.rates else Ceilings.of(measured.ceilings)
 
 
 # --------------------------------------------------------------------------------------
@@ -1079,7 +1125,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "json", "csv"], default="table")
     p.add_argument("-o", "--out", help="write here instead of standard output")
     p.add_argument("--plot", help="figure stem: predicted vs measured (.png and .pdf)")
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=_jobs,
+        help="processes predicting the shapes (default: all cores; the same rows whatever "
+        "their number)",
+    )
     return p
+
+
+def _jobs(text: str) -> int:
+    try:
+        jobs = int(text)
+    except ValueError:
+        raise SpecError(f"--jobs: '{text}' is not a whole number") from None
+    if jobs < 1:
+        raise SpecError(f"--jobs must be 1 or more, got {jobs}")
+    return jobs
 
 
 @guarded
@@ -1101,7 +1164,8 @@ def main(argv: list[str] | None = None) -> int:
         print(warning, file=sys.stderr)
     if args.kernels and not (data_dir("mappings") / args.kernels).is_dir():
         raise SpecError(f"--kernels: no folder mappings/{args.kernels}")
-    rows = validate(measured, arch, kernels=args.kernels)
+    jobs = local_jobs(args.jobs, len(measured.measurements))
+    rows = validate(measured, arch, kernels=args.kernels, jobs=jobs)
     if args.format == "json":
         text = to_json(measured, arch, rows, split)
     elif args.format == "csv":

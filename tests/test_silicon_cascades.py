@@ -301,3 +301,24 @@ def test_validate_splits_cascades_in_its_reports(tmp_path, capsys):
         assert groups.get("cascades, all", 0) == 2 * n
     rows = validate(read_measured(small), "h100")
     assert sum(len(p) for _h, p in halves(rows, split)) == len(rows)
+
+
+def test_validate_on_worker_processes_gives_the_same_rows(monkeypatch):
+    """The shapes predicted on two worker processes (from the first one on) are the rows
+    one process predicts, in the file's order."""
+    import simulator.validate as v
+
+    measured = read_measured(MEASURED)
+    few = dataclasses.replace(measured, measurements=measured.measurements[::12])
+    serial = validate(few, "h100")
+    monkeypatch.setattr(v, "PARALLEL_AFTER_S", -1.0)  # every shape to the workers
+    parallel = validate(few, "h100", jobs=2)
+    assert len(serial) == len(few.measurements) >= 7
+    assert parallel == serial
+
+
+@pytest.mark.parametrize(("jobs", "message"), [("0", "1 or more"), ("two", "not a whole")])
+def test_validate_jobs_must_be_a_count(capsys, jobs, message):
+    assert validate_main(["--measured", str(MEASURED), "--jobs", jobs]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1

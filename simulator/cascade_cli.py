@@ -57,7 +57,7 @@ from simulator.support.atomic import check_writable, output_path, write_text
 from simulator.support.cli import ArgumentParser, guarded
 from simulator.support.errors import SpecError
 from simulator.support.paths import data_dir, resolve_spec
-from simulator.support.pool import local_jobs
+from simulator.support.pool import jobs_option, local_jobs
 from simulator.support.textfmt import table
 from simulator.support.units import format_count
 
@@ -453,8 +453,6 @@ def cmd_rewrite(args: argparse.Namespace) -> int:
             "--objective, --at, --model, --seq, --batch, --heads, --kv-heads and --jobs rank "
             "the candidates on a chip: add --arch (without it the rewrite ranks by passes)"
         )
-    if args.jobs is not None and args.jobs < 1:
-        raise SpecError(f"--jobs must be 1 or more, got {args.jobs}")
     workload = None
     if by_cost:
         # an unknown or bad chip: one line, before any search
@@ -658,7 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--jobs",
         "-j",
-        type=_count("--jobs"),
+        type=jobs_option,
         help="with --arch: processes ranking the candidates (default: all cores; the same "
         "ranking whatever their number)",
     )

@@ -58,7 +58,7 @@ from simulator.support.cli import ArgumentParser, guarded
 from simulator.support.errors import Loc, SpecError
 from simulator.support.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
 from simulator.support.paths import data_dir, is_file, resolve_spec
-from simulator.support.pool import local_jobs, ordered_map
+from simulator.support.pool import jobs_option, local_jobs, ordered_map
 from simulator.support.progress import Steps
 from simulator.support.textfmt import table
 from simulator.support.units import format_count
@@ -1128,21 +1128,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--jobs",
         "-j",
-        type=_jobs,
+        type=jobs_option,
         help="processes predicting the shapes (default: all cores; the same rows whatever "
         "their number)",
     )
     return p
-
-
-def _jobs(text: str) -> int:
-    try:
-        jobs = int(text)
-    except ValueError:
-        raise SpecError(f"--jobs: '{text}' is not a whole number") from None
-    if jobs < 1:
-        raise SpecError(f"--jobs must be 1 or more, got {jobs}")
-    return jobs
 
 
 @guarded

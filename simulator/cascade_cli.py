@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,27 +60,13 @@ from simulator.support.errors import SpecError
 from simulator.support.paths import data_dir, resolve_spec
 from simulator.support.pool import jobs_option, local_jobs
 from simulator.support.textfmt import table
-from simulator.support.units import format_count
+from simulator.support.units import format_count, whole_number
+
+_seed = whole_number("--seed", 0)
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise SpecError(f"--seed: '{text}' is not a whole number") from None
-    if value < 0:
-        raise SpecError(f"--seed must be 0 or more, got {value}")
-    return value
-
-
-def _count(option: str):
-    def parse(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise SpecError(f"{option}: '{text}' is not a whole number") from None
-
-    return parse
+def _count(option: str) -> Callable[[str], int]:
+    return whole_number(option)
 
 
 def _positive(option: str):

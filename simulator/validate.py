@@ -610,7 +610,7 @@ def validate(
     shapes = measured.measurements
     parallel = specs is None and jobs > 1
     specs = specs or Specs(arch_override=arch)
-    limits = _limits(measured)
+    limits = measured.limits if measured.limits.rates else Ceilings.of(measured.ceilings)
     rows: list[Validation] = []
     start = time.perf_counter()
     # a bar on a terminal: a cold cache maps every shape (about a minute for the wide grid)
@@ -648,11 +648,6 @@ def _validate_run(
     the bar)."""
     specs = Specs(arch_override=arch)
     return tuple(validate_one(specs, m, arch, limits, kernels) for m in shapes)
-
-
-def _limits(measured: Measured) -> Ceilings:
-    """What the file's chip runs at: every ceiling row read, else its three rates."""
-    return measured.limits if measured.limits.rates else Ceilings.of(measured.ceilings)
 
 
 # --------------------------------------------------------------------------------------

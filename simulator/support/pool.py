@@ -15,7 +15,8 @@ from typing import Any
 
 from simulator.support.atomic import interrupts_held
 from simulator.support.cli import abandon, worker_process
-from simulator.support.errors import SpecError, take_warnings, warn
+from simulator.support.errors import take_warnings, warn
+from simulator.support.units import whole_number
 
 # Worker processes per core at most, whatever is asked (never more than the tasks).
 MAX_JOBS_PER_CPU = 4
@@ -28,15 +29,8 @@ def local_jobs(asked: int | None, tasks: int) -> int:
     return max(1, min(asked or cpus, MAX_JOBS_PER_CPU * cpus, tasks))
 
 
-def jobs_option(text: str) -> int:
-    """`--jobs N` as a command line gives it: a whole number, 1 or more (one line else)."""
-    try:
-        jobs = int(text)
-    except ValueError:
-        raise SpecError(f"--jobs: '{text}' is not a whole number") from None
-    if jobs < 1:
-        raise SpecError(f"--jobs must be 1 or more, got {jobs}")
-    return jobs
+# `--jobs N` as a command line gives it: a whole number, 1 or more (one line else).
+jobs_option = whole_number("--jobs", 1)
 
 
 def ordered_map(

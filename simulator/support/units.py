@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from fractions import Fraction
 
 from simulator.support.errors import SpecError
@@ -53,6 +54,22 @@ def _checked(value: int, text: str, what: str) -> int:
     if value > MAX_COUNT:
         raise SpecError(f"{what}: '{text[:40]}' is too large (at most 2^64)")
     return value
+
+
+def whole_number(option: str, least: int | None = None) -> Callable[[str], int]:
+    """A command-line option's parser: a plain whole number (`--seed 3`, `--jobs 2`), at
+    least `least` where given; one line naming the option else."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise SpecError(f"{option}: '{text}' is not a whole number") from None
+        if least is not None and value < least:
+            raise SpecError(f"{option} must be {least} or more, got {value}")
+        return value
+
+    return parse
 
 
 def parse_count(text: str | int, what: str = "value") -> int:

@@ -71,7 +71,7 @@ def _silu(z: np.ndarray) -> np.ndarray:
 
 def test_the_set_is_complete_and_documented():
     readme = (PAPER / "README.md").read_text()
-    assert 10 <= len(NAMES) <= 12, NAMES
+    assert 10 <= len(NAMES) <= 13, NAMES
     for name in NAMES:
         assert f"`{name}.yaml`" in readme, name
 
@@ -347,12 +347,58 @@ def test_layernorm_swiglu_ffn(offset):
 # * the safe softmax with the division after A V: maximum, then everything else (the
 #   division reads no key): 2 over M.
 # * squared ReLU normalised by its row sum: the sum, then the weights and A V: 2 over M.
+# ---- Performer's FAVOR+ attention, as written and as its code stabilises it ---------------
+
+
+def _favor(q, k, v, w, stabilised: bool):
+    """Choromanski et al. 2021, rows = tokens: phi(x) = exp(w x - |x|^2 / 2) of the
+    inputs scaled by d^(-1/4); Att = D^-1 (phi(Q) (phi(K)^T V)), D = diag(phi(Q) phi(K)^T 1).
+    Stabilised as the paper's code: a query's features less their maximum, the keys' less
+    the maximum over every key and feature (both cancel in D^-1)."""
+    d = q.shape[1]
+    qs, ks = q / d**0.25, k / d**0.25
+    lq = qs @ w.T - (qs**2).sum(axis=1, keepdims=True) / 2
+    lk = ks @ w.T - (ks**2).sum(axis=1, keepdims=True) / 2
+    if stabilised:
+        lq = lq - (qs @ w.T).max(axis=1, keepdims=True)
+        lk = lk - (ks @ w.T).max()
+    fq, fk = np.exp(lq), np.exp(lk)
+    return (fq @ (fk.T @ v)) / (fq @ fk.sum(axis=0))[:, None]
+
+
+@pytest.mark.parametrize("name", ["performer-attention", "performer-stabilised-attention-2pass"])
+@pytest.mark.parametrize("seed", [0, 5])
+def test_performer_attention(name, seed):
+    inputs, out, _shapes = _run(name, seed=seed)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    ref = _favor(q, k, v, inputs["W"], stabilised="stabilised" in name)
+    _assert_close(out["Y"], ref.T)
+
+
+def test_performer_approximates_softmax_attention_and_its_stabilisers_cancel():
+    """With many random features FAVOR+ comes near softmax attention (lemma 1: an unbiased
+    estimate of the softmax kernel), and the stabilised form computes the same numbers."""
+    shapes = {"M": 24, "P": 16, "E": 4, "F": 3, "R": 20000}
+    inputs, _out, _ = _run("performer-attention", shapes, seed=3, scale=0.5)
+    inputs["W"] = np.random.default_rng(4).standard_normal((20000, 4))  # w_r ~ N(0, I_d)
+    out = _evaluate("performer-attention", inputs, shapes)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    exact = _attention(q, k, v)
+    assert np.max(np.abs(out["Y"].T - exact)) < 0.05 * np.max(np.abs(exact))
+    stabilised = _evaluate("performer-stabilised-attention-2pass", inputs, shapes)
+    _assert_close(stabilised["Y"], out["Y"], rtol=1e-9)
+
+
 # * MLA: the latent cache is contracted over L as keys (SC), then walked over L again as
 #   values (OL, after the softmax that SC feeds): 2 over L.
 # * LoRA, SwiGLU, GEGLU: contractions only, none walking a rank it waits on: 1 everywhere.
 # * the pre-norm attention layer: D is reduced by the mean square (MSQ), walked to normalise,
 #   reduced by the projections (Q), then walked again to write the output and residual (ATT
 #   and Y index D): 3 over D; M as the causal softmax (the filters count as full reductions).
+# * Performer as written: K'^T V and K'^T 1 reduce the keys once, the queries' features
+#   meet them after: 1 everywhere. Stabilised: the keys' maximum over every key and feature
+#   (GK) before their features, a query's maximum over its features (GQ) before its own:
+#   2 over M and over R.
 # * LayerNorm then SwiGLU: mean, variance (deviations from the mean), normalise and project,
 #   output and residual: 4 over D.
 EXPECTED_PASSES = {
@@ -381,6 +427,13 @@ EXPECTED_PASSES = {
         "H": (1, ()),
     },
     "layernorm-swiglu-ffn": {"D": (4, ("MU", "VAR", "XW")), "N": (1, ())},
+    "performer-attention": {"M": (1, ()), "R": (1, ()), "E": (1, ()), "F": (1, ())},
+    "performer-stabilised-attention-2pass": {
+        "M": (2, ("GK",)),
+        "R": (2, ("GQ",)),
+        "E": (1, ()),
+        "F": (1, ()),
+    },
 }
 
 

@@ -136,6 +136,9 @@ def _offers(
         for r in ("chunks", "whole")
     ]  # fmt: skip
     chain = [("chain", {"reuse": r, "scale": s}) for s in parts for r in reuses]
+    # ... and with every Einsum but the contractions on the array that runs it fastest (its
+    # arrays take turns where they hand each other no tile through the buffer)
+    chain += [("chain", {**knobs, "arrays": "fastest"}) for _rule, knobs in chain]
     # a layer's FLAT-shaped span (its attention) fused, the rest kernel by kernel
     segments = [
         ("segments", {**knobs, "soonest": True, "spread": w, "kernels": "free"})

@@ -10,7 +10,11 @@ fibre. As FuseMax's Mapping 1 without the running corrections:
   widest row rank across its columns (`R -> R2 x R1 x R0`, R0 = meshX, R1 searched); an
   Einsum on the 1D array spreads the components that fill its PEs;
 * **binding** -- contractions on the 2D array; any other Einsum on the array where the
-  block finishes soonest given those placed;
+  block finishes soonest given those placed (`arrays: soonest`, the arrays side by side),
+  or on the array that runs it fastest (`arrays: fastest`: where the arrays take turns --
+  they hand each other nothing through the buffer -- the block takes the sum of both
+  arrays' work, and a reduction the 2D array does in 16 cycles is no work to hand to the
+  1D array's 256 PEs);
 * **loops** -- `R2, X1, [other rows], R1`: a chunk of `X` is fetched once per block of rows
   and serves all of them; an output reduced over `X` accumulates in the buffer over the
   chunks and is written once per block;
@@ -31,7 +35,7 @@ from typing import Any
 from simulator.cascade.ir import Cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.strategies.context import BindContext, mapping_head
-from simulator.strategies.flat import soonest_arrays
+from simulator.strategies.flat import fastest_arrays, soonest_arrays
 from simulator.strategies.fusemax import arrays_of, keep_point, supports
 from simulator.strategies.roles import Roles, einsum_ranks, reduced_ranks, tile
 from simulator.strategies.schedule_tree import decoupled_schedule
@@ -40,6 +44,7 @@ from simulator.strategies.unfused import chained, gemm_dims
 from simulator.support.errors import SpecError
 
 LABEL = "auto: chain"
+ARRAYS = ("soonest", "fastest")  # how the Einsums other than the contractions are bound
 
 
 def streamed_rank(cascade: Cascade, roles: Roles, extents: dict[str, int]) -> str | None:
@@ -68,11 +73,15 @@ def chain_mapping(
     reuse: bool = True,
     scale: int = 1,
     spill: bool = True,
+    arrays: str = "soonest",
 ) -> dict[str, Any]:
     """The mapping data (module docstring); `spill`: the inputs held for a block (the
     rows a residual reads again at its end) may spill what the buffer cannot hold, fetched
-    again where read -- larger blocks of rows, fewer passes over the weights."""
+    again where read -- larger blocks of rows, fewer passes over the weights; `arrays`: how
+    the Einsums other than the contractions are bound (:data:`ARRAYS`)."""
     cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
+    if arrays not in ARRAYS:
+        raise SpecError(f"chain template: arrays '{arrays}' (choose from {', '.join(ARRAYS)})")
     x = streamed_rank(cascade, roles, extents)
     if x is None:
         raise SpecError(
@@ -127,7 +136,10 @@ def chain_mapping(
     ]
     binding = {n: two.name for n in contractions}
     rest = [n for n in roles.compute if n not in binding]
-    binding.update(soonest_arrays(cascade, rest, contractions, two, one, extents))
+    if arrays == "fastest":
+        binding.update(fastest_arrays(cascade, rest, two, one, extents))
+    else:
+        binding.update(soonest_arrays(cascade, rest, contractions, two, one, extents))
     loops = [r2, x1, *others, r1] if reuse else [*others, r2, x1, r1]
     sizes = {
         r0: min(two.mesh_x // scale, extents[row]),

@@ -37,6 +37,50 @@ from simulator.support.errors import SpecError
 HOLDS = ("stream", "whole")
 
 
+def _shaped(
+    cascade: Cascade, contractions: list[str], compute: tuple[str, ...], fibre: str
+) -> bool:
+    """FLAT's shape over `fibre`: contractions making it (the scores), at least one
+    reducing it (A V) last, none doing both, and Einsums besides them (the softmax)."""
+
+    def groups(vars_: Any) -> set[str]:
+        return {rank_of(v) for v in vars_} | {cascade.rank_group(rank_of(v)) for v in vars_}
+
+    makes = [fibre in groups(cascade.einsum(n).output.vars()) for n in contractions]
+    reduces = [fibre in groups(cascade.einsum(n).reduced) for n in contractions]
+    gemms = [i for i, (m, r) in enumerate(zip(makes, reduces, strict=True)) if m or r]
+    return (
+        len(gemms) >= 2
+        and len(gemms) < len(compute)
+        and makes[gemms[0]]
+        and reduces[gemms[-1]]
+        and all(makes[i] != reduces[i] for i in gemms)
+    )
+
+
+def _able_arrays(
+    cascade: Cascade, names: list[str], two: Array, one: Array
+) -> dict[str, list[Array]]:
+    """The arrays that can run each Einsum (its operations, its operands in the PEs'
+    registers), the 1D array first; an Einsum no array can run is one line naming its
+    operations."""
+    ables: dict[str, list[Array]] = {}
+    for name in names:
+        able = [
+            a
+            for a in (one, two)
+            if not supports(a, cascade, name) and registers_hold(cascade, name, a)
+        ]
+        if not able:
+            lacking = supports(one, cascade, name)
+            why = missing_operations(lacking, (two, one)) or (
+                f"it needs {', '.join(lacking)}, which no array's PEs support"
+            )
+            raise SpecError(f"cannot bind Einsum '{name}': {why}", cascade.einsum(name).loc)
+        ables[name] = able
+    return ables
+
+
 def soonest_arrays(
     cascade: Cascade,
     names: list[str],
@@ -54,21 +98,7 @@ def soonest_arrays(
     load = {two.name: sum(einsum_time(cascade, n, two, extents) for n in placed_2d)}
     load[one.name] = 0.0
     out: dict[str, str] = {}
-
-    ables: dict[str, list[Array]] = {}
-    for name in names:
-        able = [
-            a
-            for a in (one, two)
-            if not supports(a, cascade, name) and registers_hold(cascade, name, a)
-        ]
-        if not able:
-            lacking = supports(one, cascade, name)
-            why = missing_operations(lacking, (two, one)) or (
-                f"it needs {', '.join(lacking)}, which no array's PEs support"
-            )
-            raise SpecError(f"cannot bind Einsum '{name}': {why}", cascade.einsum(name).loc)
-        ables[name] = able
+    ables = _able_arrays(cascade, names, two, one)
 
     def work(name: str) -> float:
         return min(einsum_time(cascade, name, a, extents) for a in ables[name])
@@ -89,6 +119,19 @@ def soonest_arrays(
         out[name] = best.name
         load[best.name] += einsum_time(cascade, name, best, extents)
     return {n: out[n] for n in names}
+
+
+def fastest_arrays(
+    cascade: Cascade, names: list[str], two: Array, one: Array, extents: dict[str, int]
+) -> dict[str, str]:
+    """Each Einsum on the array that runs it in the fewest cycles (ties to the 1D array):
+    the binding of a phase whose arrays take turns, where the phase takes the sum of both
+    arrays' work (:func:`soonest_arrays` is the one of arrays side by side)."""
+    ables = _able_arrays(cascade, names, two, one)
+    return {
+        n: min(ables[n], key=lambda a: (einsum_time(cascade, n, a, extents), a is not one)).name
+        for n in names
+    }
 
 
 def _block_footprint(
@@ -149,14 +192,20 @@ def flat_mapping(
     cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
     two, one = arrays_of(arch)
     contractions = [n for n in roles.compute if _contraction(cascade, n)]
-    fibre = next(
-        (
+    # the fibre: a rank an Einsum other than the contractions reduces -- the first for
+    # which the cascade has FLAT's shape (Performer's keys' stabiliser reduces its features
+    # and its keys at once: the keys are the fibre, the features the rows)
+    reduced_fibres = list(
+        dict.fromkeys(
             r
             for n in roles.compute
             if n not in contractions
             for r in reduced_ranks(cascade.einsum(n))
-        ),
-        None,
+        )
+    )
+    fibre = next(
+        (r for r in reduced_fibres if _shaped(cascade, contractions, roles.compute, r)),
+        reduced_fibres[0] if reduced_fibres else None,
     )
     if roles.iterative is not None:
         raise SpecError(
@@ -180,20 +229,20 @@ def flat_mapping(
     # scales the result) is a small Einsum like the fibre Einsums.
     gemms = [n for n in contractions if produces_fibre(n) or reduces_fibre(n)]
     fibre_einsums = [n for n in roles.compute if n not in gemms]
-    shaped = (
-        len(gemms) >= 2
-        and fibre is not None
-        and produces_fibre(gemms[0])
-        and reduces_fibre(gemms[-1])
-        and all(produces_fibre(g) != reduces_fibre(g) for g in gemms)
-    )
-    if not fibre_einsums or not shaped:
+    if not fibre_einsums or not _shaped(cascade, contractions, roles.compute, fibre):
         raise SpecError(
             f"cannot bind '{cascade.name}' with the FLAT strategy: it fuses GEMMs with "
             "the Einsums between them normalising whole fibres (3-pass softmax); this cascade "
             "has no such shape"
         )
-    first = cascade.einsum(gemms[0])
+    # the rows from the first GEMM whose result has ranks besides the fibre (a key's norm
+    # `NK[m] = K[e, m] * K[e, m]` has none: the keys' projection `WK[r, m]` names them)
+    first = cascade.einsum(
+        next(
+            (g for g in gemms if {rank_of(v) for v in cascade.einsum(g).output.vars()} - {fibre}),
+            gemms[0],
+        )
+    )
     left, right = first.reads()
     lv, rv = indexed_vars(left), indexed_vars(right)
     # The rows: what one operand indexes and the other not, besides the fibre (either side:
@@ -212,6 +261,15 @@ def flat_mapping(
         for v in first.output.vars()
         if v in lv and v in rv and rank_of(v) not in (fibre, row, *outer)
     ]
+    whole_rows = any(
+        row in reduced_ranks(cascade.einsum(n)) for n in fibre_einsums
+    )  # a statistic over the rows too (Performer's keys' maximum): one block holds them all
+    if whole_rows and extents.get(row, 1) > two.mesh_x // scale:
+        raise SpecError(
+            f"cannot bind '{cascade.name}' with the FLAT strategy: a fibre Einsum reduces "
+            f"the rows ({row}) as well, and {extents.get(row)} of them are more than one "
+            f"block's {two.mesh_x // scale}"
+        )
     r2, r1, r0 = f"{row}2", f"{row}1", f"{row}0"
     f1, f0 = f"{fibre}1", f"{fibre}0"
     # a fibre that is already the cascade's chunk (`m0` of `K[e, m1*M0 + m0]`) is walked
@@ -383,7 +441,7 @@ def flat_mapping(
         },
         r0: tile(two.name, "meshX", two.mesh_x, row, extents, scale),
         f0: tile(two.name, "meshY", two.mesh_y, fibre, extents, chunk_scale),
-        r1: "search",
+        r1: 1 if whole_rows else "search",
         **{part: width for _outer, part, width in split.values()},
     }
     partitions = {

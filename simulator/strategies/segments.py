@@ -32,7 +32,8 @@ from simulator.support.errors import SpecError
 def fusable_span(cascade: Cascade, compute: tuple[str, ...]) -> tuple[str, ...] | None:
     """The Einsums FLAT's shape fuses, in cascade order (None: no such span). The first
     non-contraction reducing a rank that an earlier contraction's result carries opens it
-    at that contraction; the first later contraction reducing the rank closes it."""
+    at that contraction; the first later contraction reducing the rank closes it, with what
+    else reads the fibre beside it (:func:`_completed`)."""
     order = {n: i for i, n in enumerate(compute)}
     producer = {cascade.einsum(n).output.tensor: n for n in compute}
 
@@ -75,12 +76,78 @@ def fusable_span(cascade: Cascade, compute: tuple[str, ...]) -> tuple[str, ...] 
             ] or [max(opening, key=order.__getitem__)]
             last = min(closing, key=order.__getitem__)
             upto = before(last) | {last}
-            return tuple(
+            span = [
                 n
                 for n in compute
                 if n in upto and (n in scores or any(f in before(n) for f in scores))
-            )
+            ]
+            return tuple(_completed(cascade, compute, span, closing, rank))
     return None
+
+
+def _completed(
+    cascade: Cascade,
+    compute: tuple[str, ...],
+    span: list[str],
+    closing: list[str],
+    rank: str,
+) -> list[str]:
+    """The span with what reads its fibre beside its first closing contraction: the other
+    closing contractions reading what it makes (linear attention's numerator beside its
+    denominator, both over the features), the other reductions of the rank reading only
+    what it makes or the cascade's inputs (the features' sum beside their product with V),
+    then the map Einsums after it reading only that (the division of the numerator by
+    the denominator), and the Einsums before it that only it reads, made from its own
+    inputs (a query's norm) -- each would otherwise cross DRAM as a kernel of its own."""
+    order = {n: i for i, n in enumerate(compute)}
+    inside = set(span)
+
+    def made() -> set[str]:
+        return {cascade.einsum(n).output.tensor for n in inside}
+
+    def reads(n: str) -> set[str]:
+        return {a.tensor for a in cascade.einsum(n).reads()}
+
+    inside |= {n for n in closing if reads(n) & made()}
+    sources = made() | set(cascade.inputs)
+    inside |= {
+        n
+        for n in compute
+        if n not in inside and rank in reduced_ranks(cascade.einsum(n)) and reads(n) <= sources
+    }
+    last = max(order[n] for n in inside)
+    for n in compute:
+        if order[n] > last and not reduced_ranks(cascade.einsum(n)) and reads(n) <= made():
+            inside.add(n)
+    # and what only it reads, made from the inputs it reads itself (a query's norm from the
+    # queries: computed in the block rather than a kernel reading the queries again)
+    inputs = {t for n in inside for t in reads(n)} & set(cascade.inputs)
+    readers = {
+        t: {n for n in compute if t in reads(n)}
+        for t in {cascade.einsum(n).output.tensor for n in compute}
+    }
+    # the largest such set: every one read only inside the span or by another of the set,
+    # reading only the span's inputs and what the span or the set makes
+    extra = {
+        n
+        for n in compute
+        if n not in inside
+        and order[n] < last
+        and cascade.einsum(n).output.tensor not in cascade.outputs
+    }
+    while True:
+        both = inside | extra
+        makes = {cascade.einsum(n).output.tensor for n in both}
+        keep = {
+            n
+            for n in extra
+            if readers[cascade.einsum(n).output.tensor] <= both and reads(n) <= inputs | makes
+        }
+        if keep == extra:
+            break
+        extra = keep
+    inside |= extra
+    return [n for n in compute if n in inside]
 
 
 def fusable_spans(cascade: Cascade, compute: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -179,6 +246,16 @@ def segments_mapping(
         dict(rest.get("partitions", {})),
         dict(rest.get("spatial", {})),
     )
+    # a tensor two spans both place (one span's result, the next one's input: Performer's
+    # K'^T V, kept for the keys' block of features, held whole for the queries' blocks of
+    # rows) is placed by each span in its own phases
+    placed_by = [set(body.get("tensors", {})) for body in fused]
+    shared = {t for i, a in enumerate(placed_by) for b in placed_by[i + 1 :] for t in a & b}
+    for body in fused:
+        own = {t: v for t, v in body.get("tensors", {}).items() if t in shared}
+        if own:
+            for phase in body["phases"]:
+                phase["tensors"] = {**own, **phase.get("tensors", {})}
     for body in fused:
         tensors.update(body.get("tensors", {}))
         factors.update(body.get("factors", {}))

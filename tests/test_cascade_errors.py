@@ -279,6 +279,43 @@ def test_a_sum_over_a_rank_only_some_terms_read_is_a_warning(tmp_path, run_cli):
     assert take_warnings() == []
 
 
+FUNCTION_OF_PRODUCT = """\
+name: silu-inside
+shapes: {D: 4, N: 3, P: 2}
+einsum:
+  declaration:
+    X: [D, P]
+    W: [D, N]
+    U: [N, P]
+    SD: [P]
+  expressions:
+    - U[n, p] = silu(X[d, p] * W[d, n])
+    - SD[p] = exp(U[n, p] - 1)
+"""
+
+
+def test_a_function_of_a_reduced_product_is_a_warning(tmp_path, run_cli):
+    """`U[n, p] = silu(X[d, p] * W[d, n])` reduces silu of each term over d, not silu of the
+    contraction (the reduction applies to the whole right-hand side): valid, so it runs, with
+    one warning line naming the file and line; a sum of exponentials (`SD`, a softmax's
+    denominator) is what it says and warns of nothing, nor do the paper-form cascades."""
+    from simulator.cascade.parse import load_cascade
+    from simulator.support.errors import take_warnings
+
+    from .conftest import DATA
+
+    path = tmp_path / "silu-inside.yaml"
+    path.write_text(FUNCTION_OF_PRODUCT)
+    code, out, err = run_cli(main, ["passes", str(path)])
+    assert code == 0 and out
+    assert err.startswith(f"warning: {path}:10:") and err.count("\n") == 1, err
+    assert "Einsum 'U' reduces over d a silu() of a product" in err
+    take_warnings()
+    for written in sorted(DATA.glob("paper_cascades*/*.yaml")):
+        load_cascade(written)
+    assert take_warnings() == []
+
+
 def test_the_reference_says_what_outputs_and_reductions_are():
     from .conftest import CASCADES
 

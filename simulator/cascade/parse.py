@@ -272,6 +272,59 @@ def lopsided_sum(e: Einsum) -> None:
         )
 
 
+LINEAR = ("add", "sub", "mul", "div", "neg")
+
+
+def _product_inside_function(expr: Expr, reduced: set[str]) -> Op | None:
+    """The first function call whose argument multiplies two reads that both carry a
+    reduced variable (`silu(X[d, p] * W[d, n])` reduced over d), None if none."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, Op):
+            continue
+        if node.name not in LINEAR:
+            inner = [node.args[0]] if len(node.args) == 1 else list(node.args)
+            for arg in inner:
+                for sub in _products(arg):
+                    sides = [
+                        {v for a in expr_reads(side) for v in a.vars()} & reduced
+                        for side in sub.args
+                    ]
+                    if all(sides):
+                        return node
+        stack.extend(node.args)
+    return None
+
+
+def _products(expr: Expr) -> list[Op]:
+    out, stack = [], [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Op):
+            if node.name == "mul":
+                out.append(node)
+            stack.extend(node.args)
+    return out
+
+
+def function_of_contraction(e: Einsum) -> None:
+    """A warning for a function applied to a contraction's product inside the reduction:
+    `U[n, p] = silu(X[d, p] * W[d, n])` sums silu of each term over d (the reduction applies
+    to the whole right-hand side), not silu of X W -- rarely what was meant."""
+    if not e.reduced:
+        return
+    call = _product_inside_function(e.expr, set(e.reduced))
+    if call is not None:
+        warn(
+            f"Einsum '{e.name}' reduces over {', '.join(e.reduced)} a {call.name}() of a "
+            f"product that is reduced: the reduction applies to the whole right-hand side, "
+            f"so each term's {call.name} is reduced, not the {call.name} of the contraction; "
+            "write the contraction as an Einsum of its own",
+            e.loc,
+        )
+
+
 def load_cascade(path: str | Path) -> Cascade:
     """Parse and check a cascade file."""
     data = yamlio.load(path)
@@ -331,6 +384,7 @@ def build_cascade(data: Any, source: str) -> Cascade:
     ).build()
     for e in cascade.einsums:
         lopsided_sum(e)
+        function_of_contraction(e)
     if reference is None:
         return cascade
     cascade = replace(cascade, reference=reference)

@@ -71,7 +71,7 @@ def _silu(z: np.ndarray) -> np.ndarray:
 
 def test_the_set_is_complete_and_documented():
     readme = (PAPER / "README.md").read_text()
-    assert 10 <= len(NAMES) <= 13, NAMES
+    assert 10 <= len(NAMES) <= 14, NAMES
     for name in NAMES:
         assert f"`{name}.yaml`" in readme, name
 
@@ -389,6 +389,20 @@ def test_performer_approximates_softmax_attention_and_its_stabilisers_cancel():
     _assert_close(stabilised["Y"], out["Y"], rtol=1e-9)
 
 
+# ---- Luna: a pack softmax and an unpack softmax in one cascade ----------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 9])
+def test_luna_attention(seed):
+    """Ma et al. 2021, eqs. 4-6, rows = tokens: Y_P = softmax(P_q K^T / sqrt(d)) V, then
+    Y_X = softmax(Q (Y_P W_k)^T / sqrt(d)) (Y_P W_v)."""
+    inputs, out, _ = _run("luna-attention-3pass", seed=seed)
+    pq, k, v, q = (inputs[t].T for t in ("PQ", "K", "V", "Q"))
+    yp = _attention(pq, k, v)
+    ref = _attention(q, yp @ inputs["WK"], yp @ inputs["WV"])
+    _assert_close(out["Y"], ref.T)
+
+
 # * MLA: the latent cache is contracted over L as keys (SC), then walked over L again as
 #   values (OL, after the softmax that SC feeds): 2 over L.
 # * LoRA, SwiGLU, GEGLU: contractions only, none walking a rank it waits on: 1 everywhere.
@@ -399,6 +413,8 @@ def test_performer_approximates_softmax_attention_and_its_stabilisers_cancel():
 #   meet them after: 1 everywhere. Stabilised: the keys' maximum over every key and feature
 #   (GK) before their features, a query's maximum over its features (GQ) before its own:
 #   2 over M and over R.
+# * Luna: each softmax as written, the pack's over the sequence M, the unpack's over the
+#   packed tokens L: 3 over each.
 # * LayerNorm then SwiGLU: mean, variance (deviations from the mean), normalise and project,
 #   output and residual: 4 over D.
 EXPECTED_PASSES = {
@@ -428,6 +444,7 @@ EXPECTED_PASSES = {
     },
     "layernorm-swiglu-ffn": {"D": (4, ("MU", "VAR", "XW")), "N": (1, ())},
     "performer-attention": {"M": (1, ()), "R": (1, ()), "E": (1, ()), "F": (1, ())},
+    "luna-attention-3pass": {"M": (3, ("GM1", "SD1")), "L": (3, ("GM2", "SD2")), "F2": (1, ())},
     "performer-stabilised-attention-2pass": {
         "M": (2, ("GK",)),
         "R": (2, ("GQ",)),

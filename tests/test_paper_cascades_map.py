@@ -388,3 +388,28 @@ def test_a_tensor_two_spans_place_is_placed_by_each_in_its_own_phases():
     keys, queries = by_loops[("R2", "M1", "R1")], by_loops[("P2", "R1", "P1")]
     assert keys["tensors"]["KV"]["keep"] == "R2"
     assert queries["tensors"]["KV"]["keep"] == "top"
+
+
+@pytest.mark.parametrize("seq", ["4K", "16K"])
+def test_luna_fuses_both_softmaxes_though_they_split_the_packed_tokens_differently(seq):
+    """Luna's packed tokens L are the rows of the pack's softmax (`L -> L2 x L1 x L0`) and
+    the fibre of the unpack's (`L -> L1 x L0`); one mapping splits a rank one way, so the
+    second span's split overrode the first's and every fused candidate named a part that
+    was gone: the search took the kernels, 5.0x the floor. The unpack now walks the pack's
+    outer parts where it walked its own."""
+    path = PAPER / "luna-attention-3pass.yaml"
+    shape = {"L": 256, "F2": 128}
+    a = load_architecture(resolve_spec("arch", "fusemax"))
+    w = make_workload("llama3-8b", seq, {"causal": False}, shape=shape)
+    r = evaluate(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
+    floor = _floor_s(path, w, a)
+    assert floor <= r.latency_s <= 1.5 * floor, (r.latency_s / floor, r.search.found)
+    body = template(
+        bind_context(load_cascade(path), a, w, str(path), "fusemax"),
+        "segments",
+        soonest=True,
+        kernels="free",
+    )["mapping"]
+    assert body["partitions"]["L"] == ["L2", "L1", "L0"]
+    fused = [p for p in body["phases"] if p["name"] == "fused"]
+    assert [p["loops"] for p in fused] == [["L2", "M1", "L1"], ["P2", "L2", "L1", "P1"]]

@@ -208,6 +208,9 @@ def segments_mapping(
                 for n in names:
                     override = phase.setdefault("einsums", {}).setdefault(n, {})
                     override.setdefault("spatial", list(body["spatial"].get(array, [])))
+        body = _in_earlier_parts(body, fused, ctx.arch)
+        if body is None:
+            continue  # it splits a rank as an earlier span cannot: kernel by kernel
         fused.append(body)
         kept.append(span)
         internal |= {cascade.einsum(n).output.tensor for n in span} - set(part.outputs)
@@ -279,6 +282,61 @@ def segments_mapping(
     out["tensors"] = tensors
     out["phases"] = phases
     return {"mapping": out}
+
+
+def _in_earlier_parts(
+    body: dict[str, Any], earlier: list[dict[str, Any]], arch: Any
+) -> dict[str, Any] | None:
+    """The span's mapping in the parts an earlier span splits a rank into, where the two
+    split it differently (Luna: the packed tokens L are the rows of the pack's softmax,
+    `L -> L2 x L1 x L0`, and the fibre of the unpack's, `L -> L1 x L0`): a fibre split in
+    two walks the earlier rows' outer parts where it walked its own outer part, when both
+    spread the same number of PEs (a square array). None: the splits cannot be reconciled."""
+    split: dict[str, list[str]] = {}
+    factors: dict[str, Any] = {}
+    for b in earlier:
+        split.update(b.get("partitions", {}))
+        factors.update(b.get("factors", {}))
+    renamed: dict[str, list[str]] = {}
+    square = all(a.mesh_x == a.mesh_y for a in arch.arrays if a.mesh_y > 1)
+
+    def side(factor: Any) -> Any:
+        return str(factor).replace("meshY", "meshX") if square else factor
+
+    for rank, comps in body.get("partitions", {}).items():
+        before = split.get(rank)
+        if before is None or before == comps:
+            continue
+        inner = comps[-1]
+        if (
+            len(comps) != 2
+            or before[-1] != inner
+            or side(factors.get(inner)) != side(body["factors"].get(inner))
+            or comps[0] in body.get("factors", {})
+        ):
+            return None
+        renamed[comps[0]] = list(before[:-1])
+    if not renamed:
+        return body
+
+    def walk(names: list[str]) -> list[str]:
+        return [c for n in names for c in renamed.get(n, [n])]
+
+    def rewrite(node: Any, key: str = "") -> Any:
+        if isinstance(node, dict):
+            return {k: rewrite(v, k) for k, v in node.items()}
+        if isinstance(node, list) and key in ("loops", "inner", "spatial"):
+            return walk(node)
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        if key == "keep" and node in renamed:
+            return renamed[node][-1]
+        return node
+
+    out = rewrite(body)
+    out["partitions"] = {r: c for r, c in out["partitions"].items() if r not in split}
+    out["factors"] = {k: v for k, v in out["factors"].items() if k not in factors}
+    return out
 
 
 def _in_dependency_order(

@@ -385,7 +385,7 @@ def test_a_tensor_two_spans_place_is_placed_by_each_in_its_own_phases():
     knobs = {"soonest": True, "spread": "fibre", "kernels": "free", "hold": "whole"}
     phases = template(ctx, "segments", **knobs)["mapping"]["phases"]
     by_loops = {tuple(p["loops"]): p for p in phases}
-    keys, queries = by_loops[("R2", "M1", "R1")], by_loops[("P2", "R1", "P1")]
+    keys, queries = by_loops[("R2", "M1", "R1")], by_loops[("P2", "R2", "R1", "P1")]
     assert keys["tensors"]["KV"]["keep"] == "R2"
     assert queries["tensors"]["KV"]["keep"] == "top"
 
@@ -413,3 +413,15 @@ def test_luna_fuses_both_softmaxes_though_they_split_the_packed_tokens_different
     assert body["partitions"]["L"] == ["L2", "L1", "L0"]
     fused = [p for p in body["phases"] if p["name"] == "fused"]
     assert [p["loops"] for p in fused] == [["L2", "M1", "L1"], ["P2", "L2", "L1", "P1"]]
+
+
+def test_a_bound_over_an_einsum_with_no_useful_work_is_a_number():
+    """StreamingLLM's window and sinks on a model without a window: its window is the whole
+    sequence, so the sinks' region is empty (every key is in the window) and an Einsum over
+    it has no useful work on either array. The compute bound split the flexible Einsums by
+    the ratio of their two arrays' times: a division by zero, a traceback for a valid
+    command (`run --cascade ... --shape SINK=4 --mapping auto`)."""
+    path = PAPER / "sink-window-attention-3pass.yaml"
+    w = make_workload("llama3-8b", "4K", shape={"SINK": 4})
+    r = evaluate(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
+    assert 0 < r.latency_bound_s <= r.latency_s

@@ -349,7 +349,11 @@ def compute_bound_cycles(point: PointPlan) -> tuple[float, str]:
     a, b = names
     load_a = sum(t[a] for t in times if b not in t)
     load_b = sum(t[b] for t in times if a not in t)
-    flexible = sorted((t for t in times if a in t and b in t), key=lambda t: t[a] / t[b])
+    # cheapest on `a` first; an Einsum with no useful work (a region its filters empty) last
+    flexible = sorted(
+        (t for t in times if a in t and b in t),
+        key=lambda t: t[a] / t[b] if t[b] else math.inf,
+    )
     load_b += sum(t[b] for t in flexible)
     for t in flexible:  # move work to `a` where it is cheapest there, until balanced
         if load_a + t[a] <= load_b - t[b]:

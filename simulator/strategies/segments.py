@@ -208,9 +208,10 @@ def segments_mapping(
                 for n in names:
                     override = phase.setdefault("einsums", {}).setdefault(n, {})
                     override.setdefault("spatial", list(body["spatial"].get(array, [])))
-        body = _in_earlier_parts(body, fused, ctx.arch)
-        if body is None:
+        reconciled = _in_earlier_parts(body, fused, ctx.arch)
+        if reconciled is None:
             continue  # it splits a rank as an earlier span cannot: kernel by kernel
+        body, fused = reconciled
         fused.append(body)
         kept.append(span)
         internal |= {cascade.einsum(n).output.tensor for n in span} - set(part.outputs)
@@ -286,56 +287,61 @@ def segments_mapping(
 
 def _in_earlier_parts(
     body: dict[str, Any], earlier: list[dict[str, Any]], arch: Any
-) -> dict[str, Any] | None:
-    """The span's mapping in the parts an earlier span splits a rank into, where the two
-    split it differently (Luna: the packed tokens L are the rows of the pack's softmax,
-    `L -> L2 x L1 x L0`, and the fibre of the unpack's, `L -> L1 x L0`): a fibre split in
-    two walks the earlier rows' outer parts where it walked its own outer part, when both
-    spread the same number of PEs (a square array). None: the splits cannot be reconciled."""
-    split: dict[str, list[str]] = {}
-    factors: dict[str, Any] = {}
-    for b in earlier:
-        split.update(b.get("partitions", {}))
-        factors.update(b.get("factors", {}))
-    renamed: dict[str, list[str]] = {}
+) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """The span's mapping and the earlier spans' in one split of each rank, where two split
+    a rank differently: the rows of one (`L -> L2 x L1 x L0`, Luna's packed tokens in the
+    pack's softmax; Performer's features in its keys' span) and the fibre of another
+    (`L -> L1 x L0`, the unpack's; the features in Performer's queries' span). The fibre's
+    span walks the rows' outer parts where it walked its own outer part, when both spread
+    the same number of PEs (a square array). None: the splits cannot be reconciled."""
     square = all(a.mesh_x == a.mesh_y for a in arch.arrays if a.mesh_y > 1)
 
     def side(factor: Any) -> Any:
         return str(factor).replace("meshY", "meshX") if square else factor
 
-    for rank, comps in body.get("partitions", {}).items():
-        before = split.get(rank)
-        if before is None or before == comps:
-            continue
-        inner = comps[-1]
-        if (
-            len(comps) != 2
-            or before[-1] != inner
-            or side(factors.get(inner)) != side(body["factors"].get(inner))
-            or comps[0] in body.get("factors", {})
-        ):
-            return None
-        renamed[comps[0]] = list(before[:-1])
-    if not renamed:
-        return body
+    def fits(two: dict[str, Any], three: dict[str, Any], rank: str) -> bool:
+        a, b = two["partitions"][rank], three["partitions"][rank]
+        return (
+            len(a) == 2
+            and len(b) == 3
+            and a[-1] == b[-1]
+            and side(two["factors"].get(a[-1])) == side(three["factors"].get(b[-1]))
+            and a[0] not in two["factors"]
+        )
 
-    def walk(names: list[str]) -> list[str]:
-        return [c for n in names for c in renamed.get(n, [n])]
+    earlier = list(earlier)
+    for rank, comps in body.get("partitions", {}).items():
+        for i, other in enumerate(earlier):
+            before = other.get("partitions", {}).get(rank)
+            if before is None or before == comps:
+                continue
+            if fits(body, other, rank):
+                body = _walking(body, rank, before)
+            elif fits(other, body, rank):
+                earlier[i] = _walking(other, rank, comps)
+            else:
+                return None
+    return body, earlier
+
+
+def _walking(body: dict[str, Any], rank: str, three: list[str]) -> dict[str, Any]:
+    """A span's mapping with its split of `rank` in two (`X1 x X0`) replaced by `three`
+    (`X2 x X1 x X0`): its outer part walked as the outer two."""
+    outer = body["partitions"][rank][0]
 
     def rewrite(node: Any, key: str = "") -> Any:
         if isinstance(node, dict):
             return {k: rewrite(v, k) for k, v in node.items()}
         if isinstance(node, list) and key in ("loops", "inner", "spatial"):
-            return walk(node)
+            return [c for n in node for c in (three[:-1] if n == outer else [n])]
         if isinstance(node, list):
             return [rewrite(v) for v in node]
-        if key == "keep" and node in renamed:
-            return renamed[node][-1]
+        if key == "keep" and node == outer:
+            return three[-2]
         return node
 
     out = rewrite(body)
-    out["partitions"] = {r: c for r, c in out["partitions"].items() if r not in split}
-    out["factors"] = {k: v for k, v in out["factors"].items() if k not in factors}
+    out["partitions"] = {**out["partitions"], rank: list(three)}
     return out
 
 

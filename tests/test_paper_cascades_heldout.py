@@ -782,14 +782,28 @@ def test_a_block_of_rows_keeps_its_band_and_its_few_global_rows():
     assert all(t.spill_bytes == 0 for t in r.tensors)
 
 
-@pytest.mark.xfail(strict=True, reason="open: the rows are a rank the cascade splits")
-def test_agent_attention_maps():
-    """Agent attention pools its agents from segments of the queries (`Q[e, l*S + s]`), so
-    the cascade splits the query rows P into L x S; every template splits the rows its own
-    way (`P -> P2 x P1 x P0`, a GEMM's tiles), which the mapping language refuses: no
-    candidate, exit 2 for a valid cascade. Open: the templates' rows in the cascade's parts."""
+def _agent_point():
     path = HELDOUT / "agent-attention-3pass.yaml"
     w = make_workload("llama3-8b", "4K", {"causal": False}, shape={"L": 256, "S": 16})
     arch = load_architecture(resolve_spec("arch", "fusemax"))
     r = evaluate_point(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
-    assert _floor_s(path, w, arch) <= r.latency_s <= 1.5 * _floor_s(path, w, arch)
+    return r, _floor_s(path, w, arch)
+
+
+def test_agent_attention_maps_kernel_by_kernel():
+    """Agent attention pools its agents from segments of the queries (`Q[e, l*S + s]`): the
+    cascade splits the query rows P into L x S, the segment S = 16 tokens (`--shape`). The
+    unfused template sized every chunk of the cascade's own to the 2D array's rows (S = 256:
+    `P=4096 but L=256 x S=256`), so no template bound it and `run` exited 2 for a valid
+    cascade; it now keeps the chunk the workload sizes."""
+    r, floor = _agent_point()
+    assert floor <= r.latency_s and r.search.breaches == 0
+
+
+@pytest.mark.xfail(strict=True, reason="open: the rows are a rank the cascade splits")
+def test_agent_attention_maps_within_1_5x_of_the_floor():
+    """Kernel by kernel it is 9.2x: every fused template splits the query rows its own way
+    (`P -> P2 x P1 x P0`), which the cascade's split into the agents' segments refuses.
+    Open: the templates' rows in the cascade's parts."""
+    r, floor = _agent_point()
+    assert r.latency_s <= 1.5 * floor, r.latency_s / floor

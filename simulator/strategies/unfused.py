@@ -145,12 +145,16 @@ def unfused_mapping(
     phase_of = {n: i for i, (_k, names) in enumerate(groups) for n in names}
     factors: dict[str, Any] = {}
     partitions: dict[str, list[str]] = {}
-    # The cascade's own chunked ranks (`K[e, m1*M0 + m0]`): a chunk spans the 2D array's
-    # rows, as FuseMax's (the chunk is what a library kernel of a later phase reads whole).
+    # The cascade's own chunked ranks (`K[e, m1*M0 + m0]`): the chunk the workload sizes
+    # (agent attention's segments of the queries, `--shape S=16`), else one spanning the 2D
+    # array's rows, as FuseMax's (the chunk is what a library kernel of a later phase reads
+    # whole).
     for rank, comps in cascade.partitions:
         partitions[rank] = list(comps)
         if len(comps) == 2:
-            factors[comps[1]] = tile(two.name, "meshY", two.mesh_y, rank, extents)
+            factors[comps[1]] = extents.get(comps[1]) or tile(
+                two.name, "meshY", two.mesh_y, rank, extents
+            )
     spatial: dict[str, list[str]] = {}
     tensors: dict[str, dict[str, Any]] = {}
     producer = {cascade.einsum(n).output.tensor: n for n in roles.compute}

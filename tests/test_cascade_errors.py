@@ -260,22 +260,33 @@ def test_a_sum_over_a_rank_only_some_terms_read_is_a_warning(tmp_path, run_cli):
     product counted R or L times): valid, so it runs, with one warning line naming the file
     and line. An error later in the same command is the only line; the shipped cascades
     warn of nothing."""
+    from .conftest import CASCADES
+
+    path = _warns_once(
+        tmp_path / "lopsided.yaml", LOPSIDED, 11, "Einsum 'S' sums over l, r", run_cli
+    )
+    code, out, err = run_cli(main, ["passes", str(path), "--shape", "Z=4"])
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    _no_warnings(sorted(CASCADES.glob("*.yaml")))
+
+
+def _warns_once(path, text: str, line: int, says: str, run_cli):
+    """`passes` on the file runs (exit 0, a table) with one warning line at `line`."""
+    path.write_text(text)
+    code, out, err = run_cli(main, ["passes", str(path)])
+    assert code == 0 and out
+    assert err.startswith(f"warning: {path}:{line}:") and err.count("\n") == 1, err
+    assert says in err
+    return path
+
+
+def _no_warnings(paths) -> None:
     from simulator.cascade.parse import load_cascade
     from simulator.support.errors import take_warnings
 
-    from .conftest import CASCADES
-
-    path = tmp_path / "lopsided.yaml"
-    path.write_text(LOPSIDED)
-    code, out, err = run_cli(main, ["passes", str(path)])
-    assert code == 0 and out
-    assert err.startswith(f"warning: {path}:11:") and err.count("\n") == 1, err
-    assert "Einsum 'S' sums over l, r" in err
-    code, out, err = run_cli(main, ["passes", str(path), "--shape", "Z=4"])
-    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     take_warnings()
-    for shipped in sorted(CASCADES.glob("*.yaml")):
-        load_cascade(shipped)
+    for path in paths:
+        load_cascade(path)
     assert take_warnings() == []
 
 
@@ -299,21 +310,11 @@ def test_a_function_of_a_reduced_product_is_a_warning(tmp_path, run_cli):
     contraction (the reduction applies to the whole right-hand side): valid, so it runs, with
     one warning line naming the file and line; a sum of exponentials (`SD`, a softmax's
     denominator) is what it says and warns of nothing, nor do the paper-form cascades."""
-    from simulator.cascade.parse import load_cascade
-    from simulator.support.errors import take_warnings
-
     from .conftest import DATA
 
-    path = tmp_path / "silu-inside.yaml"
-    path.write_text(FUNCTION_OF_PRODUCT)
-    code, out, err = run_cli(main, ["passes", str(path)])
-    assert code == 0 and out
-    assert err.startswith(f"warning: {path}:10:") and err.count("\n") == 1, err
-    assert "Einsum 'U' reduces over d a silu() of a product" in err
-    take_warnings()
-    for written in sorted(DATA.glob("paper_cascades*/*.yaml")):
-        load_cascade(written)
-    assert take_warnings() == []
+    says = "Einsum 'U' reduces over d a silu() of a product"
+    _warns_once(tmp_path / "silu-inside.yaml", FUNCTION_OF_PRODUCT, 10, says, run_cli)
+    _no_warnings(sorted(DATA.glob("paper_cascades*/*.yaml")))
 
 
 def test_the_reference_says_what_outputs_and_reductions_are():

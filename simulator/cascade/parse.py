@@ -272,40 +272,32 @@ def lopsided_sum(e: Einsum) -> None:
         )
 
 
-LINEAR = ("add", "sub", "mul", "div", "neg")
+_ARITHMETIC = ("add", "sub", "mul", "div", "neg")
+
+
+def _ops(expr: Expr) -> list[Op]:
+    """Every map action in the expression, outermost first."""
+    out, stack = [], [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Op):
+            out.append(node)
+            stack.extend(node.args)
+    return out
 
 
 def _product_inside_function(expr: Expr, reduced: set[str]) -> Op | None:
     """The first function call whose argument multiplies two reads that both carry a
     reduced variable (`silu(X[d, p] * W[d, n])` reduced over d), None if none."""
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if not isinstance(node, Op):
+    for call in _ops(expr):
+        if call.name in _ARITHMETIC:
             continue
-        if node.name not in LINEAR:
-            inner = [node.args[0]] if len(node.args) == 1 else list(node.args)
-            for arg in inner:
-                for sub in _products(arg):
-                    sides = [
-                        {v for a in expr_reads(side) for v in a.vars()} & reduced
-                        for side in sub.args
-                    ]
-                    if all(sides):
-                        return node
-        stack.extend(node.args)
+        for product in _ops(call):
+            if product.name == "mul" and all(
+                {v for a in expr_reads(side) for v in a.vars()} & reduced for side in product.args
+            ):
+                return call
     return None
-
-
-def _products(expr: Expr) -> list[Op]:
-    out, stack = [], [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Op):
-            if node.name == "mul":
-                out.append(node)
-            stack.extend(node.args)
-    return out
 
 
 def function_of_contraction(e: Einsum) -> None:

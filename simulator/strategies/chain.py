@@ -37,7 +37,7 @@ from simulator.cascade.passes import analyze_passes
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import fastest_arrays, soonest_arrays
 from simulator.strategies.fusemax import arrays_of, keep_point, supports
-from simulator.strategies.roles import Roles, einsum_ranks, reduced_ranks, tile
+from simulator.strategies.roles import Roles, einsum_ranks, own_chunk, reduced_ranks, tile
 from simulator.strategies.schedule_tree import decoupled_schedule
 from simulator.strategies.spatial import filling
 from simulator.strategies.unfused import chained, gemm_dims
@@ -116,9 +116,7 @@ def chain_mapping(
     }
     for rank, comps in cascade.partitions:
         if len(comps) == 2 and rank not in (row, x):
-            factors[comps[1]] = extents.get(comps[1]) or tile(
-                two.name, "meshY", two.mesh_y, rank, extents, scale
-            )
+            factors[comps[1]] = own_chunk(two, rank, comps[1], extents, scale)
     leaves = {row: [r2, r1, r0], x: [x1, x0]}
     for rank, comps in cascade.partitions:
         leaves.setdefault(rank, list(comps))

@@ -37,17 +37,26 @@ from simulator.support.errors import SpecError
 HOLDS = ("stream", "whole")
 
 
+def _makes(cascade: Cascade, name: str, fibre: str | None) -> bool:
+    """The Einsum's result carries the fibre (or a part of it)."""
+    vs = cascade.einsum(name).output.vars()
+    return fibre in {rank_of(v) for v in vs} | {cascade.rank_group(rank_of(v)) for v in vs}
+
+
+def _reduces(cascade: Cascade, name: str, fibre: str | None) -> bool:
+    """The Einsum reduces the fibre (or a part of it)."""
+    return any(
+        fibre in (rank_of(v), cascade.rank_group(rank_of(v))) for v in cascade.einsum(name).reduced
+    )
+
+
 def _shaped(
-    cascade: Cascade, contractions: list[str], compute: tuple[str, ...], fibre: str
+    cascade: Cascade, contractions: list[str], compute: tuple[str, ...], fibre: str | None
 ) -> bool:
     """FLAT's shape over `fibre`: contractions making it (the scores), at least one
     reducing it (A V) last, none doing both, and Einsums besides them (the softmax)."""
-
-    def groups(vars_: Any) -> set[str]:
-        return {rank_of(v) for v in vars_} | {cascade.rank_group(rank_of(v)) for v in vars_}
-
-    makes = [fibre in groups(cascade.einsum(n).output.vars()) for n in contractions]
-    reduces = [fibre in groups(cascade.einsum(n).reduced) for n in contractions]
+    makes = [_makes(cascade, n, fibre) for n in contractions]
+    reduces = [_reduces(cascade, n, fibre) for n in contractions]
     gemms = [i for i, (m, r) in enumerate(zip(makes, reduces, strict=True)) if m or r]
     return (
         len(gemms) >= 2
@@ -215,14 +224,10 @@ def flat_mapping(
         )
 
     def produces_fibre(n: str) -> bool:
-        e = cascade.einsum(n)
-        return fibre in {cascade.rank_group(rank_of(v)) for v in e.output.vars()} | {
-            rank_of(v) for v in e.output.vars()
-        }
+        return _makes(cascade, n, fibre)
 
     def reduces_fibre(n: str) -> bool:
-        e = cascade.einsum(n)
-        return any(fibre in (rank_of(v), cascade.rank_group(rank_of(v))) for v in e.reduced)
+        return _reduces(cascade, n, fibre)
 
     # The GEMMs: contractions making the fibre (scores: QK, or several of them) and those
     # reducing it (A V); a contraction touching neither (a dot product of two vectors that

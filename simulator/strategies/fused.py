@@ -33,7 +33,7 @@ from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import flat_mapping, soonest_arrays
 from simulator.strategies.fusemax import applies as fusemax_applies
 from simulator.strategies.fusemax import arrays_of, fusemax_mapping, supports
-from simulator.strategies.roles import Roles, einsum_ranks, reduced_ranks, tile
+from simulator.strategies.roles import Roles, einsum_ranks, own_chunk, reduced_ranks, tile
 from simulator.strategies.unfused import chained, gemm_dims
 from simulator.support.errors import SpecError
 
@@ -173,9 +173,7 @@ def _blocks_of_rows(
     for rank, comps in cascade.partitions:
         partitions[rank] = list(comps)
         if len(comps) == 2:
-            factors[comps[1]] = extents.get(comps[1]) or tile(
-                two.name, "meshY", two.mesh_y, rank, extents, scale
-            )
+            factors[comps[1]] = own_chunk(two, rank, comps[1], extents, scale)
     r2 = r1 = r0 = None
     if row is not None:
         r2, r1, r0 = f"{row}2", f"{row}1", f"{row}0"

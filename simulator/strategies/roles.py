@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from simulator.cascade.graph import dependency_graph
 from simulator.cascade.ir import Cascade, Einsum, Op, Read, index_vars, rank_of
 from simulator.cascade.passes import group_pass_index, pass_index
+from simulator.spec.arch import Array
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,15 @@ def tile(
     if extent is not None and extent < size // scale:
         return rank
     return f"{array}.{dim}" if scale == 1 else f"{array}.{dim} / {scale}"
+
+
+def own_chunk(
+    array: Array, rank: str, chunk: str, extents: dict[str, int], scale: int = 1
+) -> str | int:
+    """The tile factor of a chunk the cascade itself names (`K[e, m1*M0 + m0]`, agent
+    attention's segments `Q[e, l*S + s]`): the size the cascade or the workload gives it,
+    else one spanning the array's rows (:func:`tile`), as FuseMax's."""
+    return extents.get(chunk) or tile(array.name, "meshY", array.mesh_y, rank, extents, scale)
 
 
 def scales(size: int, most: int = 4) -> list[int]:

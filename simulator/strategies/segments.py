@@ -21,6 +21,7 @@ import dataclasses
 from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
+from simulator.spec.arch import Architecture
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import _contraction, flat_mapping
 from simulator.strategies.fusemax import arrays_of
@@ -286,7 +287,7 @@ def segments_mapping(
 
 
 def _in_earlier_parts(
-    body: dict[str, Any], earlier: list[dict[str, Any]], arch: Any
+    body: dict[str, Any], earlier: list[dict[str, Any]], arch: Architecture
 ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
     """The span's mapping and the earlier spans' in one split of each rank, where two split
     a rank differently: the rows of one (`L -> L2 x L1 x L0`, Luna's packed tokens in the

@@ -31,7 +31,7 @@ from simulator.spec.arch import Array, missing_operations
 from simulator.strategies.binder_facts import BinderFacts
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.fusemax import arrays_of, supports
-from simulator.strategies.roles import Roles, einsum_ranks, is_gemm, reduced_ranks, tile
+from simulator.strategies.roles import Roles, einsum_ranks, is_gemm, own_chunk, reduced_ranks, tile
 from simulator.strategies.spatial import einsum_time, registers_hold
 from simulator.support.errors import SpecError
 
@@ -152,9 +152,7 @@ def unfused_mapping(
     for rank, comps in cascade.partitions:
         partitions[rank] = list(comps)
         if len(comps) == 2:
-            factors[comps[1]] = extents.get(comps[1]) or tile(
-                two.name, "meshY", two.mesh_y, rank, extents
-            )
+            factors[comps[1]] = own_chunk(two, rank, comps[1], extents)
     spatial: dict[str, list[str]] = {}
     tensors: dict[str, dict[str, Any]] = {}
     producer = {cascade.einsum(n).output.tensor: n for n in roles.compute}

@@ -17,6 +17,7 @@ from simulator.support.interrupts import (
     EXIT_INTERRUPTED,
     INTERRUPTED,
     command_line,
+    exit_interrupted,
     imports_done,
     interrupted,
 )
@@ -57,19 +58,29 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
         except BrokenPipeError:  # `... | head` closed the pipe: not an error of ours
             return 0
         except KeyboardInterrupt:  # files being written were removed as the stack unwound
-            print(INTERRUPTED, file=sys.stderr)
-            return EXIT_INTERRUPTED
+            return _interrupted_exit()
         except Exception as err:
             if not interrupted(err):
                 raise
             # Ctrl-C can surface as another error that it caused: an ImportError from a C
             # extension's first import, a RuntimeError from a class being built
-            print(INTERRUPTED, file=sys.stderr)
-            return EXIT_INTERRUPTED
+            return _interrupted_exit()
 
     wrapper.__doc__ = main.__doc__
     wrapper.__name__ = main.__name__
     return wrapper
+
+
+def _interrupted_exit() -> int:
+    """The one line and exit status 130. In a command-line process the process ends here:
+    the stack has unwound (files being written removed, workers ended), and Ctrl-C in the
+    middle of a C extension's first import can leave it half set up, so that the
+    interpreter's teardown aborts (exit -6, "Fatal Python error") or dies of the signal
+    (exit -2) after the line was printed. Called as a function (the tests), it returns."""
+    if command_line():
+        exit_interrupted()
+    print(INTERRUPTED, file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _done() -> None:

@@ -71,7 +71,7 @@ def _silu(z: np.ndarray) -> np.ndarray:
 
 def test_the_set_is_complete_and_documented():
     readme = (PAPER / "README.md").read_text()
-    assert 10 <= len(NAMES) <= 14, NAMES
+    assert 10 <= len(NAMES) <= 16, NAMES
     for name in NAMES:
         assert f"`{name}.yaml`" in readme, name
 
@@ -403,6 +403,37 @@ def test_luna_attention(seed):
     _assert_close(out["Y"], ref.T)
 
 
+@pytest.mark.parametrize("seed", [37, 4])
+def test_agent_attention(seed):
+    """Han et al. 2024, eqs. 3-4, rows = tokens: agents A = the means of L equal segments of
+    the queries; V_A = softmax(A K^T / sqrt(d)) V, O = softmax(Q A^T / sqrt(d)) V_A."""
+    cascade = _load("agent-attention-3pass")
+    shapes = resolve_shapes(cascade, {})
+    inputs = random_inputs(cascade, shapes, seed=seed)
+    inputs["Q"] = inputs["K"].copy()  # self-attention: the queries' tokens are the keys'
+    out = evaluate(cascade, inputs, shapes)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    n_agents, e = shapes["L"], shapes["E"]
+    agents = q.reshape(n_agents, -1, e).mean(axis=1)
+    va = _softmax(agents @ k.T / math.sqrt(e)) @ v
+    _assert_close(out["O"], (_softmax(q @ agents.T / math.sqrt(e)) @ va).T)
+
+
+def test_memory_compressed_attention():
+    """Liu et al. 2018, sec. 4.2.2: keys and values through a strided convolution (kernel =
+    stride = S) over the sequence, then softmax(Q K_c^T / sqrt(d)) V_c, rows = tokens."""
+    inputs, out, shapes = _run("memory-compressed-attention-3pass", seed=6)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))  # [P, E], [M, D], [M, C]
+    windows, taps = shapes["N"], shapes["S"]
+
+    def conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:  # x [M, in], w [in, S, out]
+        return np.einsum("gsi,iso->go", x.reshape(windows, taps, x.shape[1]), w)
+
+    kc, vc = conv(k, inputs["WCK"]), conv(v, inputs["WCV"])
+    ref = _softmax(q @ kc.T / math.sqrt(shapes["E"])) @ vc
+    _assert_close(out["AV"], ref.T)
+
+
 # * MLA: the latent cache is contracted over L as keys (SC), then walked over L again as
 #   values (OL, after the softmax that SC feeds): 2 over L.
 # * LoRA, SwiGLU, GEGLU: contractions only, none walking a rank it waits on: 1 everywhere.
@@ -415,6 +446,12 @@ def test_luna_attention(seed):
 #   2 over M and over R.
 # * Luna: each softmax as written, the pack's over the sequence M, the unpack's over the
 #   packed tokens L: 3 over each.
+# * agent attention: the agents' softmax over the keys M as written (3); the agents pooled
+#   from the queries' segments (a walk over P) before the queries' scores against them walk
+#   P again: 2 over P.
+# * memory-compressed attention: its softmax walks the windows N, M's outer part, after the
+#   convolution summed each window's tokens away: 2 over M, as 2-pass attention's chunk
+#   statistics walk M1 (the softmax as written is 3 over the compressed keys N).
 # * LayerNorm then SwiGLU: mean, variance (deviations from the mean), normalise and project,
 #   output and residual: 4 over D.
 EXPECTED_PASSES = {
@@ -445,6 +482,13 @@ EXPECTED_PASSES = {
     "layernorm-swiglu-ffn": {"D": (4, ("MU", "VAR", "XW")), "N": (1, ())},
     "performer-attention": {"M": (1, ()), "R": (1, ()), "E": (1, ()), "F": (1, ())},
     "luna-attention-3pass": {"M": (3, ("GM1", "SD1")), "L": (3, ("GM2", "SD2")), "F2": (1, ())},
+    "agent-attention-3pass": {
+        "M": (3, ("GM1", "SD1")),
+        "P": (2, ()),
+        "E": (1, ()),
+        "F": (1, ()),
+    },
+    "memory-compressed-attention-3pass": {"M": (2, ("GM",)), "P": (1, ()), "E": (1, ())},
     "performer-stabilised-attention-2pass": {
         "M": (2, ("GK",)),
         "R": (2, ("GQ",)),

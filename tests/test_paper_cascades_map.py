@@ -425,3 +425,40 @@ def test_a_bound_over_an_einsum_with_no_useful_work_is_a_number():
     w = make_workload("llama3-8b", "4K", shape={"SINK": 4})
     r = evaluate(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
     assert 0 < r.latency_bound_s <= r.latency_s
+
+
+@pytest.mark.parametrize(("seq", "segment"), [("4K", 16), ("16K", 64)])
+def test_agent_attention_maps_fused_within_1_5x_of_the_floor(seq, segment):
+    """Agent attention's 256 agents are the means of segments of the queries (`Q[e, l*S +
+    s]`). The split was the whole cascade's, so every fused template's own split of the
+    query rows (`P -> P2 x P1 x P0`) was refused, and only the kernels mapped it: 9.2x, the
+    scores of both softmaxes through DRAM. The mapper's view reads the pooled queries as a
+    view of their own (tests/test_mapping_view.py), and FLAT's template sizes the segment as
+    the workload does (it sized it as the array's 256 rows): the two softmaxes fused as
+    spans, the scores on chip; the queries cross DRAM twice (pooled, then scored)."""
+    path = PAPER / "agent-attention-3pass.yaml"
+    w = make_workload("llama3-8b", seq, {"causal": False}, shape={"L": 256, "S": segment})
+    arch = load_architecture(resolve_spec("arch", "fusemax"))
+    r = evaluate(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
+    floor = _floor_s(path, w, arch)
+    assert floor <= r.latency_s <= 1.5 * floor, (r.latency_s / floor, r.search.found)
+    assert not r.search.found.startswith("unfused") and r.search.breaches == 0
+
+
+@pytest.mark.parametrize(("seq", "windows"), [("3K", 1024), ("12K", 4096)])
+def test_memory_compressed_attention_maps_within_1_5x_of_the_floor(seq, windows):
+    """Liu et al.'s keys and values compressed by a strided convolution over the tokens
+    (`KC[e, n] = K[d, n*S + s] * WCK[d, s, e]`, S = 3). Before: 36.5x the floor, and 348
+    candidates under their own bounds -- the bound counted the taps S of M = N x S as all of
+    M (a 50M-value weight for 49K values, a GEMM of 3072 x 393K x 128); the convolution, a
+    contraction read through a split, was no GEMM to the kernels (K read 128 times); and
+    FLAT's rows came from the first contraction making the fibre, the values' convolution
+    (its value width F), not the scores the softmax reads."""
+    path = PAPER / "memory-compressed-attention-3pass.yaml"
+    shape = {"N": windows, "S": 3, "D": 128, "C": 128}
+    w = make_workload("llama3-8b", seq, {"causal": False}, shape=shape)
+    arch = load_architecture(resolve_spec("arch", "fusemax"))
+    r = evaluate(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
+    floor = _floor_s(path, w, arch)
+    assert floor <= r.latency_s <= 1.5 * floor, (r.latency_s / floor, r.search.found)
+    assert r.search.breaches == 0

@@ -496,6 +496,11 @@ class Cascade(HashedOnce):
     shape_locs: tuple[tuple[str, Loc], ...] = field(default=(), compare=False)
     params: tuple[str, ...] = ()
     reference: Reference | None = None
+    # Only in the mapper's view of a cascade (:func:`simulator.cascade.normal.mapping_view`):
+    # ranks it added, each sized as another (`PV` as `P`), and inputs it reads under a name
+    # of their own, each another input's data (`QV` is `Q`): read once, however named
+    tied_ranks: tuple[tuple[str, str], ...] = ()
+    input_views: tuple[tuple[str, str], ...] = ()
 
     __hash__ = HashedOnce.__hash__  # (a frozen dataclass would write its own)
 

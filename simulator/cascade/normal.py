@@ -45,6 +45,8 @@ from simulator.cascade.ir import (
     Cascade,
     Einsum,
     Expr,
+    IndexPos,
+    IVar,
     Num,
     Op,
     Read,
@@ -52,9 +54,17 @@ from simulator.cascade.ir import (
     VarValue,
     index_vars,
     is_constant,
+    rank_of,
 )
 from simulator.cascade.parse import loads_cascade
-from simulator.cascade.rewrite.draft import edited, fresh, names_in_use, plain_vars, statement
+from simulator.cascade.rewrite.draft import (
+    edited,
+    fresh,
+    names_in_use,
+    plain_vars,
+    restated,
+    statement,
+)
 
 COMMUTATIVE = frozenset({"add", "mul", "max", "min"})
 
@@ -62,7 +72,153 @@ COMMUTATIVE = frozenset({"add", "mul", "max", "min"})
 @functools.lru_cache(maxsize=256)
 def mapping_view(cascade: Cascade) -> Cascade:
     """The cascade as the module docstring describes it."""
-    return _ordered(_scaled_sums_split(cascade))
+    return _ordered(_split_reads_viewed(_split_reads_copied(_scaled_sums_split(cascade))))
+
+
+def _split_reads_copied(cascade: Cascade) -> Cascade:
+    """Each read through a split of a rank inside an Einsum that computes, as a view copy
+    and a plain read, as FuseMax's cascades write it (`BK[e, m1, m0] = K[e, m1*M0 + m0]`,
+    then `BK[e, m1, m0]`): a convolution over windows of the tokens `KC[e, g] = K[d, g*S +
+    s] * WCK[d, s, e]` is a GEMM over `BK[d, g, s]`, the same data. Reads with a filter or
+    another non-plain index are left as written."""
+    if cascade.operators or not cascade.partitions:
+        return cascade
+    split = dict(cascade.partitions)
+    taken = names_in_use(cascade)
+    copies: dict[str, tuple[str, str, tuple[str, ...]]] = {}  # read -> (view, copy, ranks)
+    replacements: dict[str, list[str]] = {}
+    for e in cascade.einsums:
+        if e.kind != "compute":
+            continue
+        made = len(copies)
+        hits: list[Access] = []
+        text = restated(e, _viewer(cascade, split, taken, copies, hits))
+        if hits:
+            replacements[e.name] = [t for _v, t, _r in list(copies.values())[made:]] + [text]
+    if not replacements:
+        return cascade
+    added = [(view, ranks) for view, _t, ranks in copies.values()]
+    draft = edited(cascade, replacements, new_declarations=added)
+    return loads_cascade(draft.text(), cascade.path)
+
+
+def _viewer(
+    cascade: Cascade,
+    split: dict[str, tuple[str, ...]],
+    taken: set[str],
+    copies: dict[str, tuple[str, str, tuple[str, ...]]],
+    hits: list[Access],
+) -> Callable[[Access], Expr | None]:
+    """A read replacer for :func:`_split_reads_copied`: a split read becomes a plain read of
+    its view (made once per read text, kept in `copies`); `hits` collects those replaced."""
+
+    def as_view(acc: Access) -> Expr | None:
+        decl = cascade.tensor(acc.tensor).ranks
+        positions = list(zip(decl, acc.indices, strict=True))
+        if not any(r in split and not isinstance(p.expr, IVar) for r, p in positions):
+            return None
+        ranks: list[str] = []
+        out: list[str] = []
+        for r, pos in positions:
+            if pos.filter is not None:
+                return None
+            if isinstance(pos.expr, IVar):
+                ranks.append(r)
+                out.append(pos.expr.name)
+                continue
+            by_rank = {rank_of(v): v for v in index_vars(pos.expr)}
+            if r not in split or set(by_rank) != set(split[r]):
+                return None
+            ranks += split[r]
+            out += [by_rank[c] for c in split[r]]
+        key = str(acc)
+        if key not in copies:
+            view = fresh(f"B{acc.tensor}", taken)
+            copies[key] = (view, f"{view}[{', '.join(out)}] = {key}", tuple(ranks))
+        hits.append(acc)
+        return Read(Access(copies[key][0], tuple(IndexPos(IVar(v)) for v in out), acc.loc))
+
+    return as_view
+
+
+def _split_reads_viewed(cascade: Cascade) -> Cascade:
+    """Each input read both whole and through a split of one of its ranks, read where split
+    as a view of its own over a rank of its own. Agent attention reads its queries whole in
+    the scores (`Q[e, p]`) and split into the agents' segments where it pools them
+    (`BQ[e, l, s] = Q[e, l*S + s]`): a split is the whole cascade's, so the rows of every
+    Einsum iterating `p` were the agents and their segments (`P = L x S`), and no mapping
+    could tile them its own way. The split read becomes `QV[e, l*S + s]`, QV over
+    `[E, PV]`, PV sized as P (`tied_ranks`) and QV Q's data (`input_views`: read once as
+    far as any bound is concerned). Only inputs: an intermediate has one producer writing
+    one layout. A cascade whose split ranks no Einsum iterates whole is returned as it is."""
+    if cascade.operators or not cascade.partitions:
+        return cascade
+    split = dict(cascade.partitions)
+    whole = {rank_of(v) for e in cascade.einsums for v in e.iteration}
+    inputs = set(cascade.inputs)
+    sites: dict[str, dict[int, set[str]]] = {}  # Einsum -> read position -> split ranks
+    ranks_split_where: dict[str, set[str]] = {}  # rank -> tensors read split over it
+    for e in cascade.einsums:
+        for k, acc in enumerate(e.reads()):
+            decl = cascade.tensor(acc.tensor).ranks
+            for rank, pos in zip(decl, acc.indices, strict=True):
+                if rank in split and not isinstance(pos.expr, IVar):
+                    sites.setdefault(e.name, {}).setdefault(k, set()).add(rank)
+                    ranks_split_where.setdefault(rank, set()).add(acc.tensor)
+    chosen = {
+        rank
+        for rank, tensors in ranks_split_where.items()
+        if rank in whole and tensors <= inputs and not _split_written(cascade, rank)
+    }
+    if not chosen:
+        return cascade
+    taken = names_in_use(cascade)
+    new_rank = {r: fresh(f"{r}V", taken) for r in sorted(chosen)}
+    viewed: dict[str, str] = {}  # input -> its view
+    for e in cascade.einsums:
+        for k, acc in enumerate(e.reads()):
+            if sites.get(e.name, {}).get(k, set()) & chosen and acc.tensor not in viewed:
+                viewed[acc.tensor] = fresh(f"{acc.tensor}V", taken)
+    replacements = {}
+    for e in cascade.einsums:
+        positions = {k for k, ranks in sites.get(e.name, {}).items() if ranks & chosen}
+        if positions:
+            replacements[e.name] = [_restated_reads(e, positions, viewed)]
+    added = [
+        (view, tuple(new_rank.get(r, r) for r in cascade.tensor(src).ranks))
+        for src, view in viewed.items()
+    ]
+    shapes = [(new_rank[r], v) for r, v in cascade.shapes if r in new_rank]
+    draft = edited(cascade, replacements, new_declarations=added, shapes=shapes)
+    out = loads_cascade(draft.text(), cascade.path)
+    return dataclasses.replace(
+        out,
+        tied_ranks=(*cascade.tied_ranks, *((n, r) for r, n in new_rank.items())),
+        input_views=(*cascade.input_views, *((v, t) for t, v in viewed.items())),
+    )
+
+
+def _split_written(cascade: Cascade, rank: str) -> bool:
+    """Does an Einsum write a tensor through a split of the rank?"""
+    for e in cascade.einsums:
+        decl = cascade.tensor(e.output.tensor).ranks
+        for r, pos in zip(decl, e.output.indices, strict=True):
+            if r == rank and not isinstance(pos.expr, IVar):
+                return True
+    return False
+
+
+def _restated_reads(e: Einsum, positions: set[int], viewed: dict[str, str]) -> str:
+    """The Einsum's text with its reads at those positions (in `e.reads()` order) reading
+    the inputs' views."""
+    order = {id(acc): k for k, acc in enumerate(e.reads())}
+
+    def to_view(acc: Access) -> Expr | None:
+        if order.get(id(acc)) in positions:
+            return Read(dataclasses.replace(acc, tensor=viewed[acc.tensor]))
+        return None
+
+    return restated(e, to_view)
 
 
 def _scaled_sums_split(cascade: Cascade) -> Cascade:

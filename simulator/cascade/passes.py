@@ -161,10 +161,16 @@ def _read_state(
     return state
 
 
-def _reduced_components(e: Einsum, comps: frozenset[str]) -> frozenset[str]:
-    """Components of the group the Einsum reduces. A filter (`QK[m : m <= p, p]`) does not
-    make the reduction partial: see the module docstring."""
-    return frozenset(rank_of(v) for v in e.reduced if rank_of(v) in comps)
+def _reduced_components(cascade: Cascade, e: Einsum, comps: frozenset[str]) -> frozenset[str]:
+    """Components of the group the Einsum reduces; a rank reduced whole (`max(m)` where the
+    cascade also splits M into parts) reduces all of its parts. A filter (`QK[m : m <= p,
+    p]`) does not make the reduction partial: see the module docstring."""
+    out: set[str] = set()
+    for v in e.reduced:
+        leaves = set(cascade.group_components(rank_of(v)))
+        if leaves <= comps:
+            out |= leaves
+    return frozenset(out)
 
 
 def _states(cascade: Cascade, group: str) -> GroupStates:
@@ -184,7 +190,9 @@ def _states(cascade: Cascade, group: str) -> GroupStates:
         for e in cascade.einsums:
             begin = _combine([_read_state(cascade, a, tensors, comps) for a in e.reads()])
             end = _normalize(
-                State(begin.level, begin.reduced | _reduced_components(e, comps), begin.why),
+                State(
+                    begin.level, begin.reduced | _reduced_components(cascade, e, comps), begin.why
+                ),
                 comps,
                 e.name,
             )

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade, Einsum, Op, Read, index_vars, rank_of
@@ -85,7 +86,7 @@ def _contraction(e: Einsum) -> bool:
 @functools.lru_cache(maxsize=64)
 def _aliases(cascade: Cascade) -> dict[str, str]:
     """Each copy's source input (copies of copies followed); read, never changed."""
-    out = {}
+    out = dict(cascade.input_views)  # an input the mapper's view reads under another name
     for e in cascade.einsums:
         if e.kind == "copy" and isinstance(e.expr, Read):
             src = e.expr.access.tensor
@@ -108,10 +109,18 @@ class _Attention:
     shared: bool = False  # the keys and the values are one tensor (a latent cache)
 
 
+def _parts(cascade: Cascade, variables: Iterable[str]) -> set[str]:
+    """The components the variables walk: a split rank's parts (M1, M0 of M), each part
+    once. A tensor over one part of a split rank (a convolution's taps S of M = G x S) spans
+    that part, not the whole rank."""
+    return {c for v in variables for c in cascade.group_components(rank_of(v))}
+
+
 def _attention_parts(
     cascade: Cascade, extents: dict[str, int], kept: dict[str, float]
 ) -> tuple[list[_Attention], set[str]]:
-    """Contraction pairs shaped like attention (see module docstring); the Einsums used."""
+    """Contraction pairs shaped like attention (see module docstring); the Einsums used.
+    `extents`: every component's."""
     aliases = _aliases(cascade)
     inputs = set(cascade.inputs)
     contractions = [e for e in cascade.einsums if _contraction(e)]
@@ -120,10 +129,10 @@ def _attention_parts(
         left, right = (a.access for a in c1.expr.args)  # type: ignore[union-attr]
         if not all(aliases.get(a.tensor, a.tensor) in inputs for a in (left, right)):
             continue
-        out_groups = {cascade.rank_group(rank_of(v)) for v in _indexed(c1.output)}
+        out_groups = _parts(cascade, _indexed(c1.output))
         for key_side, row_side in ((right, left), (left, right)):
-            key_groups = {cascade.rank_group(rank_of(v)) for v in _indexed(key_side)}
-            row_groups = {cascade.rank_group(rank_of(v)) for v in _indexed(row_side)}
+            key_groups = _parts(cascade, _indexed(key_side))
+            row_groups = _parts(cascade, _indexed(row_side))
             keys = (key_groups - row_groups) & out_groups
             if not keys:
                 continue
@@ -141,12 +150,12 @@ def _attention_parts(
                 for a in c2.expr.args  # type: ignore[union-attr]
                 if aliases.get(a.access.tensor, a.access.tensor) in inputs
             )
-            value_groups = {cascade.rank_group(rank_of(v)) for v in _indexed(value)} - keys
-            contracted = {cascade.rank_group(rank_of(v)) for v in c1.reduced}
-            q = _extent(rows, cascade, extents)
-            x = _extent(keys, cascade, extents)
-            d = _extent(contracted, cascade, extents)
-            f = _extent(value_groups, cascade, extents)
+            value_groups = _parts(cascade, _indexed(value)) - keys
+            contracted = _parts(cascade, c1.reduced)
+            q, x, d, f = (
+                math.prod(extents[c] for c in part)
+                for part in (rows, keys, contracted, value_groups)
+            )
             keyed = aliases.get(key_side.tensor, key_side.tensor)
             same = aliases.get(value.tensor, value.tensor) == keyed
             parts.append(_Attention(q, x, d, f, kept.get(c1.name, 1.0), same))
@@ -163,7 +172,7 @@ def _shares_a_value(
     other operand is an input no row indexes -- a value every row needs (V), the reason each
     block of rows reads it again? A per-row operand (a one-hot target `Y[c, p]`) is read
     once whatever the blocks."""
-    reduced = {cascade.rank_group(rank_of(v)) for v in e.reduced}
+    reduced = _parts(cascade, e.reduced)
     if e is c1 or not reduced & keys or reduced - keys:
         # (a contraction reducing more than the keys -- a mixture's output projection over
         # the heads and their values, `Y[o, p] = GA[f, h, p] WO[f, h, o]` -- is no A V: the
@@ -176,7 +185,7 @@ def _shares_a_value(
     value = next((a for a in reads if aliases.get(a.tensor, a.tensor) in inputs), None)
     if value is None:
         return False
-    return not {cascade.rank_group(rank_of(v)) for v in _indexed(value)} & rows
+    return not _parts(cascade, _indexed(value)) & rows
 
 
 def _derived_from(cascade: Cascade, tensor: str) -> set[str]:
@@ -223,8 +232,25 @@ def dram_bound_values(
             buffer_values,
             tuple(sorted((kept or {}).items())),
             tuple(sorted((inputs_read or {}).items())),
+            tuple(sorted(_component_extents(cascade, extents, full).items())),
         )
     )
+
+
+def _component_extents(
+    cascade: Cascade, extents: dict[str, int], full: dict[str, int]
+) -> dict[str, int]:
+    """Every component's extent. A split rank whose parts are not all sized counts as
+    unsplit: its whole extent on its first part, 1 on the others (what the rank spans,
+    never more than its values)."""
+    out: dict[str, int] = {}
+    for group, whole in full.items():
+        comps = cascade.group_components(group)
+        if all(c in extents for c in comps):
+            out.update((c, int(extents[c])) for c in comps)
+        else:
+            out.update((c, whole if i == 0 else 1) for i, c in enumerate(comps))
+    return out
 
 
 @functools.lru_cache(maxsize=64)
@@ -240,23 +266,29 @@ def _dram_parts(
     buffer_values: float,
     kept_shares: tuple[tuple[str, float], ...],
     read_shares: tuple[tuple[str, float], ...],
+    leaf_extents: tuple[tuple[str, int], ...],
 ) -> tuple[tuple[str, float], ...]:
     """:func:`dram_bound_values` over the full extent of each rank group: the same for every
     tiling of a point (kept: a search's candidates ask it each)."""
     kept, inputs_read, full = dict(kept_shares), dict(read_shares), dict(full_extents)
-    groups = _groups(cascade)
+    leaf = dict(leaf_extents)
 
     def size(tensor: str) -> int:
         ranks = cascade.tensor(tensor).ranks
-        return math.prod(full[groups[r]] for r in dict.fromkeys(groups[r] for r in ranks))
+        return math.prod(leaf[c] for c in {c for r in ranks for c in cascade.group_components(r)})
+
+    def side(variables: set[str]) -> int:
+        return math.prod(leaf[c] for c in _parts(cascade, variables))
 
     parts: list[tuple[str, float]] = []
+    views = dict(cascade.input_views)  # another input's data: read once, under its name
     for t in cascade.inputs:
-        parts.append((f"read {t}", float(size(t)) * inputs_read.get(t, 1.0)))
+        if t not in views:
+            parts.append((f"read {t}", float(size(t)) * inputs_read.get(t, 1.0)))
     for t in cascade.outputs:
         parts.append((f"write {t}", float(size(t))))
     m = max(1.0, float(buffer_values))
-    attention, used = _attention_parts(cascade, full, kept)
+    attention, used = _attention_parts(cascade, leaf, kept)
     for a in attention:
         rows_on_chip = m / (a.d + a.f)
         blocks = a.q / rows_on_chip if rows_on_chip > 0 else math.inf
@@ -280,10 +312,7 @@ def _dram_parts(
         lv, rv, ov = (set(_indexed(acc)) for acc in (left, right, e.output))
         if lv & rv & ov:
             continue  # batched: not one GEMM
-        # each original rank once: the chunks of a partitioned rank (e1, e0 of E) span it
-        a = math.prod(full[g] for g in {groups[rank_of(v)] for v in (ov & lv) - rv})
-        c = math.prod(full[g] for g in {groups[rank_of(v)] for v in (ov & rv) - lv})
-        b = math.prod(full[g] for g in {groups[rank_of(v)] for v in (lv & rv) - ov})
+        a, b, c = (side(vs) for vs in ((ov & lv) - rv, (lv & rv) - ov, (ov & rv) - lv))
         # Smith et al.'s tight bound on a GEMM's reads (arXiv 1702.02017): 2abc / sqrt(M)
         # less its lower-order 2M, beyond the compulsory reads of both operands
         extra = max(0.0, 2 * a * b * c / math.sqrt(m) - 2 * m - (a * b + b * c))

@@ -9,6 +9,7 @@ Built once per point (:func:`bind_context`); every strategy's template
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from simulator.spec.arch import Architecture
 from simulator.spec.workload import Workload
 from simulator.strategies.binder_facts import BinderFacts, load_facts
 from simulator.strategies.roles import Roles, cascade_roles
-from simulator.support.errors import SpecError
+from simulator.support.errors import Loc, SpecError
 
 
 def workload_extents(
@@ -45,6 +46,11 @@ def workload_extents(
     for rank, value in given.items():
         if rank in ranks:  # (a rank the cascade lacks sizes another cascade of the run)
             extents[rank] = value
+    for rank, same in cascade.tied_ranks:  # a rank the mapper's view added: as its original
+        if same in shapes:
+            shapes[rank] = shapes[same]
+        if same in extents:
+            extents[rank] = extents[same]
     return shapes, extents
 
 
@@ -124,9 +130,12 @@ def bind_context(
     shapes, extents = workload_extents(cascade, workload, facts)
     check_sized(cascade, extents, facts, workload)
     view = mapping_view(cascade)
-    normalised = {e.name for e in view.einsums} != {e.name for e in cascade.einsums}
+    normalised = {e.name for e in view.einsums} != {e.name for e in cascade.einsums} or {
+        t.name for t in view.tensors
+    } != {t.name for t in cascade.tensors}
     if normalised:
         shapes, extents = workload_extents(view, workload, facts)
+        check_tied_splits(view, extents)
     cascade = view
     return BindContext(
         cascade,
@@ -141,6 +150,25 @@ def bind_context(
         facts,
         normalised,
     )
+
+
+def check_tied_splits(view: Cascade, extents: dict[str, int]) -> None:
+    """A split the mapper's view moved onto a rank of its own (`PV`, sized as `P`) spans its
+    original rank, said in the cascade's own names (one line)."""
+    parts = dict(view.partitions)
+    for rank, same in view.tied_ranks:
+        comps = parts.get(rank, ())
+        if same not in extents or not comps or any(c not in extents for c in comps):
+            continue
+        product = math.prod(extents[c] for c in comps)
+        if product != extents[same]:
+            sizes = " x ".join(f"{c}={extents[c]}" for c in comps)
+            raise SpecError(
+                f"the cascade splits {same} into {' x '.join(comps)}, but {same}="
+                f"{extents[same]} and {sizes} = {product}: give sizes that multiply to "
+                f"{same} (--shape)",
+                Loc(view.path),
+            )
 
 
 def mapping_head(

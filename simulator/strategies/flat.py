@@ -28,7 +28,14 @@ from simulator.spec.arch import Array, missing_operations
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.fusemax import arrays_of, supports
 from simulator.strategies.regions import block_values, kept_extent
-from simulator.strategies.roles import einsum_ranks, in_place, is_gemm, reduced_ranks, tile
+from simulator.strategies.roles import (
+    einsum_ranks,
+    in_place,
+    is_gemm,
+    own_chunk,
+    reduced_ranks,
+    tile,
+)
 from simulator.strategies.spatial import einsum_time, filling, registers_hold
 from simulator.strategies.unfused import _fibre_array, chained, indexed_vars
 from simulator.support.errors import SpecError
@@ -241,10 +248,18 @@ def flat_mapping(
             "has no such shape"
         )
     # the rows from the first GEMM whose result has ranks besides the fibre (a key's norm
-    # `NK[m] = K[e, m] * K[e, m]` has none: the keys' projection `WK[r, m]` names them)
+    # `NK[m] = K[e, m] * K[e, m]` has none: the keys' projection `WK[r, m]` names them),
+    # the scores first: a GEMM whose result the fibre Einsums read (a convolution making
+    # compressed keys and values over the fibre feeds the scores and A V, not the softmax)
+    read_by_fibre = {a.tensor for n in fibre_einsums for a in cascade.einsum(n).reads()}
+    scores = [g for g in gemms if cascade.einsum(g).output.tensor in read_by_fibre]
     first = cascade.einsum(
         next(
-            (g for g in gemms if {rank_of(v) for v in cascade.einsum(g).output.vars()} - {fibre}),
+            (
+                g
+                for g in (*scores, *gemms)
+                if {rank_of(v) for v in cascade.einsum(g).output.vars()} - {fibre}
+            ),
             gemms[0],
         )
     )
@@ -438,9 +453,10 @@ def flat_mapping(
     for n in roles.compute:
         by_array[binding[n]].append(n)
     factors = {
-        # the cascade's own chunks (`K[e, m1*M0 + m0]`) span the 2D array's rows
+        # the cascade's own chunks (`K[e, m1*M0 + m0]`): the size given, else the 2D
+        # array's rows
         **{
-            comps[1]: tile(two.name, "meshY", two.mesh_y, rank, extents, chunk_scale)
+            comps[1]: own_chunk(two, rank, comps[1], extents, chunk_scale)
             for rank, comps in cascade.partitions
             if len(comps) == 2 and comps[1] != fibre
         },

@@ -1,0 +1,116 @@
+"""The mapper's view of a cascade (`simulator.cascade.normal.mapping_view`): an input read
+both whole and through a split of one of its ranks is read, where split, as a view of its
+own over a rank of its own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from simulator.cascade.execute import evaluate, random_inputs
+from simulator.cascade.gemm import batched_gemm_shape
+from simulator.cascade.normal import mapping_view
+from simulator.cascade.parse import load_cascade
+from simulator.cascade.shapes import resolve_shapes
+from simulator.core.bounds import dram_bound_values
+
+from .conftest import CASCADES, DATA
+
+AGENT = DATA / "paper_cascades" / "agent-attention-3pass.yaml"
+FUNNEL = DATA / "paper_cascades_heldout" / "funnel-pool-query-attention-layer-3pass.yaml"
+MCA = DATA / "paper_cascades" / "memory-compressed-attention-3pass.yaml"
+EVERY = sorted(
+    [*CASCADES.glob("*.yaml"), *(DATA / "paper_cascades").glob("*.yaml")]
+    + [*(DATA / "paper_cascades_heldout").glob("*.yaml")]
+)
+
+
+def test_an_input_read_whole_and_split_is_read_split_through_a_view_of_its_own():
+    """Agent attention pools its agents from segments of the queries (`Q[e, l*S + s]`) and
+    reads the queries whole in their scores (`Q[e, p]`): a split is the whole cascade's, so
+    every Einsum iterating p iterated the agents' L and the segment's S instead -- the
+    scores `S2S[l, p]` one agent per segment, and no mapping could split the rows P its own
+    way. In the view the pooling reads QV over a rank PV of its own, sized as P."""
+    c = load_cascade(AGENT)
+    v = mapping_view(c)
+    assert dict(c.partitions) == {"P": ("L", "S")}
+    assert dict(v.partitions) == {"PV": ("L", "S")}
+    assert v.tied_ranks == (("PV", "P"),) and v.input_views == (("QV", "Q"),)
+    assert v.tensor("QV").ranks == ("E", "PV")
+    assert [str(a) for e in v.einsums if e.name == "BQ" for a in e.reads()] == ["QV[e, l*S+s]"]
+    scores = v.einsum("S2S")
+    assert {a.tensor for a in scores.reads()} == {"Q", "A"}
+
+
+def test_the_view_computes_what_the_cascade_computes():
+    c = load_cascade(AGENT)
+    v = mapping_view(c)
+    shapes = resolve_shapes(c, {})
+    inputs = random_inputs(c, shapes, seed=3)
+    out = evaluate(c, inputs, shapes)["O"]
+    viewed = evaluate(v, {**inputs, "QV": inputs["Q"]}, resolve_shapes(v, {}))["O"]
+    # (the view also divides after each scaled sum: the same values to rounding)
+    assert np.allclose(viewed, out, rtol=1e-12, atol=0)
+
+
+def test_the_bound_reads_a_viewed_input_once():
+    """QV is Q's data: the traffic bound reads it once, under Q's name."""
+    c = load_cascade(AGENT)
+    v = mapping_view(c)
+    extents = {"M": 4096, "P": 4096, "PV": 4096, "L": 256, "S": 16, "E": 128, "F": 128}
+    before = dict(dram_bound_values(c, extents, 1e6))
+    after = dict(dram_bound_values(v, extents, 1e6))
+    assert "read QV" not in after and after["read Q"] == before["read Q"] == 4096 * 128
+    assert sum(after.values()) == pytest.approx(sum(before.values()))
+
+
+@pytest.mark.parametrize("path", EVERY, ids=lambda p: p.stem)
+def test_a_split_no_einsum_iterates_whole_stays_as_written(path):
+    """FuseMax's cascades split the keys (`K[e, m1*M0 + m0]`) and iterate only the parts:
+    their view keeps the split (agent attention and Funnel's pooled queries are the
+    cascades here that read an input both ways)."""
+    c = load_cascade(path)
+    v = mapping_view(c)
+    if path in (AGENT, FUNNEL):
+        assert v.input_views and not set(dict(c.partitions)) & set(dict(v.partitions))
+        return
+    assert (v.partitions, v.input_views, v.tied_ranks) == (c.partitions, (), ())
+
+
+def test_a_split_that_does_not_span_its_rank_is_one_line_in_the_cascades_names():
+    """The segments (L x S) must make up the queries P: said of P, not of the view's PV."""
+    cmd = [sys.executable, "-m", "simulator.run", "--model", "llama3-8b", "--seq", "16K"]
+    cmd += ["--no-causal", "--shape", "L=256,S=16", "--cascade", str(AGENT), "--mapping", "auto"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "splits P into L x S" in lines[0] and "P=16384" in lines[0]
+    assert "PV" not in lines[0] and "agent-attention-3pass.yaml" in lines[0]
+
+
+def test_a_split_read_inside_a_contraction_is_a_view_copy_and_a_gemm():
+    """Memory-compressed attention's convolution reads the keys through a split of the
+    tokens (`KC[e, n] = K[d, n*S + s] * WCK[d, s, e]`): in the view a copy (`BK[d, n, s] =
+    K[d, n*S + s]`, as FuseMax's cascades write `BK`) and a GEMM over it, N x (D S) x E."""
+    v = mapping_view(load_cascade(MCA))
+    copy = v.einsum("BK")
+    assert copy.kind == "copy" and [str(a) for a in copy.reads()] == ["K[d, n*S+s]"]
+    assert v.tensor("BK").ranks == ("D", "N", "S")
+    shape, batch = batched_gemm_shape(v, "KC")
+    assert (shape.rows, shape.cols, set(shape.reduction), batch) == (("N",), ("E",), {"D", "S"}, ())
+    assert batched_gemm_shape(load_cascade(MCA), "KC") is None  # as written: no GEMM
+
+
+def test_the_traffic_bound_counts_a_part_of_a_split_rank_as_that_part():
+    """A weight over the convolution's taps S (`WCK[d, s, e]`, S a part of M = N x S) holds
+    D x S x E values, not D x M x E; nor is the convolution an attention whose keys are
+    re-read: the bound is the compulsory traffic (before: 5.4x it)."""
+    c = load_cascade(MCA)
+    extents = {"M": 3072, "N": 1024, "S": 3, "P": 3072, "D": 128, "C": 128, "E": 128, "F": 128}
+    parts = dict(dram_bound_values(c, extents, 8e6))
+    assert parts["read WCK"] == 128 * 3 * 128
+    compulsory = 4 * 3072 * 128 + 2 * 128 * 3 * 128  # Q, K, V, AV; the two weights
+    assert sum(parts.values()) == compulsory

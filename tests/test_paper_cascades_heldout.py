@@ -538,6 +538,29 @@ def test_hourglass_shortened_attention_layer():
     _close(out["Y"], (concat @ inputs["WO"].reshape(-1, 8)).T)
 
 
+def test_hedgehog_linear_attention():
+    """Zhang et al. 2024, eq. 6, rows = tokens: phi(x) = [softmax(x W), softmax(-x W)],
+    y_i = sum_j phi(q_i) . phi(k_j) v_j / sum_j phi(q_i) . phi(k_j)."""
+    shapes = {"M": 40, "P": 24, "E": 8, "F": 6, "R": 5}
+    inputs, out = _run("hedgehog-linear-attention", shapes, 12)
+    q, k, v, w = inputs["Q"].T, inputs["K"].T, inputs["V"].T, inputs["W"]
+
+    def phi(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([_softmax(x @ w), _softmax(-x @ w)], axis=1)
+
+    sim = phi(q) @ phi(k).T  # [P, M], the quadratic form the linear one computes
+    _close(out["Y"], (sim @ v / sim.sum(axis=1, keepdims=True)).T)
+
+
+def test_vera_linear():
+    """Kopiczko et al. 2024, eq. 1, rows = tokens: h = x W0 + ((x A) * d) B * b."""
+    inputs, out = _run("vera-linear", {"P": 12, "D": 10, "O": 8, "R": 4}, 13)
+    x = inputs["X"].T
+    side = ((x @ inputs["A"]) * inputs["DV"]) @ inputs["B"] * inputs["BV"]
+    _close(out["Y"], (x @ inputs["W0"] + side).T)
+    assert np.max(np.abs(side)) > 1e-3  # the side path is live
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -592,6 +615,9 @@ def test_prefix_lm_attention():
         # the softmax walks the shortened keys N, M's outer part, after the pooling summed each
         # group's tokens: 2 over M, as 2-pass attention's chunk statistics walk M1
         ("hourglass-shortened-attention-layer-3pass", {"M": 2, "C": 2}),
+        # each feature softmax as written over the features R; linear in the keys
+        ("hedgehog-linear-attention", {"R": 3, "M": 1}),
+        ("vera-linear", {"D": 1, "R": 1, "O": 1}),
     ],
 )
 def test_passes(name, passes):

@@ -717,6 +717,9 @@ MAPPED = [
         "4K",
         {"R": 1024, "S": 4, "N": 1024, "T": 4, "D": 4096, "C": 4096, "H": 32},
     ),
+    # written after those, mapped once: Hedgehog 1.00x / 1.00x, VeRA 1.02x / 1.02x
+    ("hedgehog-linear-attention", "4K", {"R": 64}),
+    ("vera-linear", "4K", {"D": 4096, "O": 4096, "R": 256}),
 ]
 
 

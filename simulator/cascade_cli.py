@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator.cascade.draft import without_dead
 from simulator.cascade.execute import (
     MAX_EVALUATION_BYTES,
     Comparison,
@@ -46,7 +47,6 @@ from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite import RewriteResult, rewrite
 from simulator.cascade.rewrite.canonical import canonical
-from simulator.cascade.rewrite.draft import without_dead
 from simulator.cascade.rewrite.rule_search import Candidate
 from simulator.cascade.runs_on import missing_by_architecture, runs_on_line
 from simulator.cascade.shapes import MissingShapes, parse_shape_arg, resolve_shapes

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
+from simulator.cascade.draft import is_plain_sum, restate
 from simulator.cascade.ir import Cascade, Expr, Num, Op, Size, VarValue
 from simulator.cascade.parse import loads_cascade
-from simulator.cascade.rewrite.draft import is_plain_sum, restate
 from simulator.cascade.write import cascade_yaml, einsum_text, expr_text, to_yaml
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.cascade.draft import draft_of
 from simulator.cascade.execute import evaluate, random_inputs
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.rewrite import rewrite
 from simulator.cascade.rewrite.canonical import canonical
-from simulator.cascade.rewrite.draft import draft_of
 from simulator.cascade.shapes import resolve_shapes
 from simulator.cascade_cli import main as cascade_main
 

@@ -15,6 +15,7 @@ from simulator.cascade.gemm import batched_gemm_shape
 from simulator.cascade.normal import mapping_view
 from simulator.cascade.parse import load_cascade
 from simulator.cascade.shapes import resolve_shapes
+from simulator.cascade_cli import main as cascade_main
 from simulator.core.bounds import dram_bound_values
 
 from .conftest import CASCADES, DATA
@@ -114,3 +115,16 @@ def test_the_traffic_bound_counts_a_part_of_a_split_rank_as_that_part():
     assert parts["read WCK"] == 128 * 3 * 128
     compulsory = 4 * 3072 * 128 + 2 * 128 * 3 * 128  # Q, K, V, AV; the two weights
     assert sum(parts.values()) == compulsory
+
+
+def test_the_passes_of_a_split_input_are_said_in_the_cascades_names(run_cli):
+    """Funnel's queries are the tokens pooled in windows (`X[d, p*S + s]`, M = P x S) and
+    its keys the tokens whole: its softmax over the keys is 3 passes as written. Before: 1
+    (a reduction over `m` whole was no reduction of M's parts), and with that alone 4 (the
+    pooled rows P, M's parts, walked after the softmax). The view's names stay inside."""
+    code, out, _err = run_cli(cascade_main, ["passes", str(FUNNEL)])
+    assert code == 0
+    table = out.split("\n\n")[1].splitlines()[2:]  # the per-rank table's rows
+    rows = {line.split()[0]: line.split()[1] for line in table}
+    assert rows == {"D": "4", "M": "3", "E": "1", "H": "1", "F": "1"}, out
+    assert "MV" not in out.split() and "XV" not in out.split()

@@ -609,9 +609,10 @@ def test_prefix_lm_attention():
         ("synthesizer-dense-3pass", {"M": 3}),
         ("llama-block-3pass", {"M": 3, "D": 5}),
         ("prefix-lm-attention-3pass", {"M": 3}),
-        # the pooled queries are the tokens' windows (M = P x S), so the walks of the rows
-        # after the softmax count as walks of M too: 4 (3 as written; docs/mapper.md)
-        ("funnel-pool-query-attention-layer-3pass", {"M": 4, "D": 4}),
+        # the pooled queries are the tokens' windows (M = P x S): analysed with the pooling's
+        # read a view of its own, the softmax over the keys as written (before: 1, the
+        # reductions over m whole not seen; then 4, the rows' walks counted as M's)
+        ("funnel-pool-query-attention-layer-3pass", {"M": 3, "D": 4}),
         # the softmax walks the shortened keys N, M's outer part, after the pooling summed each
         # group's tokens: 2 over M, as 2-pass attention's chunk statistics walk M1
         ("hourglass-shortened-attention-layer-3pass", {"M": 2, "C": 2}),

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.cascade.__main__ import main
+from simulator.cascade.draft import without_dead
 from simulator.cascade.execute import compare, evaluate, random_inputs
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
 from simulator.cascade.rewrite import rewrite
-from simulator.cascade.rewrite.draft import without_dead
 from simulator.cascade.rewrite.rule_search import pass_floor
 from simulator.cascade.rewrite.rules import (
     chunked_variance,

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.cascade.draft import without_dead
 from simulator.cascade.execute import compare, evaluate, random_inputs
 from simulator.cascade.parse import load_cascade, loads_cascade
 from simulator.cascade.passes import analyze_passes
-from simulator.cascade.rewrite.draft import without_dead
 from simulator.cascade.rewrite.rules import (
     RULES,
     chunked_variance,

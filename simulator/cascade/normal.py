@@ -39,6 +39,14 @@ import functools
 import hashlib
 from collections.abc import Callable
 
+from simulator.cascade.draft import (
+    edited,
+    fresh,
+    names_in_use,
+    plain_vars,
+    restated,
+    statement,
+)
 from simulator.cascade.graph import carried_var, recurrences
 from simulator.cascade.ir import (
     Access,
@@ -57,14 +65,6 @@ from simulator.cascade.ir import (
     rank_of,
 )
 from simulator.cascade.parse import loads_cascade
-from simulator.cascade.rewrite.draft import (
-    edited,
-    fresh,
-    names_in_use,
-    plain_vars,
-    restated,
-    statement,
-)
 
 COMMUTATIVE = frozenset({"add", "mul", "max", "min"})
 
@@ -72,7 +72,7 @@ COMMUTATIVE = frozenset({"add", "mul", "max", "min"})
 @functools.lru_cache(maxsize=256)
 def mapping_view(cascade: Cascade) -> Cascade:
     """The cascade as the module docstring describes it."""
-    return _ordered(_split_reads_viewed(_split_reads_copied(_scaled_sums_split(cascade))))
+    return _ordered(split_reads_viewed(_split_reads_copied(_scaled_sums_split(cascade))))
 
 
 def _split_reads_copied(cascade: Cascade) -> Cascade:
@@ -141,7 +141,7 @@ def _viewer(
     return as_view
 
 
-def _split_reads_viewed(cascade: Cascade) -> Cascade:
+def split_reads_viewed(cascade: Cascade) -> Cascade:
     """Each input read both whole and through a split of one of its ranks, read where split
     as a view of its own over a rank of its own. Agent attention reads its queries whole in
     the scores (`Q[e, p]`) and split into the agents' segments where it pools them

@@ -41,11 +41,13 @@ the same pass (the M0 chunk of BQK in 1-pass attention); otherwise 1 (streamed).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
 from simulator.cascade.graph import components, recurrences
 from simulator.cascade.ir import Access, Cascade, Einsum, ISym, Read, index_vars, rank_of
+from simulator.cascade.normal import split_reads_viewed
 from simulator.support.errors import SpecError
 from simulator.support.progress import Steps
 
@@ -242,6 +244,53 @@ def _traverses(cascade: Cascade, acc: Access, group: str) -> bool:
 
 
 def analyze_passes(cascade: Cascade) -> PassReport:
+    """The passes of every schedule. An input read both whole and through a split of one of
+    its ranks (Funnel's queries pooled from the tokens, `X[d, p*S + s]`, beside `X[d, m]`)
+    is analysed as the mapper reads it, its split read a view of its own
+    (:func:`~simulator.cascade.normal.split_reads_viewed`), and reported in the cascade's
+    names: otherwise the split's parts (the pooled queries P) would be parts of the tokens M
+    wherever they appear, and the rows' walks after the softmax walks of M."""
+    view = split_reads_viewed(cascade)
+    if view is cascade:
+        return _analyze(cascade)
+    return _folded(_analyze(view), cascade, view)
+
+
+def _folded(report: PassReport, cascade: Cascade, view: Cascade) -> PassReport:
+    """A report on the view in the cascade's names: a rank the view added is its original
+    (the most passes of the two), a viewed input the input it views."""
+    rank = dict(view.tied_ranks)
+    tensor = dict(view.input_views)
+    per: dict[str, tuple[int, tuple[str, ...]]] = {}
+    for group, n, why in report.per_rank:
+        name = rank.get(group, group)
+        if name not in per or n > per[name][0]:
+            per[name] = (n, why)
+    per_rank = tuple((g, *per[g]) for g in cascade.rank_groups() if g in per)
+    fibers: dict[tuple[str, str], FiberPasses] = {}
+    for f in report.fibers:
+        named = FiberPasses(
+            tensor.get(f.tensor, f.tensor),
+            rank.get(f.rank, f.rank),
+            tuple(rank.get(c, c) for c in f.components),
+            f.passes,
+            rank.get(f.live_footprint, f.live_footprint),
+            f.reductions,
+        )
+        key = (named.tensor, named.rank)
+        if key not in fibers or named.passes > fibers[key].passes:
+            fibers[key] = named
+    max_passes = max((n for _, n, _ in per_rank), default=1)
+    return dataclasses.replace(
+        report,
+        cascade=cascade.name,
+        max_passes=max_passes,
+        per_rank=per_rank,
+        fibers=tuple(fibers.values()),
+    )
+
+
+def _analyze(cascade: Cascade) -> PassReport:
     groups = cascade.rank_groups()
     per_rank = []
     fibers: list[FiberPasses] = []

@@ -34,8 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simulator.cascade.ir import Cascade, Einsum, Expr, Num, Op, Read, Size, VarValue, is_constant
-from simulator.cascade.rewrite.draft import (
+from simulator.cascade.draft import (
     Draft,
     draft_of,
     edited,
@@ -55,6 +54,7 @@ from simulator.cascade.rewrite.draft import (
     var,
     without_duplicates,
 )
+from simulator.cascade.ir import Cascade, Einsum, Expr, Num, Op, Read, Size, VarValue, is_constant
 from simulator.cascade.write import einsum_text, expr_text
 
 MAX_ROUNDS = 64  # each round changes one Einsum; a cascade settles long before

@@ -38,11 +38,11 @@ from types import ModuleType
 
 import numpy as np
 
+from simulator.cascade.draft import Draft, draft_of, without_dead, without_duplicates
 from simulator.cascade.execute import evaluate, random_inputs
 from simulator.cascade.ir import Cascade, Einsum, rank_of
 from simulator.cascade.passes import PassReport, analyze_passes
 from simulator.cascade.rewrite.canonical import canonical
-from simulator.cascade.rewrite.draft import Draft, draft_of, without_dead, without_duplicates
 from simulator.cascade.rewrite.everywhere import everywhere, sites
 from simulator.cascade.rewrite.rules import RULES
 from simulator.cascade.rewrite.rules.base import Context, Rewrite

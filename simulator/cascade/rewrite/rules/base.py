@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.cascade.draft import Draft
 from simulator.cascade.ir import Cascade
 from simulator.cascade.passes import PassReport
-from simulator.cascade.rewrite.draft import Draft
 
 
 @dataclass(frozen=True)

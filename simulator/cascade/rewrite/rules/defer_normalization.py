@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from simulator.cascade.ir import Expr, Op, Read
-from simulator.cascade.rewrite.draft import (
+from simulator.cascade.draft import (
     edited,
     expr_tensors,
     expr_vars,
@@ -40,6 +39,7 @@ from simulator.cascade.rewrite.draft import (
     read,
     statement,
 )
+from simulator.cascade.ir import Expr, Op, Read
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
 from simulator.cascade.write import expr_text
 

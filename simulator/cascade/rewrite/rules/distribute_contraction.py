@@ -42,8 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from simulator.cascade.ir import Cascade, Einsum, Expr, Op, Read, Size, expr_values, rank_of
-from simulator.cascade.rewrite.draft import (
+from simulator.cascade.draft import (
     edited,
     expr_tensors,
     expr_vars,
@@ -56,6 +55,7 @@ from simulator.cascade.rewrite.draft import (
     read,
     statement,
 )
+from simulator.cascade.ir import Cascade, Einsum, Expr, Op, Read, Size, expr_values, rank_of
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
 from simulator.cascade.rewrite.rules.reassociate_affine import shifts
 from simulator.cascade.write import expr_text

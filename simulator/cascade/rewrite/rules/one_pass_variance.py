@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from simulator.cascade.ir import Cascade, Einsum, Expr, Num, Op, Read, Size, rank_of
-from simulator.cascade.rewrite.draft import (
+from simulator.cascade.draft import (
     edited,
     expr_vars,
     factors,
@@ -33,6 +32,7 @@ from simulator.cascade.rewrite.draft import (
     read,
     statement,
 )
+from simulator.cascade.ir import Cascade, Einsum, Expr, Num, Op, Read, Size, rank_of
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
 from simulator.cascade.write import expr_text
 

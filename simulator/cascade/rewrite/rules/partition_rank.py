@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from simulator.cascade.ir import Access, Cascade, IndexPos, IVar, Read, index_vars
-from simulator.cascade.rewrite.draft import (
+from simulator.cascade.draft import (
     edited,
     fresh,
     map_reads,
     names_in_use,
     statement,
 )
+from simulator.cascade.ir import Access, Cascade, IndexPos, IVar, Read, index_vars
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
 from simulator.support.units import divisors
 

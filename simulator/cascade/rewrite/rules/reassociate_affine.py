@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from simulator.cascade.ir import Cascade, Einsum, Expr, Op, Read
-from simulator.cascade.rewrite.draft import (
+from simulator.cascade.draft import (
     edited,
     expr_tensors,
     expr_vars,
@@ -38,6 +37,7 @@ from simulator.cascade.rewrite.draft import (
     statement,
     var,
 )
+from simulator.cascade.ir import Cascade, Einsum, Expr, Op, Read
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
 from simulator.cascade.write import expr_text
 

@@ -37,20 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from simulator.cascade.ir import (
-    Access,
-    Cascade,
-    Einsum,
-    Expr,
-    IndexPos,
-    ISym,
-    IVar,
-    Num,
-    Op,
-    Read,
-    index_vars,
-)
-from simulator.cascade.rewrite.draft import (
+from simulator.cascade.draft import (
     at_int,
     at_next,
     at_sym,
@@ -72,6 +59,19 @@ from simulator.cascade.rewrite.draft import (
     statement,
     step_position,
     with_step,
+)
+from simulator.cascade.ir import (
+    Access,
+    Cascade,
+    Einsum,
+    Expr,
+    IndexPos,
+    ISym,
+    IVar,
+    Num,
+    Op,
+    Read,
+    index_vars,
 )
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
 from simulator.cascade.write import einsum_text

@@ -36,8 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from simulator.cascade.ir import Cascade, Einsum, Expr, Num, Op, Read, Size
-from simulator.cascade.rewrite.draft import (
+from simulator.cascade.draft import (
     at_int,
     at_next,
     at_sym,
@@ -55,6 +54,7 @@ from simulator.cascade.rewrite.draft import (
     step_position,
     with_step,
 )
+from simulator.cascade.ir import Cascade, Einsum, Expr, Num, Op, Read, Size
 from simulator.cascade.rewrite.rules.base import Context, Rewrite
 from simulator.cascade.rewrite.rules.one_pass_variance import squared_deviation
 from simulator.cascade.rewrite.rules.partition_rank import unchunkable

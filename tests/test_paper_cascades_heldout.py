@@ -69,6 +69,27 @@ def _softmax(s: np.ndarray) -> np.ndarray:
     return z / z.sum(axis=-1, keepdims=True)
 
 
+def _multi_head(queries: np.ndarray, keys: np.ndarray, w: dict[str, np.ndarray]) -> np.ndarray:
+    """Vaswani et al. 2017, sec. 3.2.2, rows = tokens: the heads' softmax(x W_Q (x W_K)^T /
+    sqrt(d)) x W_V side by side (columns: value width, then head), times W^O."""
+    heads = [
+        _softmax(
+            (queries @ w["WQ"][:, :, h]) @ (keys @ w["WK"][:, :, h]).T / math.sqrt(w["WQ"].shape[1])
+        )
+        @ (keys @ w["WV"][:, :, h])
+        for h in range(w["WQ"].shape[2])
+    ]
+    concat = np.stack(heads, axis=2).reshape(len(queries), -1)
+    return concat @ w["WO"].reshape(-1, w["WO"].shape[2])
+
+
+def _post_norm(r: np.ndarray, w: dict[str, np.ndarray]) -> np.ndarray:
+    """LayerNorm over the model width (Ba et al. 2016, eq. 3; eps 1e-5), gain GN, bias BN."""
+    mean = r.mean(axis=1, keepdims=True)
+    var = ((r - mean) ** 2).mean(axis=1, keepdims=True)
+    return (r - mean) / np.sqrt(var + 1e-5) * w["GN"] + w["BN"]
+
+
 def test_gated_attention():
     """Qiu et al. 2025, eq. 5 (G1): SDPA(Q, K, V) * sigmoid(X W_theta)."""
     inputs, out = _run("gated-attention-3pass", {"M": 40, "P": 24, "E": 8, "F": 6, "D": 12})
@@ -98,17 +119,7 @@ def test_postnorm_encoder_attention_layer():
     shapes = {"M": 24, "P": 24, "D": 16, "E": 4, "F": 4, "H": 3}
     inputs, out = _run("postnorm-encoder-attention-layer-3pass", shapes, 3, ("XQ", "XK"))
     x = inputs["XQ"].T  # [P, D]
-    heads = [
-        _softmax((x @ inputs["WQ"][:, :, h]) @ (x @ inputs["WK"][:, :, h]).T / math.sqrt(4))
-        @ (x @ inputs["WV"][:, :, h])
-        for h in range(3)
-    ]
-    concat = np.stack(heads, axis=2).reshape(len(x), -1)  # columns (f, head)
-    r = x + concat @ inputs["WO"].reshape(-1, inputs["WO"].shape[2])
-    mean = r.mean(axis=1, keepdims=True)
-    var = ((r - mean) ** 2).mean(axis=1, keepdims=True)
-    ref = (r - mean) / np.sqrt(var + 1e-5) * inputs["GN"] + inputs["BN"]
-    _close(out["Y"], ref.T)
+    _close(out["Y"], _post_norm(x + _multi_head(x, x, inputs), inputs).T)
 
 
 def _layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -504,16 +515,7 @@ def test_funnel_pool_query_attention_layer():
     inputs, out = _run("funnel-pool-query-attention-layer-3pass", shapes, 5)
     x = inputs["X"].T  # [M, D]
     pooled = x.reshape(12, 2, 16).mean(axis=1)  # [P, D]
-    heads = [
-        _softmax((pooled @ inputs["WQ"][:, :, h]) @ (x @ inputs["WK"][:, :, h]).T / 2.0)
-        @ (x @ inputs["WV"][:, :, h])
-        for h in range(3)
-    ]
-    concat = np.stack(heads, axis=2).reshape(len(pooled), -1)  # columns (f, head)
-    r = pooled + concat @ inputs["WO"].reshape(-1, inputs["WO"].shape[2])
-    mean = r.mean(axis=1, keepdims=True)
-    var = ((r - mean) ** 2).mean(axis=1, keepdims=True)
-    _close(out["Y"], ((r - mean) / np.sqrt(var + 1e-5) * inputs["GN"] + inputs["BN"]).T)
+    _close(out["Y"], _post_norm(pooled + _multi_head(pooled, x, inputs), inputs).T)
 
 
 def test_hourglass_shortened_attention_layer():
@@ -529,13 +531,7 @@ def test_hourglass_shortened_attention_layer():
     x = inputs["XQ"].T  # [L, D]
     w = inputs["WQS"].transpose(1, 0, 2).reshape(4 * 8, 8)  # rows (token in group, d)
     short = x.reshape(6, 4 * 8) @ w  # [L/k, C]
-    heads = [
-        _softmax((short @ inputs["WQ"][:, :, h]) @ (short @ inputs["WK"][:, :, h]).T / 2.0)
-        @ (short @ inputs["WV"][:, :, h])
-        for h in range(2)
-    ]
-    concat = np.stack(heads, axis=2).reshape(6, -1)  # columns (f, head)
-    _close(out["Y"], (concat @ inputs["WO"].reshape(-1, 8)).T)
+    _close(out["Y"], _multi_head(short, short, inputs).T)
 
 
 def test_hedgehog_linear_attention():

@@ -557,6 +557,24 @@ def test_vera_linear():
     assert np.max(np.abs(side)) > 1e-3  # the side path is live
 
 
+def test_sigmoid_attention():
+    """Ramapuram et al. 2025, eq. 2, rows = tokens: sigmoid(Q K^T / sqrt(d) - log(n)) V."""
+    inputs, out = _run("sigmoid-attention-1pass", {"M": 40, "P": 24, "E": 8, "F": 6}, 14)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    weights = 1 / (1 + np.exp(-(q @ k.T / math.sqrt(8) - math.log(40))))
+    _close(out["O"], (weights @ v).T)
+
+
+def test_pooled_kv_attention():
+    """Zhang et al. 2021, eqs. 4-6 (mean pooling, kernel = stride): softmax(Q pool(K)^T /
+    sqrt(d)) pool(V), rows = tokens."""
+    shapes = {"M": 24, "P": 20, "N": 6, "S": 4, "E": 8, "F": 6}
+    inputs, out = _run("pooled-kv-attention-3pass", shapes, 15)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    kp, vp = (x.reshape(6, 4, x.shape[1]).mean(axis=1) for x in (k, v))
+    _close(out["AV"], (_softmax(q @ kp.T / math.sqrt(8)) @ vp).T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -615,6 +633,10 @@ def test_prefix_lm_attention():
         # each feature softmax as written over the features R; linear in the keys
         ("hedgehog-linear-attention", {"R": 3, "M": 1}),
         ("vera-linear", {"D": 1, "R": 1, "O": 1}),
+        ("sigmoid-attention-1pass", {"M": 1}),
+        # the softmax walks the pooled keys N, M's outer part, after the pooling summed each
+        # window: 2 over M
+        ("pooled-kv-attention-3pass", {"M": 2}),
     ],
 )
 def test_passes(name, passes):

@@ -739,6 +739,9 @@ MAPPED = [
     # written after those, mapped once: Hedgehog 1.00x / 1.00x, VeRA 1.02x / 1.02x
     ("hedgehog-linear-attention", "4K", {"R": 64}),
     ("vera-linear", "4K", {"D": 4096, "O": 4096, "R": 256}),
+    # and two more: sigmoid attention 1.06x / 1.06x, pooled keys and values 1.33x / 1.08x
+    ("sigmoid-attention-1pass", "4K", {}),
+    ("pooled-kv-attention-3pass", "4K", {"N": 1024, "S": 4}),
 ]
 
 

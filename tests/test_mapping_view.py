@@ -17,6 +17,9 @@ from simulator.cascade.parse import load_cascade
 from simulator.cascade.shapes import resolve_shapes
 from simulator.cascade_cli import main as cascade_main
 from simulator.core.bounds import dram_bound_values
+from simulator.drivers.configs import Specs
+from simulator.drivers.configs import evaluate as evaluate_point
+from simulator.spec.workload import make_workload
 
 from .conftest import CASCADES, DATA
 
@@ -128,3 +131,34 @@ def test_the_passes_of_a_split_input_are_said_in_the_cascades_names(run_cli):
     rows = {line.split()[0]: line.split()[1] for line in table}
     assert rows == {"D": "4", "M": "3", "E": "1", "H": "1", "F": "1"}, out
     assert "MV" not in out.split() and "XV" not in out.split()
+
+
+POOLED = DATA / "paper_cascades_heldout" / "pooled-kv-attention-3pass.yaml"
+
+
+def _direct(text: str) -> str:
+    """The pooled keys and values read straight through the split (`KS[e, n] = K[e, n*S +
+    s]`), without the view tensors BK, BV that name its parts."""
+    lines = [
+        line
+        for line in text.splitlines()
+        if not line.strip().startswith(("BK:", "BV:", "- BK[", "- BV["))
+    ]
+    out = "\n".join(lines).replace("BK[e, n, s]", "K[e, n*S + s]")
+    return out.replace("BV[f, n, s]", "V[f, n*S + s]") + "\n"
+
+
+def test_a_split_read_names_its_own_parts_and_maps_as_its_view(tmp_path):
+    """`KS[e, n] = K[e, n*S + s]`: S is the rank of the index's own variable, though no
+    tensor declares it (before: "undeclared rank 'S'", so a user had to add a view copy).
+    Written either way, the same computation gives the same numbers."""
+    direct = tmp_path / "pooled-direct.yaml"
+    direct.write_text(_direct(POOLED.read_text()))
+    assert "BK" not in direct.read_text() and "K[e, n*S + s]" in direct.read_text()
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape={"N": 1024, "S": 4})
+    runs = [
+        evaluate_point(Specs(cascade_override=str(p), arch_override="fusemax"), "auto", w)
+        for p in (POOLED, direct)
+    ]
+    a, b = ((r.latency_s, r.traffic_bytes, r.energy_pj) for r in runs)
+    assert a == pytest.approx(b, rel=1e-9)

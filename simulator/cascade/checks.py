@@ -128,8 +128,11 @@ class Checker:
     ) -> None:
         loc = access.loc
         terms, consts = _affine_terms(ix.expr, loc)
+        # a split's parts are the ranks of its own variables (`n*S + s`: S is s's rank, named
+        # by this very index where no tensor declares it)
+        own = {rank_of(v) for v in index_vars(ix.expr)} if len(terms) > 1 else set()
         for sym in index_syms(ix.expr):
-            if not self.known_rank(sym):
+            if not self.known_rank(sym) and sym not in own:
                 raise SpecError(
                     f"undeclared rank '{sym}' in index '{index_str(ix.expr)}' of '{access.tensor}'",
                     loc,

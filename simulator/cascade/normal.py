@@ -75,6 +75,14 @@ def mapping_view(cascade: Cascade) -> Cascade:
     return _ordered(split_reads_viewed(_split_reads_copied(_scaled_sums_split(cascade))))
 
 
+def _split_ranks(cascade: Cascade, acc: Access) -> set[str]:
+    """The ranks the access indexes through a split (`K[e, m1*M0 + m0]`: M)."""
+    split = dict(cascade.partitions)
+    decl = cascade.tensor(acc.tensor).ranks
+    positions = zip(decl, acc.indices, strict=True)
+    return {r for r, p in positions if r in split and not isinstance(p.expr, IVar)}
+
+
 def _split_reads_copied(cascade: Cascade) -> Cascade:
     """Each read through a split of a rank inside an Einsum that computes, as a view copy
     and a plain read, as FuseMax's cascades write it (`BK[e, m1, m0] = K[e, m1*M0 + m0]`,
@@ -113,13 +121,11 @@ def _viewer(
     its view (made once per read text, kept in `copies`); `hits` collects those replaced."""
 
     def as_view(acc: Access) -> Expr | None:
-        decl = cascade.tensor(acc.tensor).ranks
-        positions = list(zip(decl, acc.indices, strict=True))
-        if not any(r in split and not isinstance(p.expr, IVar) for r, p in positions):
+        if not _split_ranks(cascade, acc):
             return None
         ranks: list[str] = []
         out: list[str] = []
-        for r, pos in positions:
+        for r, pos in zip(cascade.tensor(acc.tensor).ranks, acc.indices, strict=True):
             if pos.filter is not None:
                 return None
             if isinstance(pos.expr, IVar):
@@ -153,22 +159,20 @@ def split_reads_viewed(cascade: Cascade) -> Cascade:
     one layout. A cascade whose split ranks no Einsum iterates whole is returned as it is."""
     if cascade.operators or not cascade.partitions:
         return cascade
-    split = dict(cascade.partitions)
     whole = {rank_of(v) for e in cascade.einsums for v in e.iteration}
     inputs = set(cascade.inputs)
     sites: dict[str, dict[int, set[str]]] = {}  # Einsum -> read position -> split ranks
     ranks_split_where: dict[str, set[str]] = {}  # rank -> tensors read split over it
     for e in cascade.einsums:
         for k, acc in enumerate(e.reads()):
-            decl = cascade.tensor(acc.tensor).ranks
-            for rank, pos in zip(decl, acc.indices, strict=True):
-                if rank in split and not isinstance(pos.expr, IVar):
-                    sites.setdefault(e.name, {}).setdefault(k, set()).add(rank)
-                    ranks_split_where.setdefault(rank, set()).add(acc.tensor)
+            for rank in _split_ranks(cascade, acc):
+                sites.setdefault(e.name, {}).setdefault(k, set()).add(rank)
+                ranks_split_where.setdefault(rank, set()).add(acc.tensor)
+    written = {r for e in cascade.einsums for r in _split_ranks(cascade, e.output)}
     chosen = {
         rank
         for rank, tensors in ranks_split_where.items()
-        if rank in whole and tensors <= inputs and not _split_written(cascade, rank)
+        if rank in whole and tensors <= inputs and rank not in written
     }
     if not chosen:
         return cascade
@@ -196,16 +200,6 @@ def split_reads_viewed(cascade: Cascade) -> Cascade:
         tied_ranks=(*cascade.tied_ranks, *((n, r) for r, n in new_rank.items())),
         input_views=(*cascade.input_views, *((v, t) for t, v in viewed.items())),
     )
-
-
-def _split_written(cascade: Cascade, rank: str) -> bool:
-    """Does an Einsum write a tensor through a split of the rank?"""
-    for e in cascade.einsums:
-        decl = cascade.tensor(e.output.tensor).ranks
-        for r, pos in zip(decl, e.output.indices, strict=True):
-            if r == rank and not isinstance(pos.expr, IVar):
-                return True
-    return False
 
 
 def _restated_reads(e: Einsum, positions: set[int], viewed: dict[str, str]) -> str:

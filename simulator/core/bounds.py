@@ -109,11 +109,16 @@ class _Attention:
     shared: bool = False  # the keys and the values are one tensor (a latent cache)
 
 
+def _components(cascade: Cascade, ranks: Iterable[str]) -> set[str]:
+    """The components ranks span: a split rank's parts (M1, M0 of M), each part once. A
+    tensor over one part of a split rank (a convolution's taps S of M = N x S) spans that
+    part, not the whole rank."""
+    return {c for r in ranks for c in cascade.group_components(r)}
+
+
 def _parts(cascade: Cascade, variables: Iterable[str]) -> set[str]:
-    """The components the variables walk: a split rank's parts (M1, M0 of M), each part
-    once. A tensor over one part of a split rank (a convolution's taps S of M = G x S) spans
-    that part, not the whole rank."""
-    return {c for v in variables for c in cascade.group_components(rank_of(v))}
+    """The components the variables walk (:func:`_components` of their ranks)."""
+    return _components(cascade, (rank_of(v) for v in variables))
 
 
 def _attention_parts(
@@ -274,8 +279,7 @@ def _dram_parts(
     leaf = dict(leaf_extents)
 
     def size(tensor: str) -> int:
-        ranks = cascade.tensor(tensor).ranks
-        return math.prod(leaf[c] for c in {c for r in ranks for c in cascade.group_components(r)})
+        return math.prod(leaf[c] for c in _components(cascade, cascade.tensor(tensor).ranks))
 
     def side(variables: set[str]) -> int:
         return math.prod(leaf[c] for c in _parts(cascade, variables))

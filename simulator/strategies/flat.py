@@ -20,6 +20,7 @@ above, so it differs from the published FLAT where FLAT chose otherwise.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
@@ -37,6 +38,7 @@ from simulator.strategies.roles import (
     tile,
 )
 from simulator.strategies.spatial import einsum_time, filling, registers_hold
+from simulator.strategies.subtiles import inner_name, split_factor, split_lists
 from simulator.strategies.unfused import _fibre_array, chained, indexed_vars
 from simulator.support.errors import SpecError
 
@@ -400,6 +402,9 @@ def flat_mapping(
     # keeps its whole tiles (one step of the tile beats a step per value); on the 1D array
     # the rows spread over the PEs while the fibre's region is walked.
     chunk = min(extents.get(fibre, two.mesh_y), two.mesh_y // chunk_scale)
+    regions: dict[str, list[str]] = {}  # a walked tile component -> the regions walking it
+    widths: dict[str, int] = {}  # -> the part of it spread beside their other ranks
+    sub_tiles: dict[str, tuple[str, int]] = {}  # -> (its inner part, that part's width)
     for n in [*gemms, *fibre_einsums] if own_partition else []:
         e = cascade.einsum(n)
         mine = einsum_ranks(e)
@@ -420,6 +425,25 @@ def flat_mapping(
             einsums[n] = {"loops": [*outer, r2, r1, f1, f0, *walked], "spatial": [r0, *down]}
         else:  # the fibre's chunk across the columns, the region's rows walked
             einsums[n] = {"loops": [*outer, r2, r1, r0, f1, *walked], "spatial": [f0, *down]}
+        # what the other ranks leave of the side: part of the walked tile spread there
+        # (Longformer's 16 global keys, two at a time beside 128 embedding values)
+        room = two.mesh_y // math.prod(
+            next((w for _o, part, w in split.values() if part == d), extents.get(d, 1))
+            for d in down
+        )
+        comp, size = (f0, chunk) if few_keys else (r0, rows_here)
+        mesh = two.mesh_y // chunk_scale if few_keys else two.mesh_x // scale
+        if room > 1 and size == mesh and size % room == 0:
+            regions.setdefault(comp, []).append(n)
+            widths[comp] = min(widths.get(comp, room), room)
+    for comp, width in widths.items():
+        inner = inner_name(comp, taken_names)
+        taken_names.add(inner)
+        split_lists(einsums, comp, inner)
+        for n in regions[comp]:  # the region's Einsums spread the inner part
+            einsums[n]["loops"].remove(inner)
+            einsums[n]["spatial"].append(inner)
+        sub_tiles[comp] = (inner, width)
     tensors: dict[str, dict[str, Any]] = {}
     local: dict[str, dict[str, Any]] = {}
     # Operands of the rows (Q, the output) stay on chip for their block of rows, spilling
@@ -471,13 +495,19 @@ def flat_mapping(
         **({fibre: [f1, f0]} if own_partition else {}),
         **{r: [outer_, part] for r, (outer_, part, _w) in split.items()},
     }
+    spatial = {two.name: [r0, f0], one.name: [f0]}
+    for comp, (inner, width) in sub_tiles.items():  # both parts where the tile was
+        factors[comp], factors[inner] = split_factor(factors[comp], width), width
+        for names in (*partitions.values(), *spatial.values()):
+            if comp in names:
+                names.insert(names.index(comp) + 1, inner)
     body = mapping_head(
         ctx,
         "auto: FLAT",
         f"{cascade.name} bound by the FLAT strategy (fused, row granularity)",
         factors,
         partitions,
-        {two.name: [r0, f0], one.name: [f0]},
+        spatial,
         {a: ns for a, ns in by_array.items() if ns},
     )
     if chained(one):

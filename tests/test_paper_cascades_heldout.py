@@ -687,7 +687,7 @@ MAPPED = [
     ("moe-ffn", "4K", {"D": 4096, "N": 8, "J": 2048, "O": 4096}),
     ("retention-3pass", "4K", {}),
     # written after StreamingLLM's region tiles, mapped once: linear attention's quadratic
-    # form 1.15x / 1.04x, slot attention 2.03x / 2.03x, Longformer 2.06x / 3.82x -- 1.47x /
+    # form 1.15x / 1.04x, slot attention 2.03x / 2.03x, Longformer 2.06x / 3.82x -- 1.42x /
     # 1.47x now (a design case since): a region of the rows (its 16 global queries) walks
     # them and spreads the contractions' other ranks, and a region without other ranks to
     # spread keeps whole tiles

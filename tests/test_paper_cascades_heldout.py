@@ -575,6 +575,64 @@ def test_pooled_kv_attention():
     _close(out["AV"], (_softmax(q @ kp.T / math.sqrt(8)) @ vp).T)
 
 
+def _layer_norm_rows(x: np.ndarray, gain: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Ba et al. 2016, eq. 3, over each row (eps 1e-5)."""
+    mean = x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-5) * gain + bias
+
+
+def test_normformer_ffn_sublayer():
+    """Shleifer et al. 2021, sec. 2, rows = tokens: x + LN(GELU(LN(x) W1 + b1)) W2 + b2, the
+    exact (erf) GELU."""
+    inputs, out = _run("normformer-ffn-sublayer", {"P": 12, "D": 10, "N": 14}, 40)
+    x = inputs["X"].T
+    h = _layer_norm_rows(x, inputs["GA"], inputs["BA"]) @ inputs["W1"] + inputs["B1"]
+    h = h * 0.5 * (1.0 + np.vectorize(math.erf)(h / math.sqrt(2.0)))
+    ffn = _layer_norm_rows(h, inputs["GN"], inputs["BN"]) @ inputs["W2"] + inputs["B2"]
+    _close(out["Y"], (x + ffn).T)
+
+
+def test_memorizing_knn_attention():
+    """Wu et al. 2022, sec. 3.2, rows = tokens: causal local attention and attention over each
+    query's own R retrieved (key, value) pairs, mixed by g = sigmoid(b_g)."""
+    shapes = {"M": 20, "P": 20, "E": 8, "F": 6, "R": 5}
+    inputs, out = _run("memorizing-knn-attention-3pass", shapes, seed=41, same=("K", "Q"))
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    t_, m = np.arange(20)[:, None], np.arange(20)[None, :]
+    local = _softmax(np.where(m <= t_, q @ k.T / math.sqrt(8), -np.inf)) @ v
+    km, vm = inputs["KM"], inputs["VM"]  # [E, R, P], [F, R, P]
+    scores = np.einsum("pe,erp->pr", q, km) / math.sqrt(8)
+    memory = np.einsum("pr,frp->pf", _softmax(scores), vm)
+    g = 1 / (1 + np.exp(-float(inputs["BG"])))
+    _close(out["O"], (memory * g + local * (1 - g)).T)
+    assert np.max(np.abs(memory - local)) > 1e-3  # the gate mixes two different results
+
+
+def test_hydra_attention():
+    """Bolya et al. 2022, eq. 8 and Algorithm 1, rows = tokens: phi(Q) * sum_t phi(K)_t *
+    V_t, phi(x) = x / ||x||_2 over the features."""
+    inputs, out = _run("hydra-attention", {"M": 20, "P": 12, "D": 8}, 42)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    qn = q / np.linalg.norm(q, axis=1, keepdims=True)
+    kn = k / np.linalg.norm(k, axis=1, keepdims=True)
+    _close(out["O"], (qn * (kn * v).sum(axis=0)).T)
+
+
+def test_fnet_fourier_mixing():
+    """Lee-Thorp et al. 2022, eq. 3, rows = tokens: Re(F_seq(F_hidden(x))), numpy's 2D FFT
+    against the cascade's cosine and sine products (the DFT tables set as the paper's)."""
+
+    def tables(inputs: dict[str, np.ndarray]) -> None:
+        for c, s_, n in (("CH", "SH", 8), ("CS", "SS", 12)):
+            jk = np.outer(np.arange(n), np.arange(n)) * 2 * math.pi / n
+            inputs[c], inputs[s_] = np.cos(jk), np.sin(jk)
+
+    shapes = {"M": 12, "P": 12, "D": 8, "C": 8}
+    inputs, out = _run("fnet-fourier-mixing", shapes, seed=43, fix=tables)
+    _close(out["Y"], np.fft.fft2(inputs["X"].T).real.T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -637,6 +695,12 @@ def test_prefix_lm_attention():
         # the softmax walks the pooled keys N, M's outer part, after the pooling summed each
         # window: 2 over M
         ("pooled-kv-attention-3pass", {"M": 2}),
+        # each LayerNorm as written: its mean, its variance, then the values it normalises
+        # read by the next contraction -- and the residual's pass over D after W2
+        ("normformer-ffn-sublayer", {"D": 4, "N": 3}),
+        ("memorizing-knn-attention-3pass", {"M": 3, "R": 3}),
+        ("hydra-attention", {"D": 2, "M": 1}),
+        ("fnet-fourier-mixing", {"D": 1, "M": 1}),
     ],
 )
 def test_passes(name, passes):

@@ -153,8 +153,14 @@ def _offers(
     # kernels mapped freely (GEMMs unconstrained, element-wise Einsums on the 2D array where
     # sooner), not as the paper's library calls; the spans' kernels always so
     free = [(r, {**knobs, "kernels": "free"}) for r, knobs in unfused]
+    # spans that need nothing of each other in one phase over the blocks of rows (a layer's
+    # attention to its context and to retrieved memories): the memories stream while the
+    # context's scores compute
+    together = [
+        (r, {**knobs, "together": True}) for r, knobs in (*segments, *held) if r == "segments"
+    ]
     return [*rule, *fusemax, *chain, *blocks, *soonest, *flat, *unfused, *segments, *held, *free,
-            *narrow, *chunked]  # fmt: skip
+            *together, *narrow, *chunked]  # fmt: skip
 
 
 def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> list[Template]:

@@ -269,9 +269,16 @@ def flat_mapping(
     lv, rv = indexed_vars(left), indexed_vars(right)
     # The rows: what one operand indexes and the other not, besides the fibre (either side:
     # `Q * K` and `K * Q` are the same contraction).
-    rows = [
-        rank_of(v) for v in first.output.vars() if (v in lv) != (v in rv) and rank_of(v) != fibre
-    ] or [r for r in einsum_ranks(first) if r != fibre and r in extents]
+    rows = (
+        [rank_of(v) for v in first.output.vars() if (v in lv) != (v in rv) and rank_of(v) != fibre]
+        or [  # else its result's (a reduced rank is no row: memories retrieved per query,
+            # `QKM[r, p] = Q[e, p] * KM[e, r, p]`, reduce e for the rows p)
+            rank_of(v)
+            for v in first.output.vars()
+            if rank_of(v) != fibre and rank_of(v) in extents
+        ]
+        or [r for r in einsum_ranks(first) if r != fibre and r in extents]
+    )
     # The widest row rank goes across the columns; the others (a group's query heads) are
     # outer loops: FLAT fuses per head.
     row = max(rows, key=lambda r: (extents.get(r, 1), rows.index(r)))

@@ -26,6 +26,7 @@ from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import _contraction, flat_mapping
 from simulator.strategies.fusemax import arrays_of
 from simulator.strategies.roles import cascade_roles, reduced_ranks
+from simulator.strategies.together import any_independent, run_together
 from simulator.strategies.unfused import unfused_mapping
 from simulator.support.errors import SpecError
 
@@ -178,16 +179,25 @@ def sub_cascade(cascade: Cascade, names: tuple[str, ...]) -> Cascade:
 
 
 def segments_mapping(
-    ctx: BindContext, *, reuse: bool = True, kernels: str = "library", **flat: Any
+    ctx: BindContext,
+    *,
+    reuse: bool = True,
+    kernels: str = "library",
+    together: bool = False,
+    **flat: Any,
 ) -> dict[str, Any]:
     """The mapping data (module docstring); `flat` are FLAT's rule's knobs for the spans,
-    `kernels` the unfused kernels' (:data:`simulator.strategies.unfused.KERNELS`)."""
+    `kernels` the unfused kernels' (:data:`simulator.strategies.unfused.KERNELS`);
+    `together`: spans that need nothing of each other and walk the same blocks of rows run
+    in one phase (:func:`simulator.strategies.together.run_together`)."""
     cascade = ctx.cascade
     spans = fusable_spans(cascade, ctx.roles.compute)
     if not spans:
         raise SpecError(f"'{cascade.name}' has no span FLAT's shape fuses")
     if len(spans) == 1 and len(spans[0]) == len(ctx.roles.compute):
         raise SpecError(f"'{cascade.name}' is one span: FLAT's template binds it whole")
+    if together and not any_independent(cascade, spans):
+        raise SpecError(f"'{cascade.name}': no two of its spans are independent")
     rest = unfused_mapping(ctx, reuse=reuse, kernels=kernels)["mapping"]
     kernels = [set(phase["schedule"]) for phase in rest["phases"]]
     fused: list[dict[str, Any]] = []
@@ -239,7 +249,10 @@ def segments_mapping(
                 bound_1d = [n for n in phase["schedule"] if n in rest["binding"].get(one.name, [])]
                 phase = {**phase, "einsums": {n: {"spatial": list(spread)} for n in bound_1d}}
         units.append((names, [phase]))
-    phases = [p for _names, unit in _in_dependency_order(cascade, units) for p in unit]
+    ordered = _in_dependency_order(cascade, units)
+    if together:
+        ordered = run_together(cascade, ordered, [set(span) for span in spans], fused)
+    phases = [p for _names, unit in ordered for p in unit]
     binding: dict[str, list[str]] = {}
     for n in ctx.roles.compute:
         source = fused[span_of[n]] if n in span_of else rest

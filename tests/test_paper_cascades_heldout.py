@@ -633,6 +633,45 @@ def test_fnet_fourier_mixing():
     _close(out["Y"], np.fft.fft2(inputs["X"].T).real.T)
 
 
+def test_perceiver_resampler_attention():
+    """Alayrac et al. 2022, sec. 2.1 (Fig. 4: kv = concat([x_f, x])), rows = latents:
+    softmax(q [k_f; k_l]^T / sqrt(d)) [v_f; v_l]."""
+    shapes = {"M": 20, "N": 6, "L": 6, "E": 8, "F": 6}
+    inputs, out = _run("perceiver-resampler-attention-3pass", shapes, 44)
+    q, kf, vf, kl, vl = (inputs[t].T for t in ("Q", "KF", "VF", "KL", "VL"))
+    keys, values = np.concatenate([kf, kl]), np.concatenate([vf, vl])
+    _close(out["O"], (_softmax(q @ keys.T / math.sqrt(8)) @ values).T)
+    visual = _softmax(q @ kf.T / math.sqrt(8)) @ vf
+    assert np.max(np.abs(visual - out["O"].T)) > 1e-3  # the latents' own keys are live
+
+
+def test_cait_class_attention():
+    """Touvron et al. 2021, eqs. 5-7: the class token's query over z = [x_class, x_patches]
+    per head, softmax(Q K^T / sqrt(d / h)) V, the heads side by side, times W_o."""
+    shapes = {"M": 20, "D": 12, "E": 4, "F": 4, "H": 3, "O": 12}
+    inputs, out = _run("cait-class-attention-3pass", shapes, 45)
+    z = np.concatenate([inputs["XC"][None, :], inputs["XP"].T])  # [1 + M, D]
+    heads = []
+    for h in range(3):
+        q = inputs["XC"] @ inputs["WQ"][:, :, h]
+        k, v = z @ inputs["WK"][:, :, h], z @ inputs["WV"][:, :, h]
+        heads.append(_softmax(q @ k.T / math.sqrt(4)) @ v)
+    concat = np.stack(heads, axis=1).reshape(-1)  # (value width, then head)
+    _close(out["Y"], concat @ inputs["WO"].reshape(-1, 12))
+
+
+def test_retro_chunked_cross_attention():
+    """Borgeaud et al. 2022, sec. 2.4, rows = tokens: chunk u's tokens softmax(q K_u^T /
+    sqrt(d)) V_u over the J retrieved tokens of its neighbours."""
+    shapes = {"P": 12, "U": 3, "L": 4, "J": 5, "E": 8, "F": 6}
+    inputs, out = _run("retro-chunked-cross-attention-3pass", shapes, 46)
+    q = inputs["Q"].T  # [P, E]
+    for u in range(3):
+        k, v = inputs["KR"][:, :, u].T, inputs["VR"][:, :, u].T  # [J, E], [J, F]
+        ref = _softmax(q[u * 4 : (u + 1) * 4] @ k.T / math.sqrt(8)) @ v  # [L, F]
+        _close(out["AV"][:, :, u], ref.T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -701,6 +740,9 @@ def test_prefix_lm_attention():
         ("memorizing-knn-attention-3pass", {"M": 3, "R": 3}),
         ("hydra-attention", {"D": 2, "M": 1}),
         ("fnet-fourier-mixing", {"D": 1, "M": 1}),
+        ("perceiver-resampler-attention-3pass", {"M": 3, "L": 3}),
+        ("cait-class-attention-3pass", {"M": 3, "D": 1}),
+        ("retro-chunked-cross-attention-3pass", {"J": 3}),
     ],
 )
 def test_passes(name, passes):

@@ -18,6 +18,7 @@ cascade (attention alone) FLAT's own template is the same mapping: not offered a
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
@@ -155,12 +156,18 @@ def _completed(
 def fusable_spans(cascade: Cascade, compute: tuple[str, ...]) -> list[tuple[str, ...]]:
     """Every span FLAT's shape fuses, in cascade order, disjoint (a decoder layer's self-
     and cross-attention): the first, then the first among the Einsums left, and so on."""
+    return list(_fusable_spans(cascade, tuple(compute)))
+
+
+@functools.lru_cache(maxsize=256)
+def _fusable_spans(cascade: Cascade, compute: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """:func:`fusable_spans`, kept per cascade (every `segments` template of a search asks)."""
     spans: list[tuple[str, ...]] = []
     left = compute
     while (span := fusable_span(cascade, left)) is not None:
         spans.append(span)
         left = tuple(n for n in left if n not in span)
-    return spans
+    return tuple(spans)
 
 
 def sub_cascade(cascade: Cascade, names: tuple[str, ...]) -> Cascade:

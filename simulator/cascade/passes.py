@@ -244,6 +244,13 @@ def _traverses(cascade: Cascade, acc: Access, group: str) -> bool:
 
 
 def analyze_passes(cascade: Cascade) -> PassReport:
+    """:func:`_passes` of the cascade, kept per cascade (the mapper's templates ask it at
+    every candidate structure; the report is immutable)."""
+    return _passes(cascade)
+
+
+@functools.lru_cache(maxsize=256)
+def _passes(cascade: Cascade) -> PassReport:
     """The passes of every schedule. An input read both whole and through a split of one of
     its ranks (Funnel's queries pooled from the tokens, `X[d, p*S + s]`, beside `X[d, m]`)
     is analysed as the mapper reads it, its split read a view of its own

@@ -20,6 +20,7 @@ above, so it differs from the published FLAT where FLAT chose otherwise.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -113,6 +114,22 @@ def soonest_arrays(
     longest first (so a short one never takes the room a long one needed): the order the
     cascade lists them in plays no part. An Einsum no array can run is one line naming its
     operations."""
+    box = tuple(sorted(extents.items()))
+    return dict(_soonest(cascade, tuple(names), tuple(placed_2d), two, one, box))
+
+
+@functools.lru_cache(maxsize=1024)
+def _soonest(
+    cascade: Cascade,
+    names: tuple[str, ...],
+    placed_2d: tuple[str, ...],
+    two: Array,
+    one: Array,
+    box: tuple[tuple[str, int], ...],
+) -> tuple[tuple[str, str], ...]:
+    """:func:`soonest_arrays` of hashable arguments (a search's templates ask it for every
+    combination of their knobs)."""
+    extents = dict(box)
     load = {two.name: sum(einsum_time(cascade, n, two, extents) for n in placed_2d)}
     load[one.name] = 0.0
     out: dict[str, str] = {}
@@ -136,7 +153,7 @@ def soonest_arrays(
         )
         out[name] = best.name
         load[best.name] += einsum_time(cascade, name, best, extents)
-    return {n: out[n] for n in names}
+    return tuple((n, out[n]) for n in names)
 
 
 def fastest_arrays(

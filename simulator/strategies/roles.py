@@ -15,6 +15,7 @@ Nothing here depends on a name: only on the cascade's declarations and Einsums.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from simulator.cascade.graph import dependency_graph
@@ -146,6 +147,12 @@ def _indexed(acc: Read) -> tuple[str, ...]:
 
 
 def in_place(cascade: Cascade, on_chip: set[str]) -> dict[str, str]:
+    """:func:`_in_place` (kept per cascade and tensor set: every template of a search asks)."""
+    return dict(_in_place(cascade, frozenset(on_chip)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _in_place(cascade: Cascade, on_chip: frozenset[str]) -> tuple[tuple[str, str], ...]:
     """Tensor -> the tensor it may be computed over, in place (a mapping's `over`): an
     element-wise Einsum (no reduction, nothing iterated) whose result has the ranks of a
     tensor it reads at the same indices, where every other reader of that tensor runs in an
@@ -197,4 +204,4 @@ def in_place(cascade: Cascade, on_chip: set[str]) -> dict[str, str]:
                 out[t] = src
                 taken.add(src)
                 break
-    return out
+    return tuple(out.items())

@@ -96,15 +96,13 @@ def _streamed(
     )
     if not one_chunk:
         return {}
-    readers = {t: {e.name for e in cascade.einsums if any(a.tensor == t for a in e.reads())}
-               for t in cascade.inputs}  # fmt: skip
     return {
         t: {"home": "DRAM", "keep": "stream"}
         for t, place in body.get("tensors", {}).items()
         if t in cascade.inputs
         and place.get("keep") in loops
         and place.get("home") == "DRAM"
-        and readers[t] <= span
+        and {e.name for e in cascade.readers(t)} <= span
     }
 
 

@@ -672,6 +672,40 @@ def test_retro_chunked_cross_attention():
         _close(out["AV"][:, :, u], ref.T)
 
 
+def test_xlnet_two_stream_attention():
+    """Yang et al. 2019, sec. 2.3 (the identity factorisation order), rows = tokens, the keys
+    a cached segment of 8 and the queries' own 24: the content stream softmax over the keys
+    at or before its position, the query stream over those strictly before."""
+    shapes = {"M": 32, "P": 24, "E": 8, "F": 6}
+    inputs, out = _run("xlnet-two-stream-attention-3pass", shapes, 47)
+    k, v = inputs["K"].T, inputs["V"].T
+    t_, m = np.arange(24)[:, None] + 8, np.arange(32)[None, :]
+    for q, mask, name in ((inputs["QH"].T, m <= t_, "OH"), (inputs["QG"].T, m < t_, "OG")):
+        s = np.where(mask, q @ k.T / math.sqrt(8), -np.inf)
+        _close(out[name], (_softmax(s) @ v).T)
+
+
+def test_shortformer_pia_attention_layer():
+    """Press et al. 2021, sec. 4.1, rows = tokens: multi-head attention of (X + P) W_Q,
+    (X + P) W_K and X W_V, times W^O (self-attention: the keys' tokens and positions the
+    queries')."""
+
+    def same_positions(inputs: dict[str, np.ndarray]) -> None:
+        inputs["PK"] = inputs["PQ"].copy()
+
+    shapes = {"M": 20, "P": 20, "D": 12, "E": 4, "F": 4, "H": 3, "O": 12}
+    name = "shortformer-pia-attention-layer-3pass"
+    inputs, out = _run(name, shapes, seed=48, same=("XK", "XQ"), fix=same_positions)
+    x, pos = inputs["XQ"].T, inputs["PQ"].T
+    heads = []
+    for h in range(3):
+        q = (x + pos) @ inputs["WQ"][:, :, h]
+        k = (x + pos) @ inputs["WK"][:, :, h]
+        heads.append(_softmax(q @ k.T / math.sqrt(4)) @ (x @ inputs["WV"][:, :, h]))
+    concat = np.stack(heads, axis=2).reshape(20, -1)
+    _close(out["Y"], (concat @ inputs["WO"].reshape(-1, 12)).T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -743,6 +777,8 @@ def test_prefix_lm_attention():
         ("perceiver-resampler-attention-3pass", {"M": 3, "L": 3}),
         ("cait-class-attention-3pass", {"M": 3, "D": 1}),
         ("retro-chunked-cross-attention-3pass", {"J": 3}),
+        ("xlnet-two-stream-attention-3pass", {"M": 3}),
+        ("shortformer-pia-attention-layer-3pass", {"M": 3, "D": 1}),
     ],
 )
 def test_passes(name, passes):

@@ -44,6 +44,7 @@ from simulator.cascade.draft import (
     fresh,
     names_in_use,
     plain_vars,
+    restate,
     restated,
     statement,
 )
@@ -72,7 +73,79 @@ COMMUTATIVE = frozenset({"add", "mul", "max", "min"})
 @functools.lru_cache(maxsize=256)
 def mapping_view(cascade: Cascade) -> Cascade:
     """The cascade as the module docstring describes it."""
-    return _ordered(split_reads_viewed(_split_reads_copied(_scaled_sums_split(cascade))))
+    made = _compound_operands_made(_scaled_sums_split(cascade))
+    return _ordered(split_reads_viewed(_split_reads_copied(made)))
+
+
+def _compound_operands_made(cascade: Cascade) -> Cascade:
+    """Each contraction over a compound operand as the operand made first, then a plain
+    product (`Q[e, p] = (X[d, p] + PE[d, p]) * WQ[d, e]`, Shortformer's position-infused
+    queries, is `QA[d, p] = X[d, p] + PE[d, p]; Q[e, p] = QA[d, p] * WQ[d, e]`): a GEMM,
+    the sum made once per value rather than at every point of the contraction, as if it
+    were written so. An operand is taken out where every tensor it reads is read at the same
+    plain indices (no filter): it is no larger than what it reads."""
+    if cascade.operators:
+        return cascade  # (user operators do not survive the text round trip)
+    taken = names_in_use(cascade)
+    replacements: dict[str, list[str]] = {}
+    added: list[tuple[str, tuple[str, ...]]] = []
+    for e in cascade.einsums:
+        x = e.expr
+        plain = e.kind == "compute" and e.reduce_op == "sum" and e.reduced and e.iterative is None
+        if not plain or not isinstance(x, Op) or x.name != "mul" or len(x.args) != 2:
+            continue
+        lines: list[str] = []
+        args = []
+        for arg in x.args:
+            first = _operand_read(cascade, arg)
+            if first is None:
+                args.append(arg)
+                continue
+            name = fresh(f"{e.output.tensor}A", taken)
+            ranks = cascade.tensor(first.tensor).ranks
+            added.append((name, ranks))
+            made = Read(dataclasses.replace(first, tensor=name))
+            lines.append(statement(made, arg))
+            args.append(made)
+        if lines:
+            replacements[e.name] = [*lines, restate(e, Op("mul", tuple(args)))]
+    if not replacements:
+        return cascade
+    draft = edited(cascade, replacements, new_declarations=added)
+    return loads_cascade(draft.text(), cascade.path)
+
+
+def _operand_read(cascade: Cascade, arg: Expr) -> Access | None:
+    """The first read of a compound operand whose reads all index the same variables plainly
+    (the operand takes its shape); None for a plain read, a constant, or any other."""
+    if isinstance(arg, Read) or is_constant(arg):
+        return None
+    reads = _reads_in(arg)
+    if not reads or any(plain_vars(r) is None for r in reads):
+        return None
+    shape = plain_vars(reads[0])
+    if any(set(plain_vars(r)) != set(shape) or len(plain_vars(r)) != len(shape) for r in reads):
+        return None
+    if not _expr_vars_within(arg, set(shape)):
+        return None
+    return reads[0]
+
+
+def _reads_in(x: Expr) -> list[Access]:
+    if isinstance(x, Read):
+        return [x.access]
+    if isinstance(x, Op):
+        return [a for arg in x.args for a in _reads_in(arg)]
+    return []
+
+
+def _expr_vars_within(x: Expr, names: set[str]) -> bool:
+    """Every index variable read as a value (`m - p`) is one of `names`."""
+    if isinstance(x, VarValue):
+        return x.name in names
+    if isinstance(x, Op):
+        return all(_expr_vars_within(arg, names) for arg in x.args)
+    return True
 
 
 def _split_ranks(cascade: Cascade, acc: Access) -> set[str]:

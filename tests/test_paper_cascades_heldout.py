@@ -706,6 +706,43 @@ def test_shortformer_pia_attention_layer():
     _close(out["Y"], (concat @ inputs["WO"].reshape(-1, 12)).T)
 
 
+def test_dyt_prenorm_attention_layer():
+    """Zhu et al. 2025, eq. 1, rows = tokens: x + MHA(DyT(x)), DyT(x) = gamma tanh(alpha x) +
+    beta (self-attention: the keys' tokens the queries')."""
+    shapes = {"M": 20, "P": 20, "D": 12, "E": 4, "F": 4, "H": 3}
+    inputs, out = _run("dyt-prenorm-attention-layer-3pass", shapes, seed=49, same=("XK", "XQ"))
+    x = inputs["XQ"].T
+    n = inputs["GD"] * np.tanh(float(inputs["ALPHA"]) * x) + inputs["BD"]
+    _close(out["Y"], (x + _multi_head(n, n, inputs)).T)
+
+
+def _mha_weights(w: dict[str, np.ndarray], q: np.ndarray, k: np.ndarray, v: np.ndarray):
+    """Per head softmax(q k^T / sqrt(d)) v, rows the queries: [P, F, H]."""
+    return np.stack(
+        [_softmax(q[:, :, h] @ k[:, :, h].T / math.sqrt(q.shape[1])) @ v[:, :, h]
+         for h in range(q.shape[2])],
+        axis=2,
+    )  # fmt: skip
+
+
+def test_decoder_block_decode():
+    """Vaswani et al. 2017, sec. 3.2.3, rows = tokens, one new token: y1 = x + W^O
+    MHA(x W_Q, K/V cache), y = y1 + W^O2 MHA(y1 W_Q2, the encoder's K/V)."""
+    shapes = {"M": 20, "P": 1, "N": 16, "D": 12, "E": 4, "F": 4, "H": 3}
+    inputs, out = _run("decoder-block-decode-3pass", shapes, 50)
+    x = inputs["X"].T  # [1, D]
+
+    def cross(q_in, wq, keys, values, wo):
+        q = np.einsum("pd,deh->peh", q_in, inputs[wq])
+        k = np.transpose(inputs[keys], (2, 0, 1))  # [M, E, H]
+        v = np.transpose(inputs[values], (2, 0, 1))
+        heads = _mha_weights(inputs, q, k, v)  # [P, F, H]
+        return np.einsum("pfh,fhd->pd", heads, inputs[wo])
+
+    y1 = x + cross(x, "WQ", "KC", "VC", "WO")
+    _close(out["Y"], (y1 + cross(y1, "WQ2", "KE", "VE", "WO2")).T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -779,6 +816,11 @@ def test_prefix_lm_attention():
         ("retro-chunked-cross-attention-3pass", {"J": 3}),
         ("xlnet-two-stream-attention-3pass", {"M": 3}),
         ("shortformer-pia-attention-layer-3pass", {"M": 3, "D": 1}),
+        # the residual reads the tokens again after the attention: a second pass over D
+        ("dyt-prenorm-attention-layer-3pass", {"M": 3, "D": 2}),
+        # the projection of the first residual's result rides its pass; the second residual
+        # one more
+        ("decoder-block-decode-3pass", {"M": 3, "N": 3, "D": 3}),
     ],
 )
 def test_passes(name, passes):

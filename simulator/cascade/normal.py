@@ -82,8 +82,9 @@ def _compound_operands_made(cascade: Cascade) -> Cascade:
     product (`Q[e, p] = (X[d, p] + PE[d, p]) * WQ[d, e]`, Shortformer's position-infused
     queries, is `QA[d, p] = X[d, p] + PE[d, p]; Q[e, p] = QA[d, p] * WQ[d, e]`): a GEMM,
     the sum made once per value rather than at every point of the contraction, as if it
-    were written so. An operand is taken out where every tensor it reads is read at the same
-    plain indices (no filter): it is no larger than what it reads."""
+    were written so. An operand is taken out where every tensor it reads is read at plain
+    indices (no filter), all of them among one read's: it is no larger than what it
+    reads."""
     if cascade.operators:
         return cascade  # (user operators do not survive the text round trip)
     taken = names_in_use(cascade)
@@ -116,19 +117,21 @@ def _compound_operands_made(cascade: Cascade) -> Cascade:
 
 
 def _operand_read(cascade: Cascade, arg: Expr) -> Access | None:
-    """The first read of a compound operand whose reads all index the same variables plainly
-    (the operand takes its shape); None for a plain read, a constant, or any other."""
+    """The widest read of a compound operand whose reads all index plainly, each by some of
+    that read's variables (a gain `G[d]` beside `X[d, p]`): the operand takes its shape.
+    None for a plain read, a constant, or any other."""
     if isinstance(arg, Read) or is_constant(arg):
         return None
     reads = _reads_in(arg)
     if not reads or any(plain_vars(r) is None for r in reads):
         return None
-    shape = plain_vars(reads[0])
-    if any(set(plain_vars(r)) != set(shape) or len(plain_vars(r)) != len(shape) for r in reads):
+    widest = max(reads, key=lambda r: len(plain_vars(r)))  # the first of the widest
+    shape = plain_vars(widest)
+    if len(set(shape)) != len(shape) or any(not set(plain_vars(r)) <= set(shape) for r in reads):
         return None
     if not _expr_vars_within(arg, set(shape)):
         return None
-    return reads[0]
+    return widest
 
 
 def _reads_in(x: Expr) -> list[Access]:

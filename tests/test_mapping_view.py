@@ -162,3 +162,33 @@ def test_a_split_read_names_its_own_parts_and_maps_as_its_view(tmp_path):
     ]
     a, b = ((r.latency_s, r.traffic_bytes, r.energy_pj) for r in runs)
     assert a == pytest.approx(b, rel=1e-9)
+
+
+def test_only_a_contraction_over_a_compound_operand_has_the_operand_made_first():
+    """`(X + P) W` (each side indexes a variable the other does not: a GEMM's rows and
+    columns) has its sum made first; a product whose sides index the same variables -- the
+    squared deviations Welford's chunk variance sums, `(BX - CVARM) * (BX - CVARM)` -- has
+    no GEMM to gain and stays as written (splitting it added two tensors' buffer traffic)."""
+    from simulator.cascade.parse import loads_cascade
+
+    text = """
+name: two-products
+shapes: {D: 8, E: 4, P: 6}
+einsum:
+  declaration:
+    X: [D, P]
+    PE: [D, P]
+    MU: [P]
+    W: [D, E]
+    Q: [E, P]
+    SQ: [P]
+  expressions:
+    - Q[e, p] = (X[d, p] + PE[d, p]) * W[d, e]
+    - SQ[p] = (X[d, p] - MU[p]) * (X[d, p] - MU[p])
+"""
+    view = mapping_view(loads_cascade(text, "<two-products>"))
+    texts = sorted(e.text for e in view.einsums)
+    assert "Q[e, p] = (QA[d, p] * W[d, e])" in texts
+    assert "QA[d, p] = (X[d, p] + PE[d, p])" in texts
+    assert "SQ[p] = ((X[d, p] - MU[p]) * (X[d, p] - MU[p]))" in texts
+    assert len(texts) == 3

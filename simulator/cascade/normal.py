@@ -82,9 +82,10 @@ def _compound_operands_made(cascade: Cascade) -> Cascade:
     product (`Q[e, p] = (X[d, p] + PE[d, p]) * WQ[d, e]`, Shortformer's position-infused
     queries, is `QA[d, p] = X[d, p] + PE[d, p]; Q[e, p] = QA[d, p] * WQ[d, e]`): a GEMM,
     the sum made once per value rather than at every point of the contraction, as if it
-    were written so. An operand is taken out where every tensor it reads is read at plain
-    indices (no filter), all of them among one read's: it is no larger than what it
-    reads."""
+    were written so. Only a product whose sides each index a variable the other does not (a
+    GEMM's rows and columns) is split, and an operand is taken out where every tensor it
+    reads is read at plain indices (no filter), all of them among one read's: it is no
+    larger than what it reads."""
     if cascade.operators:
         return cascade  # (user operators do not survive the text round trip)
     taken = names_in_use(cascade)
@@ -95,6 +96,9 @@ def _compound_operands_made(cascade: Cascade) -> Cascade:
         plain = e.kind == "compute" and e.reduce_op == "sum" and e.reduced and e.iterative is None
         if not plain or not isinstance(x, Op) or x.name != "mul" or len(x.args) != 2:
             continue
+        sides = [_vars_of(arg) for arg in x.args]
+        if sides[0] <= sides[1] or sides[1] <= sides[0]:
+            continue  # no GEMM either way: a squared deviation summed, a dot product
         lines: list[str] = []
         args = []
         for arg in x.args:
@@ -132,6 +136,11 @@ def _operand_read(cascade: Cascade, arg: Expr) -> Access | None:
     if not _expr_vars_within(arg, set(shape)):
         return None
     return widest
+
+
+def _vars_of(x: Expr) -> set[str]:
+    """The index variables an operand's reads index by."""
+    return {v for acc in _reads_in(x) for pos in acc.indices for v in index_vars(pos.expr)}
 
 
 def _reads_in(x: Expr) -> list[Access]:

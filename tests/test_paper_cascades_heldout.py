@@ -1149,6 +1149,17 @@ def test_streaming_decode_reads_only_its_window_and_sinks_at_the_bandwidth_floor
     assert r.latency_bound_s <= r.latency_s <= 1.05 * r.latency_bound_s
 
 
+def _longformer_flat_16k():
+    """Longformer at 16K (its window 256 keys a side, 16 global tokens): the context, chip,
+    workload and FLAT's template over the whole array with K and V held whole."""
+    path = HELDOUT / "longformer-attention-3pass.yaml"
+    a = load_architecture(resolve_spec("arch", "fusemax"))
+    w = make_workload("llama3-8b", "16K", {"causal": False}, shape={"HW": 256, "G": 16})
+    ctx = bind_context(load_cascade(path), a, w, str(path), "fusemax")
+    knobs = {"scale": 1, "fibres": "fit", "soonest": True, "spread": "fibre", "hold": "whole"}
+    return ctx, a, w, template(ctx, "flat", **knobs)
+
+
 def test_a_block_of_rows_keeps_its_band_and_its_few_global_rows():
     """Longformer at 16K: a block of 256 query rows keeps 768 keys of its band (not 16K),
     the 16 global query rows keep their full fibres, and the 16 global keys 16 a row --
@@ -1157,13 +1168,7 @@ def test_a_block_of_rows_keeps_its_band_and_its_few_global_rows():
     'did not fit' and went through DRAM (half-array blocks won: 2D array 49% busy, 2.97x
     the bytes floor); and the plan sized the global rows' tile at 256 rows (K and V
     spilled: 448 GB against the 34 GB each read once)."""
-    path = HELDOUT / "longformer-attention-3pass.yaml"
-    c = load_cascade(path)
-    a = load_architecture(resolve_spec("arch", "fusemax"))
-    w = make_workload("llama3-8b", "16K", {"causal": False}, shape={"HW": 256, "G": 16})
-    ctx = bind_context(c, a, w, str(path), "fusemax")
-    knobs = {"scale": 1, "fibres": "fit", "soonest": True, "spread": "fibre", "hold": "whole"}
-    data = template(ctx, "flat", **knobs)
+    ctx, a, w, data = _longformer_flat_16k()
     assert data["mapping"]["tensors"]["QKB"]["home"] == "buffer"
     spec = loads_mapping(mapping_yaml(data), "<template>", "template")
     view = ctx.cascade
@@ -1181,13 +1186,7 @@ def test_a_region_spreads_part_of_its_walked_tile_where_its_other_ranks_leave_ro
     split, two keys (rows) at a time spread beside the embedding: the whole array, half the
     steps, and the other Einsums spread both parts where they spread the tile (the same
     counts). Before: 32,768 PEs and 1,008 cycles a block each, 1.52x the floor at 16K."""
-    path = HELDOUT / "longformer-attention-3pass.yaml"
-    c = load_cascade(path)
-    a = load_architecture(resolve_spec("arch", "fusemax"))
-    w = make_workload("llama3-8b", "16K", {"causal": False}, shape={"HW": 256, "G": 16})
-    ctx = bind_context(c, a, w, str(path), "fusemax")
-    knobs = {"scale": 1, "fibres": "fit", "soonest": True, "spread": "fibre", "hold": "whole"}
-    data = template(ctx, "flat", **knobs)
+    ctx, a, w, data = _longformer_flat_16k()
     body = data["mapping"]
     assert body["partitions"]["M"] == ["M1", "M0", "M00"]
     assert body["factors"]["M00"] == 2 and body["factors"]["P00"] == 2

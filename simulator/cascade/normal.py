@@ -86,34 +86,53 @@ def _compound_operands_made(cascade: Cascade) -> Cascade:
     GEMM's rows and columns) is split, and an operand is taken out where every tensor it
     reads is read at plain indices (no filter), all of them among one read's: it is no
     larger than what it reads."""
+    return _each_einsum_edited(cascade, _operands_made)
+
+
+def _operands_made(
+    cascade: Cascade, e: Einsum, taken: set[str], added: list[tuple[str, tuple[str, ...]]]
+) -> list[str] | None:
+    """:func:`_compound_operands_made` of one Einsum: its new lines (None: as written)."""
+    x = e.expr
+    plain = e.kind == "compute" and e.reduce_op == "sum" and e.reduced and e.iterative is None
+    if not plain or not isinstance(x, Op) or x.name != "mul" or len(x.args) != 2:
+        return None
+    sides = [_vars_of(arg) for arg in x.args]
+    if sides[0] <= sides[1] or sides[1] <= sides[0]:
+        return None  # no GEMM either way: a squared deviation summed, a dot product
+    lines: list[str] = []
+    args = []
+    for arg in x.args:
+        first = _operand_read(cascade, arg)
+        if first is None:
+            args.append(arg)
+            continue
+        name = fresh(f"{e.output.tensor}A", taken)
+        added.append((name, cascade.tensor(first.tensor).ranks))
+        made = Read(dataclasses.replace(first, tensor=name))
+        lines.append(statement(made, arg))
+        args.append(made)
+    return [*lines, restate(e, Op("mul", tuple(args)))] if lines else None
+
+
+def _each_einsum_edited(
+    cascade: Cascade,
+    edit: Callable[
+        [Cascade, Einsum, set[str], list[tuple[str, tuple[str, ...]]]], list[str] | None
+    ],
+) -> Cascade:
+    """The cascade with each Einsum `edit` restates replaced by its lines (new tensors
+    declared as `edit` adds them, named apart from every name in use); itself where none
+    is."""
     if cascade.operators:
         return cascade  # (user operators do not survive the text round trip)
     taken = names_in_use(cascade)
     replacements: dict[str, list[str]] = {}
     added: list[tuple[str, tuple[str, ...]]] = []
     for e in cascade.einsums:
-        x = e.expr
-        plain = e.kind == "compute" and e.reduce_op == "sum" and e.reduced and e.iterative is None
-        if not plain or not isinstance(x, Op) or x.name != "mul" or len(x.args) != 2:
-            continue
-        sides = [_vars_of(arg) for arg in x.args]
-        if sides[0] <= sides[1] or sides[1] <= sides[0]:
-            continue  # no GEMM either way: a squared deviation summed, a dot product
-        lines: list[str] = []
-        args = []
-        for arg in x.args:
-            first = _operand_read(cascade, arg)
-            if first is None:
-                args.append(arg)
-                continue
-            name = fresh(f"{e.output.tensor}A", taken)
-            ranks = cascade.tensor(first.tensor).ranks
-            added.append((name, ranks))
-            made = Read(dataclasses.replace(first, tensor=name))
-            lines.append(statement(made, arg))
-            args.append(made)
-        if lines:
-            replacements[e.name] = [*lines, restate(e, Op("mul", tuple(args)))]
+        lines = edit(cascade, e, taken, added)
+        if lines is not None:
+            replacements[e.name] = lines
     if not replacements:
         return cascade
     draft = edited(cascade, replacements, new_declarations=added)
@@ -302,27 +321,24 @@ def _restated_reads(e: Einsum, positions: set[int], viewed: dict[str, str]) -> s
 
 def _scaled_sums_split(cascade: Cascade) -> Cascade:
     """Each sum of a term scaled by a constant as the sum, then the scaling."""
-    if cascade.operators:
-        return cascade  # (user operators do not survive the text round trip)
-    taken = names_in_use(cascade)
-    replacements: dict[str, list[str]] = {}
-    added: list[tuple[str, tuple[str, ...]]] = []
-    for e in cascade.einsums:
-        split = _scaled(e)
-        if split is None:
-            continue
-        body, op, scale = split
-        name = fresh(f"{e.output.tensor}S", taken)
-        added.append((name, cascade.tensor(e.output.tensor).ranks))
-        total = Read(dataclasses.replace(e.output, tensor=name))
-        replacements[e.name] = [
-            statement(total, body),
-            statement(e.output, Op(op, (total, scale)), label=e.name),
-        ]
-    if not replacements:
-        return cascade
-    draft = edited(cascade, replacements, new_declarations=added)
-    return loads_cascade(draft.text(), cascade.path)
+    return _each_einsum_edited(cascade, _scaled_split)
+
+
+def _scaled_split(
+    cascade: Cascade, e: Einsum, taken: set[str], added: list[tuple[str, tuple[str, ...]]]
+) -> list[str] | None:
+    """:func:`_scaled_sums_split` of one Einsum: the sum and the scaling (None: not one)."""
+    split = _scaled(e)
+    if split is None:
+        return None
+    body, op, scale = split
+    name = fresh(f"{e.output.tensor}S", taken)
+    added.append((name, cascade.tensor(e.output.tensor).ranks))
+    total = Read(dataclasses.replace(e.output, tensor=name))
+    return [
+        statement(total, body),
+        statement(e.output, Op(op, (total, scale)), label=e.name),
+    ]
 
 
 def _scaled(e: Einsum) -> tuple[Expr, str, Expr] | None:

@@ -743,6 +743,37 @@ def test_decoder_block_decode():
     _close(out["Y"], (y1 + cross(y1, "WQ2", "KE", "VE", "WO2")).T)
 
 
+def test_xcit_cross_covariance_attention():
+    """El-Nouby et al. 2021, eqs. 2-3 (Algorithm 1's q, k normalised along the tokens, the
+    softmax over the last dimension): rows = tokens, XCA = V A, A = softmax(K^T Q / tau)
+    over the key features."""
+    inputs, out = _run("xcit-cross-covariance-attention-3pass", {"P": 24, "E": 6, "C": 6}, 51)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))  # [P, E], [P, C], [P, C]
+    qn = q / np.linalg.norm(q, axis=0, keepdims=True)
+    kn = k / np.linalg.norm(k, axis=0, keepdims=True)
+    a = _softmax(qn.T @ kn / float(inputs["TAU"]))  # [E, C], over the key features
+    _close(out["O"], a @ v.T)
+
+
+def test_based_taylor_attention():
+    """Arora et al. 2024, eqs. 2-3, rows = tokens: causal weights 1 + s + s^2 / 2 of s = q
+    k^T, normalised by their sum, times V; the linear form phi(q) phi(k)^T with phi(x) = [1,
+    x, x (x) x / sqrt 2] gives the same weights."""
+    shapes = {"M": 24, "P": 24, "R": 4, "F": 6}
+    inputs, out = _run("based-taylor-attention-2pass", shapes, seed=52, same=("K", "Q"))
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    s = q @ k.T
+    causal = np.tril(np.ones((24, 24)))
+    w = (1 + s + s * s / 2) * causal
+    _close(out["AV"], (w @ v / w.sum(axis=1, keepdims=True)).T)
+
+    def phi(x: np.ndarray) -> np.ndarray:
+        outer = np.einsum("pi,pj->pij", x, x).reshape(len(x), -1) / math.sqrt(2)
+        return np.concatenate([np.ones((len(x), 1)), x, outer], axis=1)
+
+    assert np.allclose(phi(q) @ phi(k).T * causal, w)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -821,6 +852,9 @@ def test_prefix_lm_attention():
         # the projection of the first residual's result rides its pass; the second residual
         # one more
         ("decoder-block-decode-3pass", {"M": 3, "N": 3, "D": 3}),
+        # the norms over the tokens, the covariance over them, then V: 3 over the tokens
+        ("xcit-cross-covariance-attention-3pass", {"P": 3, "C": 3}),
+        ("based-taylor-attention-2pass", {"M": 2}),
     ],
 )
 def test_passes(name, passes):

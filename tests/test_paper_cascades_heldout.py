@@ -993,9 +993,9 @@ MAPPED = [
     ("dyt-prenorm-attention-layer-3pass", "4K", {"D": 4096, "H": 32}),
     ("decoder-block-decode-3pass", "4K", {"N": 1024, "D": 4096, "H": 32}),
     # written after those, mapped once: BASED's Taylor attention 1.13x / 1.08x, XCiT's
-    # cross-covariance attention 1.52x / 1.50x -- bound by DRAM, Q and K read twice (their
-    # norms over the tokens, then the covariance over them) where 1 MB each (at 4K) held on
-    # chip would cross once (docs/mapper.md)
+    # cross-covariance attention 1.52x / 1.50x -- bound by DRAM: K normalised over the
+    # tokens in a prologue whose result crosses DRAM to the block (written, read back), where
+    # 1 MB a head (at 4K) would stay on chip (docs/mapper.md)
     ("based-taylor-attention-2pass", "4K", {"R": 16}),
     pytest.param(
         "xcit-cross-covariance-attention-3pass",

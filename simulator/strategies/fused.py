@@ -25,10 +25,11 @@ A cascade no rule can bind is one line naming the rule it breaks.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
-from simulator.spec.arch import Array
+from simulator.spec.arch import Architecture, Array
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import flat_mapping, soonest_arrays
 from simulator.strategies.fusemax import applies as fusemax_applies
@@ -374,7 +375,11 @@ def _blocks_of_rows(
             continue
         users = [u for u in readers.get(t, []) if u != n]
         later = [u for u in users if segment_of.get(u) != segment_of.get(n)]
-        if n in prologue:  # read by the blocks like an input
+        if n in prologue and _stays(cascade, t, users, segment_of, extents, arch):
+            # made once and read only by the blocks right after it, and small beside the
+            # buffer (XCiT's keys normalised over the tokens): it waits in the buffer
+            tensors[t] = {"home": "buffer", "keep": "top", "spill": "auto"}
+        elif n in prologue:  # read by the blocks like an input
             tensors[t] = place("DRAM", keep(t, users or [n], True))
         elif later:  # read by a later segment: through DRAM
             tensors[t] = place("DRAM", keep(t, later, True))
@@ -470,3 +475,27 @@ def _einsum_comps(cascade: Cascade, name: str, partitions: dict[str, list[str]])
         return [c for p in comps for c in leaves(p)] if comps else [rank]
 
     return {c for r in einsum_ranks(cascade.einsum(name)) for c in leaves(r)}
+
+
+# A prologue's result waits in the buffer for the blocks when it takes at most this share of
+# the buffer (the rest is the blocks' own)
+PROLOGUE_SHARE = 4
+
+
+def _stays(
+    cascade: Cascade,
+    tensor: str,
+    users: list[str],
+    segment_of: dict[str, int],
+    extents: dict[str, int],
+    arch: Architecture,
+) -> bool:
+    """A prologue's result read only by the first phase of blocks (the one right after the
+    prologue), whose whole size is at most 1 / PROLOGUE_SHARE of the buffer."""
+    if not users or any(segment_of.get(u) != 0 for u in users):
+        return False
+    ranks = cascade.tensor(tensor).ranks
+    if any(r not in extents for r in ranks):
+        return False
+    values = math.prod(extents[r] for r in ranks)
+    return values * arch.value_bytes * PROLOGUE_SHARE <= arch.buffer.capacity_bytes

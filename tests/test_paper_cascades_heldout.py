@@ -774,6 +774,34 @@ def test_based_taylor_attention():
     assert np.allclose(phi(q) @ phi(k).T * causal, w)
 
 
+def _gelu_exact(z: np.ndarray) -> np.ndarray:
+    return z * 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
+
+
+def test_gmlp_block():
+    """Liu et al. 2021, eqs. 1-3, rows = tokens: Z1 = GELU(x U1), Z2 = GELU(x U2), y = x +
+    (Z1 * (W^T LN(Z2) + b)) V, the LayerNorm over the channels, W mixing the tokens."""
+    shapes = {"P": 12, "M": 12, "D": 8, "C": 10}
+    inputs, out = _run("gmlp-block", shapes, seed=53, same=("XM", "X"))
+    x = inputs["X"].T
+    z1, z2 = _gelu_exact(x @ inputs["U1"]), _gelu_exact(x @ inputs["U2"])
+    spatial = inputs["W"].T @ _layer_norm_rows(z2, inputs["GN"], inputs["BN"])  # [P, C]
+    gated = z1 * (spatial + inputs["B"][:, None])
+    _close(out["Y"], (x + gated @ inputs["V"]).T)
+
+
+def test_flamingo_gated_xattn_dense():
+    """Alayrac et al. 2022, Fig. 4, rows = tokens: y1 = y + tanh(a_x) MHA(y, visual), y = y1
+    + tanh(a_d) GELU(y1 W1) W2."""
+    shapes = {"P": 12, "N": 8, "D": 12, "E": 4, "F": 4, "H": 3, "J": 16}
+    inputs, out = _run("flamingo-gated-xattn-dense", shapes, 54)
+    x, xv = inputs["X"].T, inputs["XV"].T
+    w = {k: inputs[k] for k in ("WQ", "WK", "WV", "WO")}
+    y1 = x + math.tanh(float(inputs["AX"])) * _multi_head(x, xv, w)
+    ffw = _gelu_exact(y1 @ inputs["W1"]) @ inputs["W2"]
+    _close(out["Y"], (y1 + math.tanh(float(inputs["AD"])) * ffw).T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -855,6 +883,10 @@ def test_prefix_lm_attention():
         # the norms over the tokens, the covariance over them, then V: 3 over the tokens
         ("xcit-cross-covariance-attention-3pass", {"P": 3, "C": 3}),
         ("based-taylor-attention-2pass", {"M": 2}),
+        # the LayerNorm over the channels, then the down-projection over them; one walk of
+        # the tokens mixed
+        ("gmlp-block", {"C": 3, "M": 1}),
+        ("flamingo-gated-xattn-dense", {"N": 3, "D": 3, "J": 1}),
     ],
 )
 def test_passes(name, passes):

@@ -1031,6 +1031,10 @@ MAPPED = [
     # blocks right after it waits in the buffer when small beside it (strategies/fused.py)
     ("based-taylor-attention-2pass", "4K", {"R": 16}),
     ("xcit-cross-covariance-attention-3pass", "4K", {"C": 128}),
+    # written after that change, mapped once: the gMLP block 1.12x / 1.07x, Flamingo's gated
+    # cross-attention dense layer 1.12x / 1.12x
+    ("gmlp-block", "4K", {"D": 4096, "C": 8192}),
+    ("flamingo-gated-xattn-dense", "4K", {"N": 64, "D": 4096, "H": 32, "J": 16384}),
 ]
 
 

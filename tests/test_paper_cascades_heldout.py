@@ -802,6 +802,26 @@ def test_flamingo_gated_xattn_dense():
     _close(out["Y"], (y1 + math.tanh(float(inputs["AD"])) * ffw).T)
 
 
+def test_aft_simple():
+    """Zhai et al. 2021, eq. 4, rows = tokens: sigmoid(Q) * sum_t' softmax(K)_t' * V_t', the
+    softmax over the tokens, element-wise in the features."""
+    inputs, out = _run("aft-simple", {"M": 20, "P": 20, "D": 6}, seed=55, same=("K", "Q"))
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    weights = np.exp(k - k.max(axis=0)) / np.exp(k - k.max(axis=0)).sum(axis=0)
+    _close(out["Y"], (1 / (1 + np.exp(-q)) * (weights * v).sum(axis=0)).T)
+
+
+def test_aft_full():
+    """Zhai et al. 2021, eq. 2, rows = tokens: sigmoid(Q_t) * sum_t' exp(K_t' + w_tt') V_t'
+    / sum_t' exp(K_t' + w_tt'); and, as the paper notes, exp(K + w) = exp(w) exp(K): two
+    matrix products of exp(w) with exp(K) * V and with exp(K)."""
+    inputs, out = _run("aft-full", {"M": 20, "P": 20, "D": 6}, seed=56, same=("K", "Q"))
+    q, k, v, w = inputs["Q"].T, inputs["K"].T, inputs["V"].T, inputs["WB"].T  # w: [P, M]
+    num = np.einsum("pm,md->pd", np.exp(w), np.exp(k) * v)
+    den = np.exp(w) @ np.exp(k)
+    _close(out["Y"], (1 / (1 + np.exp(-q)) * num / den).T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -887,6 +907,9 @@ def test_prefix_lm_attention():
         # the tokens mixed
         ("gmlp-block", {"C": 3, "M": 1}),
         ("flamingo-gated-xattn-dense", {"N": 3, "D": 3, "J": 1}),
+        ("aft-simple", {"M": 3}),
+        # no maximum subtracted: the numerator and denominator in one walk of the tokens
+        ("aft-full", {"M": 1}),
     ],
 )
 def test_passes(name, passes):

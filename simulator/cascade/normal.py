@@ -61,6 +61,7 @@ from simulator.cascade.ir import (
     Read,
     Size,
     VarValue,
+    expr_reads,
     index_vars,
     is_constant,
     rank_of,
@@ -145,7 +146,7 @@ def _operand_read(cascade: Cascade, arg: Expr) -> Access | None:
     None for a plain read, a constant, or any other."""
     if isinstance(arg, Read) or is_constant(arg):
         return None
-    reads = _reads_in(arg)
+    reads = list(expr_reads(arg))
     if not reads or any(plain_vars(r) is None for r in reads):
         return None
     widest = max(reads, key=lambda r: len(plain_vars(r)))  # the first of the widest
@@ -158,16 +159,8 @@ def _operand_read(cascade: Cascade, arg: Expr) -> Access | None:
 
 
 def _vars_of(x: Expr) -> set[str]:
-    """The index variables an operand's reads index by."""
-    return {v for acc in _reads_in(x) for pos in acc.indices for v in index_vars(pos.expr)}
-
-
-def _reads_in(x: Expr) -> list[Access]:
-    if isinstance(x, Read):
-        return [x.access]
-    if isinstance(x, Op):
-        return [a for arg in x.args for a in _reads_in(arg)]
-    return []
+    """The index variables an operand's reads index by (their filters' aside)."""
+    return {v for acc in expr_reads(x) for pos in acc.indices for v in index_vars(pos.expr)}
 
 
 def _expr_vars_within(x: Expr, names: set[str]) -> bool:

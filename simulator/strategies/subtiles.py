@@ -25,11 +25,9 @@ def split_lists(einsums: dict[str, dict[str, Any]], comp: str, inner: str) -> No
                 entry[key] = [*entry[key][: at + 1], inner, *entry[key][at + 1 :]]
 
 
-def split_factor(factor: Any, width: int) -> Any:
-    """A tile factor divided by `width`: `PE2D.meshY` -> `PE2D.meshY / 2`,
-    `PE2D.meshY / 2` -> `PE2D.meshY / 4`; a number divided."""
-    if isinstance(factor, int):
-        return factor // width
+def split_factor(factor: Any, width: int) -> str:
+    """A tile factor spanning part of an array side divided by `width`: `PE2D.meshY` ->
+    `PE2D.meshY / 2`, `PE2D.meshY / 2` -> `PE2D.meshY / 4`."""
     text = str(factor)
     if " / " in text:
         base, by = text.rsplit(" / ", 1)

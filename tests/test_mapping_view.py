@@ -192,3 +192,83 @@ einsum:
     assert "QA[d, p] = (X[d, p] + PE[d, p])" in texts
     assert "SQ[p] = ((X[d, p] - MU[p]) * (X[d, p] - MU[p]))" in texts
     assert len(texts) == 3
+
+
+AFT_FULL = DATA / "paper_cascades_heldout" / "aft-full.yaml"
+EXP_OF_A_SUM = """
+name: exp-of-a-sum
+shapes: {D: 5, M: 7, P: 6}
+einsum:
+  declaration:
+    K: [D, M]
+    V: [D, M]
+    WB: [M, P]
+    S: [M, P]
+    EW: [D, M, P]
+    NUM: [D, P]
+    DEN: [D, P]
+    MX: [P]
+    SE: [M, P]
+    SD: [P]
+  expressions:
+    - EW[d, m, p] = exp(K[d, m] + WB[m, p])
+    - NUM[d, p] = EW[d, m, p] * V[d, m]
+    - DEN[d, p] = EW[d, m, p]
+    - MX[p] = S[m, p] :: max(m)
+    - SE[m, p] = exp(S[m, p] - MX[p])
+    - SD[p] = SE[m, p]
+"""
+
+
+def test_an_exponential_of_a_sum_is_two_exponentials_and_its_sums_gemms():
+    """AFT-full's `exp(K[d, m] + WB[m, p])` at D x M x P points, read only by sums over m,
+    is `exp(K)` over D x M and `exp(WB)` over M x P, and the sums read their product: two
+    GEMMs (`exp(K) * V` made first for the numerator). The stable softmax's `exp(S - MX)`,
+    whose S indexes every point, stays as written. The view computes the same values."""
+    from simulator.cascade.parse import loads_cascade
+
+    c = loads_cascade(EXP_OF_A_SUM, "<exp-of-a-sum>")
+    v = mapping_view(c)
+    assert "EW" not in {t.name for t in v.tensors}
+    exps = {e.output.tensor: v.tensor(e.output.tensor).ranks for e in v.einsums if "exp(" in e.text}
+    assert sorted(exps.values()) == [("D", "M"), ("M", "P"), ("M", "P")]
+    assert "SE[m, p] = exp((S[m, p] - MX[p]))" in {e.text for e in v.einsums}
+    shapes = resolve_shapes(c, {})
+    for name in ("NUM", "DEN"):
+        assert batched_gemm_shape(v, name) is not None, name
+    inputs = random_inputs(c, shapes, seed=8)
+    want, got = evaluate(c, inputs, shapes), evaluate(v, inputs, resolve_shapes(v, {}))
+    for name in ("NUM", "DEN", "SD"):
+        assert np.allclose(got[name], want[name], rtol=1e-12, atol=0), name
+
+
+def test_an_exponential_of_a_sum_written_as_an_einsum_of_its_own_is_the_same_view():
+    """The sum `KW = K + WB` as an Einsum of its own, read only by the exponential, is the
+    same computation: the same view, the same latency, traffic and energy."""
+    from simulator.cascade.parse import loads_cascade
+
+    apart = EXP_OF_A_SUM.replace("    EW: [D, M, P]\n", "    KW: [D, M, P]\n    EW: [D, M, P]\n")
+    apart = apart.replace(
+        "    - EW[d, m, p] = exp(K[d, m] + WB[m, p])\n",
+        "    - KW[d, m, p] = K[d, m] + WB[m, p]\n    - EW[d, m, p] = exp(KW[d, m, p])\n",
+    )
+    one = mapping_view(loads_cascade(EXP_OF_A_SUM, "<one>"))
+    two = mapping_view(loads_cascade(apart, "<two>"))
+    assert sorted(e.text for e in one.einsums) == sorted(e.text for e in two.einsums)
+
+
+def test_aft_full_maps_as_two_gemms_near_their_floor(tmp_path):
+    """AFT-full as its equation writes it: the numerator's and denominator's sums over the
+    keys are each D x M x P operations whatever the mapping (the denominator's adds as
+    written, its MACs as the GEMM `exp(w) exp(K)`), so the floor is two GEMMs' MACs at the
+    chip's MAC rate -- not the one GEMM the MAC count of the written form sees (its
+    denominator adds no MAC). Before the view factored the exponential: 9.66x that one
+    GEMM at 4K (an exponential at every point, 7 PE cycles each)."""
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape={"D": 4096})
+    r = evaluate_point(Specs(cascade_override=str(AFT_FULL), arch_override="fusemax"), "auto", w)
+    fields = w.fields()
+    instances = int(fields["batch"]) * int(fields["heads"])
+    d, m, p = 4096, int(fields["keys"]), int(fields["queries"])
+    macs_per_s = (256 * 256 + 256) * 940e6  # FuseMax: 256 x 256 PEs and 256, 940 MHz
+    floor = 2 * d * m * p * instances / macs_per_s
+    assert floor <= r.latency_s <= 1.15 * floor, r.latency_s / floor

@@ -48,6 +48,7 @@ from simulator.cascade.draft import (
     restated,
     statement,
 )
+from simulator.cascade.exponentials import exponentials_factored
 from simulator.cascade.graph import carried_var, recurrences
 from simulator.cascade.ir import (
     Access,
@@ -74,7 +75,7 @@ COMMUTATIVE = frozenset({"add", "mul", "max", "min"})
 @functools.lru_cache(maxsize=256)
 def mapping_view(cascade: Cascade) -> Cascade:
     """The cascade as the module docstring describes it."""
-    made = _compound_operands_made(_scaled_sums_split(cascade))
+    made = _compound_operands_made(exponentials_factored(_scaled_sums_split(cascade)))
     return _ordered(split_reads_viewed(_split_reads_copied(made)))
 
 

@@ -303,6 +303,9 @@ def _blocks_of_rows(
         red = [outer_of.get(r, r) for r in reduced_ranks(cascade.einsum(name)) if r not in steps]
         cands = [f0] if f0 and fibre in red else []
         cands += [columns[r][2] for r in mine if r in columns]
+        # then the innermost part of each of its ranks: a map over the keys and the rows
+        # (AFT-full's exp(w)) spreads over both sides, not down one
+        cands += [_innermost(r, partitions) for r in mine if r not in steps]
         einsums[name] = {"loops": [r for r in mine if r in steps], "spatial": spread(name, cands)}
     tile_loops = {
         n: [x for x in einsums[n]["loops"] if x in _einsum_comps(cascade, n, partitions)]
@@ -465,6 +468,12 @@ def _sizes(
         elif factor in extents:
             out[comp] = extents[factor]
     return out
+
+
+def _innermost(rank: str, partitions: dict[str, list[str]]) -> str:
+    """A rank's innermost component as the mapping splits it (the rank itself if whole)."""
+    comps = partitions.get(rank)
+    return _innermost(comps[-1], partitions) if comps else rank
 
 
 def _einsum_comps(cascade: Cascade, name: str, partitions: dict[str, list[str]]) -> set[str]:

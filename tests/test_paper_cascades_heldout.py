@@ -822,6 +822,46 @@ def test_aft_full():
     _close(out["Y"], (1 / (1 + np.exp(-q)) * num / den).T)
 
 
+
+def test_alibi_attention():
+    """Press et al. 2022, sec. 3, rows = queries: softmax(q K^T / sqrt(d) - slope * (i - j))
+    V under the causal mask, query p at position M - P + p."""
+    shapes = {"M": 40, "P": 40, "E": 8, "F": 6}
+    inputs, out = _run("alibi-attention-3pass", shapes, seed=57, same=("K", "Q"))
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    t = shapes["M"] - shapes["P"] + np.arange(shapes["P"])[:, None]
+    m = np.arange(shapes["M"])[None, :]
+    s = q @ k.T / math.sqrt(q.shape[1]) - float(inputs["AL"]) * (t - m)
+    _close(out["AV"], (_softmax(np.where(m <= t, s, -np.inf)) @ v).T)
+
+
+def test_t5_relative_bias_attention():
+    """Raffel et al. 2020, sec. 2.1, rows = queries: softmax(q K^T + b) V, unscaled, b the
+    head's bias for each (query, key)."""
+    inputs, out = _run("t5-relative-bias-attention-3pass", {"M": 20, "P": 16, "E": 8, "F": 6}, 58)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    _close(out["AV"], (_softmax(q @ k.T + inputs["B"].T) @ v).T)
+
+
+def test_primer_squared_relu_ffn():
+    """So et al. 2021, sec. 3, rows = tokens: relu(x W1)^2 W2."""
+    inputs, out = _run("primer-squared-relu-ffn", {"P": 12, "D": 8, "N": 10, "O": 6}, seed=59)
+    h = inputs["X"].T @ inputs["W1"]
+    _close(out["Y"], (np.maximum(h, 0) ** 2 @ inputs["W2"]).T)
+
+
+def test_mlp_mixer_block():
+    """Tolstikhin et al. 2021, eq. 1, rows = tokens: U = X + (W2^T GELU(W1^T LN(X)))^T over
+    the channels' columns (token mixing), Y = U + GELU(LN(U) W3) W4 (channel mixing), each
+    LayerNorm over the channels."""
+    shapes = {"P": 12, "M": 12, "C": 8, "J": 10, "N": 14}
+    inputs, out = _run("mlp-mixer-block", shapes, seed=60, same=("XM", "X"))
+    x = inputs["X"].T  # [P, C]
+    ln1 = _layer_norm_rows(x, inputs["G1"], inputs["B1"])
+    u = x + (_gelu_exact(ln1.T @ inputs["W1"]) @ inputs["W2"]).T
+    ln2 = _layer_norm_rows(u, inputs["G2"], inputs["B2"])
+    _close(out["Y"], (u + _gelu_exact(ln2 @ inputs["W3"]) @ inputs["W4"]).T)
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -910,6 +950,13 @@ def test_prefix_lm_attention():
         ("aft-simple", {"M": 3}),
         # no maximum subtracted: the numerator and denominator in one walk of the tokens
         ("aft-full", {"M": 1}),
+        ("alibi-attention-3pass", {"M": 3}),
+        ("t5-relative-bias-attention-3pass", {"M": 3}),
+        ("primer-squared-relu-ffn", {"D": 1, "N": 1}),
+        # each LayerNorm over the channels: its mean, its variance, the values it normalises
+        # (the token mixing's; the channel-mixing projection's sum over them), then the
+        # second MLP's output and the skip
+        ("mlp-mixer-block", {"C": 6, "M": 1}),
     ],
 )
 def test_passes(name, passes):

@@ -468,6 +468,23 @@ def flat_mapping(
             einsums[n]["loops"].remove(inner)
             einsums[n]["spatial"].append(inner)
         sub_tiles[comp] = (inner, width)
+    beside = (
+        _keys_beside_rows(
+            einsums,
+            (f1, f0, r0),
+            [*outer, r2, f1, r1],
+            two.mesh_x // rows_here,
+            chunk,
+            taken_names,
+        )
+        if soonest  # (beyond FLAT's designs, as the soonest arrays are)
+        and own_partition
+        and not sub_tiles
+        and scale > 1
+        and rows_here == two.mesh_x // scale
+        and extents.get(fibre, 0) % (chunk * (two.mesh_x // rows_here)) == 0
+        else None
+    )
     tensors: dict[str, dict[str, Any]] = {}
     local: dict[str, dict[str, Any]] = {}
     # Operands of the rows (Q, the output) stay on chip for their block of rows, spilling
@@ -520,6 +537,11 @@ def flat_mapping(
         **{r: [outer_, part] for r, (outer_, part, _w) in split.items()},
     }
     spatial = {two.name: [r0, f0], one.name: [f0]}
+    if beside is not None:  # the fibre's chunks walked in steps of `width` side by side
+        part, width = beside
+        partitions[fibre] = [f1, part, f0]
+        factors[part] = width
+        spatial[two.name].append(part)
     for comp, (inner, width) in sub_tiles.items():  # both parts where the tile was
         factors[comp], factors[inner] = split_factor(factors[comp], width), width
         for names in (*partitions.values(), *spatial.values()):
@@ -540,10 +562,47 @@ def flat_mapping(
     body["phases"] = [
         {
             "name": "fused",
-            "loops": [*outer, r2, f1, r1],
+            "loops": [*outer, r2, f1, *([beside[0]] if beside else []), r1],
             "einsums": einsums,
             **({"tensors": local} if local else {}),
             "schedule": [{"par": [by_array[two.name], by_array[one.name]]}],
         }
     ]
     return {"mapping": body}
+
+
+def _keys_beside_rows(
+    einsums: dict[str, dict[str, Any]],
+    comps: tuple[str, str, str],
+    phase_loops: list[str],
+    width: int,
+    chunk: int,
+    taken: set[str],
+) -> tuple[str, int] | None:
+    """A block of rows narrower than the 2D array's side (`scale` 2: 128 rows of 256)
+    leaves part of the side idle: the fibre's chunks are walked `width` at a time, side by
+    side -- each Einsum that spreads the rows and a chunk spreads that part beside the
+    rows, the others walk it. T5's biased scores at 16K hold K and V whole and take blocks
+    of 128 rows so that the scores fit; before, half the array idled (1.80x the floor).
+    Returns (the part, its width), `einsums` edited in place; None where no Einsum spreads
+    both (or `width` is 1)."""
+    f1, f0, r0 = comps
+    if width <= 1 or chunk <= 1:
+        return None
+    for entry in einsums.values():  # (the phase's loops and the array's spread, written out)
+        if "loops" not in entry and "spatial" not in entry:
+            entry.update(loops=list(phase_loops), spatial=[r0, f0])
+    spreading = [
+        n
+        for n, entry in einsums.items()
+        if {r0, f0} <= set(entry.get("spatial", ())) and f1 in entry.get("loops", ())
+    ]
+    if not spreading:
+        return None
+    part = inner_name(f1, taken)
+    taken.add(part)
+    split_lists(einsums, f1, part)
+    for n in spreading:
+        einsums[n]["loops"].remove(part)
+        einsums[n]["spatial"].append(part)
+    return part, width

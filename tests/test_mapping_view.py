@@ -272,3 +272,25 @@ def test_aft_full_maps_as_two_gemms_near_their_floor(tmp_path):
     macs_per_s = (256 * 256 + 256) * 940e6  # FuseMax: 256 x 256 PEs and 256, 940 MHz
     floor = 2 * d * m * p * instances / macs_per_s
     assert floor <= r.latency_s <= 1.15 * floor, r.latency_s / floor
+
+
+def test_aft_full_written_another_way_gives_the_same_numbers(tmp_path):
+    """AFT-full with the exponent's terms and every product's operands swapped, its sum as
+    an Einsum of its own: the same latency, DRAM traffic and energy."""
+    text = AFT_FULL.read_text()
+    other = text.replace("    EW: [D, M, P]\n", "    KW: [D, M, P]\n    EW: [D, M, P]\n").replace(
+        "    - EW[d, m, p] = exp(K[d, m] + WB[m, p])\n",
+        "    - KW[d, m, p] = WB[m, p] + K[d, m]\n    - EW[d, m, p] = exp(KW[d, m, p])\n",
+    )
+    other = other.replace("EW[d, m, p] * V[d, m]", "V[d, m] * EW[d, m, p]")
+    other = other.replace("sigmoid(Q[d, p]) * NUM[d, p]", "NUM[d, p] * sigmoid(Q[d, p])")
+    assert other.count("KW") == 3 and "V[d, m] * EW" in other and "NUM[d, p] * sigmoid" in other
+    path = tmp_path / "aft-full-other.yaml"
+    path.write_text(other)
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape={"D": 4096})
+    runs = [
+        evaluate_point(Specs(cascade_override=str(p), arch_override="fusemax"), "auto", w)
+        for p in (AFT_FULL, path)
+    ]
+    a, b = ((r.latency_s, r.traffic_bytes, r.energy_pj) for r in runs)
+    assert a == pytest.approx(b, rel=1e-9)

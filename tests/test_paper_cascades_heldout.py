@@ -862,6 +862,52 @@ def test_mlp_mixer_block():
     ln2 = _layer_norm_rows(u, inputs["G2"], inputs["B2"])
     _close(out["Y"], (u + _gelu_exact(ln2 @ inputs["W3"]) @ inputs["W4"]).T)
 
+
+def test_padding_mask_attention():
+    """Vaswani et al. 2017, sec. 3.2.3, rows = queries: softmax(q K^T / sqrt(d)) V over the
+    first LEN keys, the padding after them masked to -inf."""
+    shapes = {"M": 40, "P": 40, "E": 8, "F": 6, "LEN": 29}
+    inputs, out = _run("padding-mask-attention-3pass", shapes, seed=61)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    s = q @ k.T / math.sqrt(q.shape[1])
+    valid = np.arange(shapes["M"])[None, :] < shapes["LEN"]
+    _close(out["AV"], (_softmax(np.where(valid, s, -np.inf)) @ v).T)
+
+
+def _rope_tables(inputs: dict[str, np.ndarray]) -> None:
+    """The cosines and sines of RoFormer's angles: position times 10000^(-2h / d)."""
+    h = inputs["CP"].shape[0]
+    theta = 10000.0 ** (-np.arange(h) / h)
+    for cos, sin, n in (("CP", "SP", inputs["CP"].shape[1]), ("CM", "SM", inputs["CM"].shape[1])):
+        angle = theta[:, None] * np.arange(n)[None, :]
+        inputs[cos][...], inputs[sin][...] = np.cos(angle), np.sin(angle)
+
+
+def test_rope_attention():
+    """Su et al. 2021, eq. 34, rows = queries: the halves [x1, x2] of each query and key
+    rotated by the position's angles, [x1 cos - x2 sin, x2 cos + x1 sin]; softmax of the
+    rotated scores / sqrt(d), times V. The rotation keeps each vector's norm."""
+    shapes = {"M": 20, "P": 20, "S": 2, "H": 4, "F": 6}
+    inputs, out = _run("rope-attention-3pass", shapes, seed=62, same=("K", "Q"), fix=_rope_tables)
+
+    def rotated(x, cos, sin):  # x [2, H, N] -> [N, 2H]
+        x1, x2 = x[0].T, x[1].T
+        return np.concatenate([x1 * cos.T - x2 * sin.T, x2 * cos.T + x1 * sin.T], axis=1)
+
+    q = rotated(inputs["Q"], inputs["CP"], inputs["SP"])
+    k = rotated(inputs["K"], inputs["CM"], inputs["SM"])
+    assert np.allclose(np.linalg.norm(q, axis=1), np.linalg.norm(inputs["Q"], axis=(0, 1)))
+    _close(out["AV"], (_softmax(q @ k.T / math.sqrt(q.shape[1])) @ inputs["V"].T).T)
+
+
+def test_gemma2_softcap_lm_head():
+    """Gemma Team 2024, sec. 2, rows = tokens: softmax over the vocabulary of
+    CAP tanh(x W / CAP)."""
+    shapes = {"P": 12, "D": 8, "V": 30, "CAP": 30}
+    inputs, out = _run("gemma2-softcap-lm-head", shapes, seed=63)
+    logits = inputs["X"].T @ inputs["WV"]
+    _close(out["PR"], _softmax(30 * np.tanh(logits / 30)).T)
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -957,6 +1003,10 @@ def test_prefix_lm_attention():
         # (the token mixing's; the channel-mixing projection's sum over them), then the
         # second MLP's output and the skip
         ("mlp-mixer-block", {"C": 6, "M": 1}),
+        ("padding-mask-attention-3pass", {"M": 3}),
+        # the rotations element-wise in the halves and frequencies, read by the scores' sum
+        ("rope-attention-3pass", {"M": 3, "H": 1, "S": 1}),
+        ("gemma2-softcap-lm-head", {"V": 3, "D": 1}),
     ],
 )
 def test_passes(name, passes):

@@ -294,3 +294,45 @@ def test_aft_full_written_another_way_gives_the_same_numbers(tmp_path):
     ]
     a, b = ((r.latency_s, r.traffic_bytes, r.energy_pj) for r in runs)
     assert a == pytest.approx(b, rel=1e-9)
+
+
+def test_a_contraction_of_a_sum_of_gemms_is_one_contraction_per_product():
+    """RoPE's scores over the rotated halves, `QR1 * KR1 + QR2 * KR2` summed over the
+    frequencies, are two GEMMs and their sum (the distributive law); as written the
+    contraction was no GEMM and no FLAT-shaped span bound it (14.1x the floor at 4K). A
+    sum whose term does not vary along the reduced variable (`W[e] * X[e, p] + B[p]`: B
+    summed E times) stays as written, as does a sum of element-wise products."""
+    from simulator.cascade.parse import loads_cascade
+
+    text = """
+name: sums
+shapes: {H: 4, M: 5, P: 6, E: 3}
+einsum:
+  declaration:
+    A1: [H, P]
+    B1: [H, M]
+    A2: [H, P]
+    B2: [H, M]
+    X: [E, P]
+    W: [E]
+    B: [P]
+    Y: [E, P]
+    S: [M, P]
+    T: [P]
+    U: [P]
+  expressions:
+    - S[m, p] = A1[h, p] * B1[h, m] + A2[h, p] * B2[h, m]
+    - T[p] = W[e] * X[e, p] + B[p]
+    - U[p] = X[e, p] * Y[e, p] + Y[e, p] * Y[e, p]
+"""
+    c = loads_cascade(text, "<sums>")
+    v = mapping_view(c)
+    texts = {e.text for e in v.einsums}
+    assert {"SA[m, p] = (A1[h, p] * B1[h, m])", "SB[m, p] = (A2[h, p] * B2[h, m])"} <= texts
+    assert "S[m, p] = (SA[m, p] + SB[m, p])" in texts
+    assert len(texts) == 5  # T and U as written
+    shapes = resolve_shapes(c, {})
+    inputs = random_inputs(c, shapes, seed=9)
+    want, got = evaluate(c, inputs, shapes), evaluate(v, inputs, resolve_shapes(v, {}))
+    for name in ("S", "T", "U"):
+        assert np.allclose(got[name], want[name], rtol=1e-12, atol=1e-12), name

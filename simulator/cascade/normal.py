@@ -75,7 +75,8 @@ COMMUTATIVE = frozenset({"add", "mul", "max", "min"})
 @functools.lru_cache(maxsize=256)
 def mapping_view(cascade: Cascade) -> Cascade:
     """The cascade as the module docstring describes it."""
-    made = _compound_operands_made(exponentials_factored(_scaled_sums_split(cascade)))
+    split = _sums_of_gemms_split(exponentials_factored(_scaled_sums_split(cascade)))
+    made = _compound_operands_made(split)
     return _ordered(split_reads_viewed(_split_reads_copied(made)))
 
 
@@ -89,6 +90,48 @@ def _compound_operands_made(cascade: Cascade) -> Cascade:
     reads is read at plain indices (no filter), all of them among one read's: it is no
     larger than what it reads."""
     return _each_einsum_edited(cascade, _operands_made)
+
+
+def _sums_of_gemms_split(cascade: Cascade) -> Cascade:
+    """Each contraction of a sum or difference of GEMM-shaped products as one contraction
+    per product, then their sum (`QK[m, p] = QR1[h, p] * KR1[h, m] + QR2[h, p] * KR2[h, m]`,
+    RoPE's rotated halves, is `QKA = QR1 * KR1; QKB = QR2 * KR2; QK = QKA + QKB`): two
+    GEMMs, where as written the contraction was no GEMM at all (the distributive law over
+    a finite sum). Only where each product's two sides each index a variable the other does
+    not and each product varies along every variable the contraction reduces."""
+    return _each_einsum_edited(cascade, _sum_split)
+
+
+def _sum_split(
+    cascade: Cascade, e: Einsum, taken: set[str], added: list[tuple[str, tuple[str, ...]]]
+) -> list[str] | None:
+    """:func:`_sums_of_gemms_split` of one Einsum: its new lines (None: as written)."""
+    x = e.expr
+    plain = e.kind == "compute" and e.reduce_op == "sum" and e.reduced and e.iterative is None
+    if not plain or not isinstance(x, Op) or x.name not in ("add", "sub") or e.filters():
+        return None
+    if not all(_gemm_shaped(term, set(e.iteration)) for term in x.args):
+        return None
+    ranks = cascade.tensor(e.output.tensor).ranks
+    lines, parts = [], []
+    for term, tag in zip(x.args, "AB", strict=True):
+        name = fresh(f"{e.output.tensor}{tag}", taken)
+        added.append((name, ranks))
+        part = Read(dataclasses.replace(e.output, tensor=name))
+        lines.append(statement(part, term))
+        parts.append(part)
+    return [*lines, statement(e.output, Op(x.name, tuple(parts)), label=e.name)]
+
+
+def _gemm_shaped(term: Expr, iteration: set[str]) -> bool:
+    """A product of two sides, each indexing a variable the other does not, that varies
+    along every variable of the iteration."""
+    if not isinstance(term, Op) or term.name != "mul" or len(term.args) != 2:
+        return False
+    sides = [_vars_of(arg) for arg in term.args]
+    if sides[0] <= sides[1] or sides[1] <= sides[0]:
+        return False
+    return sides[0] | sides[1] == iteration
 
 
 def _operands_made(

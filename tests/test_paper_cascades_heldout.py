@@ -908,6 +908,34 @@ def test_gemma2_softcap_lm_head():
     _close(out["PR"], _softmax(30 * np.tanh(logits / 30)).T)
 
 
+def test_blockwise_local_attention():
+    """Qiu et al. 2020, eq. 1 (identity permutation), rows = queries: softmax(Q_b K_b^T /
+    sqrt(d)) V_b for each block b of L tokens."""
+    shapes = {"M": 24, "P": 24, "B": 4, "L": 6, "J": 6, "E": 8, "F": 6}
+    inputs, out = _run("blockwise-local-attention-3pass", shapes, seed=64, same=("K", "Q"))
+    q, k, v = (inputs[t].T.reshape(4, 6, -1) for t in ("Q", "K", "V"))  # [B, L, .]
+    ref = np.stack([_softmax(q[b] @ k[b].T / math.sqrt(8)) @ v[b] for b in range(4)])
+    _close(out["AV"], ref.transpose(2, 1, 0))
+
+
+def test_chunked_memory_efficient_attention():
+    """Rabe and Staats 2021, Fig. 1: the chunks' summaries combined give softmax(q K^T /
+    sqrt(d)) V exactly."""
+    shapes = {"M": 24, "P": 10, "C": 4, "J": 6, "E": 8, "F": 6}
+    inputs, out = _run("chunked-memory-efficient-attention", shapes, seed=65)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    _close(out["O"], (_softmax(q @ k.T / math.sqrt(8)) @ v).T)
+
+
+def test_transnormer_norm_attention():
+    """Qin et al. 2022, eq. 9, rows = queries: RMSNorm(Q K^T V) over the value features,
+    times the gain (eps 1e-6)."""
+    inputs, out = _run("transnormer-norm-attention", {"M": 20, "P": 16, "E": 8, "F": 6}, 66)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    av = q @ k.T @ v
+    _close(out["O"], (av / np.sqrt((av**2).mean(axis=1, keepdims=True) + 1e-6) * inputs["G"]).T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -1007,6 +1035,12 @@ def test_prefix_lm_attention():
         # the rotations element-wise in the halves and frequencies, read by the scores' sum
         ("rope-attention-3pass", {"M": 3, "H": 1, "S": 1}),
         ("gemma2-softcap-lm-head", {"V": 3, "D": 1}),
+        # each block's softmax walks its own J keys, within one walk of the blocks
+        ("blockwise-local-attention-3pass", {"M": 1, "P": 1}),
+        # the chunks' statistics within one walk of the keys, their global maximum, then
+        # the combination
+        ("chunked-memory-efficient-attention", {"M": 2}),
+        ("transnormer-norm-attention", {"M": 1, "F": 2}),
     ],
 )
 def test_passes(name, passes):

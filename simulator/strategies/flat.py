@@ -284,17 +284,23 @@ def flat_mapping(
     )
     left, right = first.reads()
     lv, rv = indexed_vars(left), indexed_vars(right)
-    # The rows: what one operand indexes and the other not, besides the fibre (either side:
-    # `Q * K` and `K * Q` are the same contraction).
+    # The rows: what one operand indexes and the other not, besides the fibre and its
+    # chunks (either side: `Q * K` and `K * Q` are the same contraction; Rabe and Staats'
+    # scores `S[c, j, p]` over chunks of the keys have the rows p).
+    fibre_ranks = {fibre} | {c for _r, comps in cascade.partitions if fibre in comps for c in comps}
     rows = (
-        [rank_of(v) for v in first.output.vars() if (v in lv) != (v in rv) and rank_of(v) != fibre]
+        [
+            rank_of(v)
+            for v in first.output.vars()
+            if (v in lv) != (v in rv) and rank_of(v) not in fibre_ranks
+        ]
         or [  # else its result's (a reduced rank is no row: memories retrieved per query,
             # `QKM[r, p] = Q[e, p] * KM[e, r, p]`, reduce e for the rows p)
             rank_of(v)
             for v in first.output.vars()
-            if rank_of(v) != fibre and rank_of(v) in extents
+            if rank_of(v) not in fibre_ranks and rank_of(v) in extents
         ]
-        or [r for r in einsum_ranks(first) if r != fibre and r in extents]
+        or [r for r in einsum_ranks(first) if r not in fibre_ranks and r in extents]
     )
     # The widest row rank goes across the columns; the others (a group's query heads) are
     # outer loops: FLAT fuses per head.
@@ -305,7 +311,7 @@ def flat_mapping(
     outer += [
         rank_of(v)
         for v in first.output.vars()
-        if v in lv and v in rv and rank_of(v) not in (fibre, row, *outer)
+        if v in lv and v in rv and rank_of(v) not in (*fibre_ranks, row, *outer)
     ]
     whole_rows = any(
         row in reduced_ranks(cascade.einsum(n)) for n in fibre_einsums

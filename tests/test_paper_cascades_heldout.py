@@ -1520,7 +1520,6 @@ def test_a_narrow_block_of_rows_walks_the_fibres_chunks_side_by_side():
             assert e.parallelism == arch.array("PE2D").pes, e
 
 
-
 def test_the_chunks_of_the_fibre_are_no_rows():
     """Rabe and Staats' scores `S[c, j, p] = Q[e, p] * K[e, c*J + j]` index the keys' chunk c
     on the keys' side only, as the rows p are on the queries' side: FLAT's template took c

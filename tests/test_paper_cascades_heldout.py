@@ -936,6 +936,51 @@ def test_transnormer_norm_attention():
     _close(out["O"], (av / np.sqrt((av**2).mean(axis=1, keepdims=True) + 1e-6) * inputs["G"]).T)
 
 
+def test_clipped_softmax_attention():
+    """Bondarenko et al. 2023, eq. 4.1, rows = queries: clip((zeta - gamma) softmax(q K^T /
+    sqrt(d)) + gamma, 0, 1) V."""
+
+    def fix(inputs):
+        inputs["ZT"], inputs["GA"] = np.float64(1.03), np.float64(-0.03)
+
+    inputs, out = _run("clipped-softmax-attention-3pass", {"M": 20, "P": 16, "E": 8, "F": 6}, 67,
+                       fix=fix)  # fmt: skip
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    a = _softmax(q @ k.T / math.sqrt(8))
+    clipped = np.clip(1.06 * a - 0.03, 0, 1)
+    assert (clipped == 0).any()  # a weight clipped to exactly zero
+    _close(out["AV"], (clipped @ v).T)
+
+
+def test_attention_dropout():
+    """Srivastava et al. 2014 on the attention weights, rows = queries: (softmax(q K^T /
+    sqrt(d)) * mask / keep) V, the mask 0 or 1."""
+
+    def fix(inputs):
+        rng = np.random.default_rng(5)
+        inputs["DM"][...] = rng.random(inputs["DM"].shape) < 0.9
+        inputs["KP"] = np.float64(0.9)
+
+    inputs, out = _run("attention-dropout-3pass", {"M": 20, "P": 16, "E": 8, "F": 6}, 68, fix=fix)
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    a = _softmax(q @ k.T / math.sqrt(8)) * inputs["DM"].T / 0.9
+    _close(out["AV"], (a @ v).T)
+
+
+def test_compressive_memory_attention():
+    """Rae et al. 2020, Algorithm 1, rows = queries: softmax over [compressed memories;
+    memories; the segment's keys up to the query] of q k / sqrt(d), times the values."""
+    shapes = {"M": 16, "P": 16, "R": 6, "N": 10, "E": 8, "F": 6}
+    inputs, out = _run("compressive-memory-attention-2pass", shapes, seed=69, same=("K", "Q"))
+    q = inputs["Q"].T
+    keys = np.concatenate([inputs["KC"].T, inputs["KN"].T, inputs["K"].T])  # [R + N + M, E]
+    values = np.concatenate([inputs["VC"].T, inputs["VN"].T, inputs["V"].T])
+    s = q @ keys.T / math.sqrt(8)
+    causal = np.arange(16)[None, :] <= np.arange(16)[:, None]
+    visible = np.concatenate([np.ones((16, 16), bool), causal], axis=1)  # memories: all
+    _close(out["O"], (_softmax(np.where(visible, s, -np.inf)) @ values).T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -1041,6 +1086,11 @@ def test_prefix_lm_attention():
         # the combination
         ("chunked-memory-efficient-attention", {"M": 2}),
         ("transnormer-norm-attention", {"M": 1, "F": 2}),
+        ("clipped-softmax-attention-3pass", {"M": 3}),
+        ("attention-dropout-3pass", {"M": 3}),
+        # each key set's maximum, then the exponentials' sums and weighted values; the
+        # division after them
+        ("compressive-memory-attention-2pass", {"M": 2, "R": 2, "N": 2}),
     ],
 )
 def test_passes(name, passes):

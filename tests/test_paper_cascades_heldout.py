@@ -1280,6 +1280,20 @@ MAPPED = [
     ("transnormer-norm-attention", "4K", {}),
     ("chunked-memory-efficient-attention", "4K", {"C": 16, "J": 256}),
     ("chunked-memory-efficient-attention", "16K", {"C": 64, "J": 256}),
+    # written after that change, mapped once: the clipped softmax 1.06x / 1.06x, dropout on
+    # the attention weights 1.00x / 1.00x, the Compressive Transformer's attention 4.31x /
+    # 4.49x -- a known gap: one softmax over three key sets of comparable size (1,024
+    # compressed memories, 2,048 memories, the 4K segment); FLAT's template walks one fibre
+    # and runs the other sets' Einsums a block row at a time, and the blocks rule hands the
+    # exponentials between two phases through DRAM (docs/mapper.md)
+    ("clipped-softmax-attention-3pass", "4K", {}),
+    ("attention-dropout-3pass", "16K", {}),
+    pytest.param(
+        "compressive-memory-attention-2pass",
+        "4K",
+        {"R": 1024, "N": 2048},
+        marks=pytest.mark.xfail(strict=True, reason=GAP),
+    ),
 ]
 
 

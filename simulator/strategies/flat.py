@@ -249,11 +249,34 @@ def flat_mapping(
             "strategy binds it)"
         )
 
+    # Beyond FLAT's designs (`soonest`), one softmax over several sets of keys (the
+    # Compressive Transformer's compressed memories, memories and segment): each set a fibre
+    # of its own with FLAT's shape, no Einsum iterating two of them, each walked in its own
+    # chunks within the same block of rows.
+    chunk_of = {comps[1]: comps[0] for _r, comps in cascade.partitions if len(comps) == 2}
+    taken_names = set(extents) | {c for _r, comps in cascade.partitions for c in comps}
+    secondary = [
+        r
+        for r in reduced_fibres
+        if soonest
+        and r != fibre
+        and r not in chunk_of
+        and not {f"{r}1", f"{r}0"} & taken_names
+        and _shaped(cascade, contractions, roles.compute, r)
+        and not any({fibre, r} <= set(einsum_ranks(cascade.einsum(n))) for n in roles.compute)
+    ]
+    every_fibre = [fibre, *secondary]
+
+    def fibre_of(n: str) -> str | None:
+        """The fibre an Einsum walks: the set of keys it iterates (the first fibre if none)."""
+        mine = einsum_ranks(cascade.einsum(n))
+        return next((x for x in secondary if x in mine), fibre)
+
     def produces_fibre(n: str) -> bool:
-        return _makes(cascade, n, fibre)
+        return _makes(cascade, n, fibre_of(n))
 
     def reduces_fibre(n: str) -> bool:
-        return _reduces(cascade, n, fibre)
+        return _reduces(cascade, n, fibre_of(n))
 
     # The GEMMs: contractions making the fibre (scores: QK, or several of them) and those
     # reducing it (A V); a contraction touching neither (a dot product of two vectors that
@@ -287,7 +310,9 @@ def flat_mapping(
     # The rows: what one operand indexes and the other not, besides the fibre and its
     # chunks (either side: `Q * K` and `K * Q` are the same contraction; Rabe and Staats'
     # scores `S[c, j, p]` over chunks of the keys have the rows p).
-    fibre_ranks = {fibre} | {c for _r, comps in cascade.partitions if fibre in comps for c in comps}
+    fibre_ranks = set(every_fibre) | {
+        c for _r, comps in cascade.partitions if set(every_fibre) & set(comps) for c in comps
+    }
     rows = (
         [
             rank_of(v)
@@ -326,10 +351,16 @@ def flat_mapping(
     f1, f0 = f"{fibre}1", f"{fibre}0"
     # a fibre that is already the cascade's chunk (`m0` of `K[e, m1*M0 + m0]`) is walked
     # chunk by chunk as it stands: M1 the loop, M0 the chunk
-    chunk_of = {comps[1]: comps[0] for _r, comps in cascade.partitions if len(comps) == 2}
     own_partition = fibre not in chunk_of
     if not own_partition:
         f1, f0 = chunk_of[fibre], fibre
+    parts = {fibre: (f1, f0), **{x: (f"{x}1", f"{x}0") for x in secondary}}
+
+    def own(n: str) -> tuple[str | None, str, str]:
+        """(the Einsum's fibre, its walked part, its chunk)."""
+        x = fibre_of(n)
+        return (x, *parts[x]) if x in parts else (x, f1, f0)
+
     binding = {n: two.name for n in gemms}
     for n in fibre_einsums:
         binding[n] = _fibre_array(cascade, n, two, one)
@@ -342,12 +373,23 @@ def flat_mapping(
         cascade.einsum(n).output.tensor
         for n in roles.compute
         if cascade.einsum(n).output.tensor not in cascade.outputs
-        and fibre in cascade.tensor(cascade.einsum(n).output.tensor).ranks
+        and set(every_fibre) & set(cascade.tensor(cascade.einsum(n).output.tensor).ranks)
     ]
     over = in_place(cascade, set(handed))  # computed in place: one slot for the chain
     onchip = (
         fibres != "dram"
-        and _block_footprint(cascade, handed, over, row, fibre, two.mesh_x // scale, extents)
+        and sum(
+            _block_footprint(
+                cascade,
+                [t for t in handed if x in cascade.tensor(t).ranks],
+                over,
+                row,
+                x,
+                two.mesh_x // scale,
+                extents,
+            )
+            for x in every_fibre
+        )
         * arch.value_bytes
         <= arch.buffer.capacity_bytes
     )
@@ -356,7 +398,7 @@ def flat_mapping(
     output_stationary = onchip and extents.get(row, 0) >= two.mesh_x // scale
     einsums: dict[str, Any] = {}
     split: dict[str, tuple[str, str, int]] = {}  # rank -> (outer, inner part, its extent)
-    taken_names = set(extents) | {c for _r, comps in cascade.partitions for c in comps}
+    taken_names |= {c for x in secondary for c in parts[x]}
 
     def down_the_side(ranks: list[str], room: int = two.mesh_y) -> tuple[list[str], list[str]]:
         """The ranks spread down the 2D array's side (`room` PEs), in order while they fit,
@@ -382,17 +424,18 @@ def flat_mapping(
 
     for n in gemms:
         e = cascade.einsum(n)
-        other = [r for r in einsum_ranks(e) if r not in (row, fibre, f1, f0, *outer)]
+        x, x1, x0 = own(n)
+        other = [r for r in einsum_ranks(e) if r not in (row, x, x1, x0, *outer)]
         if not output_stationary:  # weight-stationary: the operand without rows stays put
             down, walked = down_the_side(other)  # the other ranks down the array's side
-            einsums[n] = {"spatial": [f0, *down], "inner": [*walked, r0]}
+            einsums[n] = {"spatial": [x0, *down], "inner": [*walked, r0]}
         elif reduces_fibre(n) and spread == "fibre":  # the fibre's chunks reduced in the PEs
             # (a fibre shorter than its chunk -- a mixture's 32 heads -- leaves room down the
             # side: the other ranks fill it, as they would the whole side)
             chunk = two.mesh_y // chunk_scale
-            short = extents.get(fibre, chunk) < chunk and own_partition
-            down, walked = down_the_side(other, chunk // extents[fibre]) if short else ([], [])
-            einsums[n] = {"loops": [*outer, r2, r1, f1, *walked], "spatial": [r0, f0, *down]}
+            short = extents.get(x, chunk) < chunk and (own_partition or x != fibre)
+            down, walked = down_the_side(other, chunk // extents[x]) if short else ([], [])
+            einsums[n] = {"loops": [*outer, r2, r1, x1, *walked], "spatial": [r0, x0, *down]}
         elif reduces_fibre(n):  # accumulates over the whole fibre in the PEs: rows stay put
             # (its other ranks down the side while they fit: a mixture's output projection,
             # 4096 columns, walks 16 blocks of 256)
@@ -403,9 +446,10 @@ def flat_mapping(
     rows_here = min(two.mesh_x // scale, extents.get(row, two.mesh_x))
     for n in fibre_einsums:
         mine = einsum_ranks(cascade.einsum(n))
-        if binding[n] == two.name and (fibre in mine or f0 in mine):
+        x, x1, x0 = own(n)
+        if binding[n] == two.name and (x in mine or x0 in mine):
             # rows across the columns, the chunk down the rows
-            einsums[n] = {"loops": [*outer, r2, r1, f1], "spatial": [r0, f0]}
+            einsums[n] = {"loops": [*outer, r2, r1, x1], "spatial": [r0, x0]}
         elif binding[n] == two.name:  # no fibre (a gate's GEMM over the rows' inputs): rows
             # across the columns, down the rows what fills them -- its other ranks, then
             # part of one wider than the room left (a reduction: summed down the PEs)
@@ -416,8 +460,8 @@ def flat_mapping(
                 )
             )
             einsums[n] = {"loops": [*outer, r2, r1], "spatial": [r0, *down]}
-        elif fibre in mine or f0 in mine:  # the fibre's chunk across the 1D PEs, a row at a time
-            einsums[n] = {"loops": [*outer, r2, r1, r0, f1]}
+        elif x in mine or x0 in mine:  # the fibre's chunk across the 1D PEs, a row at a time
+            einsums[n] = {"loops": [*outer, r2, r1, r0, x1]}
         else:  # no fibre (a division after the contraction): what fills the 1D PEs
             sizes = {r0: rows_here, **{r: extents[r] for r in mine if r in extents}}
             cands = [r0, *(r for r in mine if r not in (row, *outer))]
@@ -435,7 +479,7 @@ def flat_mapping(
     regions: dict[str, list[str]] = {}  # a walked tile component -> the regions walking it
     widths: dict[str, int] = {}  # -> the part of it spread beside their other ranks
     sub_tiles: dict[str, tuple[str, int]] = {}  # -> (its inner part, that part's width)
-    for n in [*gemms, *fibre_einsums] if own_partition else []:
+    for n in [*gemms, *fibre_einsums] if own_partition and not secondary else []:
         e = cascade.einsum(n)
         mine = einsum_ranks(e)
         if fibre not in mine:
@@ -485,6 +529,7 @@ def flat_mapping(
         )
         if soonest  # (beyond FLAT's designs, as the soonest arrays are)
         and own_partition
+        and not secondary
         and not sub_tiles
         and scale > 1
         and rows_here == two.mesh_x // scale
@@ -533,6 +578,10 @@ def flat_mapping(
         },
         r0: tile(two.name, "meshX", two.mesh_x, row, extents, scale),
         f0: tile(two.name, "meshY", two.mesh_y, fibre, extents, chunk_scale),
+        **{
+            parts[x][1]: tile(two.name, "meshY", two.mesh_y, x, extents, chunk_scale)
+            for x in secondary
+        },
         r1: 1 if whole_rows else "search",
         **{part: width for _outer, part, width in split.values()},
     }
@@ -540,9 +589,11 @@ def flat_mapping(
         **{rank: list(comps) for rank, comps in cascade.partitions},
         row: [r2, r1, r0],
         **({fibre: [f1, f0]} if own_partition else {}),
+        **{x: list(parts[x]) for x in secondary},
         **{r: [outer_, part] for r, (outer_, part, _w) in split.items()},
     }
-    spatial = {two.name: [r0, f0], one.name: [f0]}
+    chunks = [parts[x][1] for x in secondary]
+    spatial = {two.name: [r0, f0, *chunks], one.name: [f0, *chunks]}
     if beside is not None:  # the fibre's chunks walked in steps of `width` side by side
         part, width = beside
         partitions[fibre] = [f1, part, f0]
@@ -568,7 +619,14 @@ def flat_mapping(
     body["phases"] = [
         {
             "name": "fused",
-            "loops": [*outer, r2, f1, *([beside[0]] if beside else []), r1],
+            "loops": [
+                *outer,
+                r2,
+                f1,
+                *([beside[0]] if beside else []),
+                *(parts[x][0] for x in secondary),
+                r1,
+            ],
             "einsums": einsums,
             **({"tensors": local} if local else {}),
             "schedule": [{"par": [by_array[two.name], by_array[one.name]]}],

@@ -981,6 +981,51 @@ def test_compressive_memory_attention():
     _close(out["O"], (_softmax(np.where(visible, s, -np.inf)) @ values).T)
 
 
+def test_knn_lm_distribution():
+    """Khandelwal et al. 2020, eq. 2, rows = queries: softmax over the entries of
+    -|q - k|^2 / T, summed onto each entry's target class."""
+
+    def fix(inputs):
+        inputs["TE"] = np.float64(4.0)
+
+    inputs, out = _run("knn-lm-distribution", {"P": 10, "N": 24, "E": 8, "C": 12}, 70, fix=fix)
+    q, k = inputs["Q"].T, inputs["KD"].T  # [P, E], [N, E]
+    d = ((q[:, None, :] - k[None, :, :]) ** 2).sum(axis=2)  # [P, N]
+    _close(out["PK"], (_softmax(-d / 4.0) @ inputs["OH"].T).T)
+
+
+def test_clip_image_text_probabilities():
+    """Radford et al. 2021, Fig. 3, rows = images: softmax over the texts of exp(t) times
+    the cosine similarity of the L2-normalised embeddings."""
+    inputs, out = _run("clip-image-text-probabilities", {"P": 10, "M": 12, "D": 8}, seed=71)
+    i, t = inputs["I"].T, inputs["T"].T
+    i = i / np.linalg.norm(i, axis=1, keepdims=True)
+    t = t / np.linalg.norm(t, axis=1, keepdims=True)
+    _close(out["PR"], _softmax(math.exp(float(inputs["LT"])) * i @ t.T).T)
+
+
+def test_rope_prenorm_attention_layer():
+    """Su et al. 2021, eq. 34 in a pre-norm layer, rows = tokens: y = x + causal softmax(
+    R(q) R(k)^T / sqrt(d)) v W_O, q, k, v the projections of RMSNorm(x)."""
+    shapes = {"P": 12, "M": 12, "D": 10, "S": 2, "H": 3, "F": 6}
+    inputs, out = _run(
+        "rope-prenorm-attention-layer-3pass", shapes, seed=72, same=("XM", "X"), fix=_rope_tables
+    )
+    x = inputs["X"].T
+    xn = x / np.sqrt((x**2).mean(axis=1, keepdims=True) + 1e-6) * inputs["G"]
+
+    def rotated(w, cos, sin):  # the projection's halves rotated -> [P, 2H]
+        h = np.einsum("pd,dsh->sph", xn, w)
+        return np.concatenate([h[0] * cos.T - h[1] * sin.T, h[1] * cos.T + h[0] * sin.T], 1)
+
+    q = rotated(inputs["WQ"], inputs["CP"], inputs["SP"])
+    k = rotated(inputs["WK"], inputs["CM"], inputs["SM"])
+    s = q @ k.T / math.sqrt(q.shape[1])
+    causal = np.arange(12)[None, :] <= np.arange(12)[:, None]
+    av = _softmax(np.where(causal, s, -np.inf)) @ (xn @ inputs["WV"])
+    _close(out["Y"], (x + av @ inputs["WO"]).T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -1091,6 +1136,11 @@ def test_prefix_lm_attention():
         # each key set's maximum, then the exponentials' sums and weighted values; the
         # division after them
         ("compressive-memory-attention-2pass", {"M": 2, "R": 2, "N": 2}),
+        ("knn-lm-distribution", {"N": 3, "E": 1}),
+        # the squared norms over the embedding, then the normalised values the logits sum
+        ("clip-image-text-probabilities", {"M": 3, "D": 2}),
+        # the RMSNorm's mean square, the projections over the width, the residual after W_O
+        ("rope-prenorm-attention-layer-3pass", {"M": 3, "D": 3}),
     ],
 )
 def test_passes(name, passes):

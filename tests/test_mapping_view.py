@@ -336,3 +336,36 @@ einsum:
     want, got = evaluate(c, inputs, shapes), evaluate(v, inputs, resolve_shapes(v, {}))
     for name in ("S", "T", "U"):
         assert np.allclose(got[name], want[name], rtol=1e-12, atol=1e-12), name
+
+
+def test_a_filtered_contraction_of_a_sum_of_gemms_keeps_its_filter_on_each():
+    """Causal RoPE scores, `QR1 * KR1[h, m : m <= p] + QR2 * KR2[h, m : m <= p]`: a filter
+    holds over its whole Einsum, so each product's contraction keeps it, and their sum reads
+    them under it (the masked points are no points of either). The view computes the same
+    values where the filter keeps them."""
+    from simulator.cascade.parse import loads_cascade
+
+    text = """
+name: causal-sum
+shapes: {H: 4, M: 6, P: 6}
+einsum:
+  declaration:
+    A1: [H, P]
+    B1: [H, M]
+    A2: [H, P]
+    B2: [H, M]
+    S: [M, P]
+    T: [P]
+  expressions:
+    - "S[m, p] = A1[h, p] * B1[h, m : m <= p] + A2[h, p] * B2[h, m : m <= p]"
+    - "T[p] = S[m : m <= p, p]"
+"""
+    c = loads_cascade(text, "<causal-sum>")
+    v = mapping_view(c)
+    texts = {e.text for e in v.einsums}
+    assert "SA[m, p] = (A1[h, p] * B1[h, m : m <= p])" in texts
+    assert "S[m, p] = (SA[m : m <= p, p] + SB[m : m <= p, p])" in texts
+    shapes = resolve_shapes(c, {})
+    inputs = random_inputs(c, shapes, seed=10)
+    want, got = evaluate(c, inputs, shapes), evaluate(v, inputs, resolve_shapes(v, {}))
+    assert np.allclose(got["T"], want["T"], rtol=1e-12, atol=1e-12)

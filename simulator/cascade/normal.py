@@ -108,19 +108,48 @@ def _sum_split(
     """:func:`_sums_of_gemms_split` of one Einsum: its new lines (None: as written)."""
     x = e.expr
     plain = e.kind == "compute" and e.reduce_op == "sum" and e.reduced and e.iterative is None
-    if not plain or not isinstance(x, Op) or x.name not in ("add", "sub") or e.filters():
+    if not plain or not isinstance(x, Op) or x.name not in ("add", "sub"):
         return None
     if not all(_gemm_shaped(term, set(e.iteration)) for term in x.args):
+        return None
+    at = _filters_at(e, x.args)
+    if at is None:
         return None
     ranks = cascade.tensor(e.output.tensor).ranks
     lines, parts = [], []
     for term, tag in zip(x.args, "AB", strict=True):
         name = fresh(f"{e.output.tensor}{tag}", taken)
         added.append((name, ranks))
-        part = Read(dataclasses.replace(e.output, tensor=name))
-        lines.append(statement(part, term))
-        parts.append(part)
+        made = dataclasses.replace(e.output, tensor=name)
+        lines.append(statement(made, term))
+        indices = tuple(dataclasses.replace(pos, filter=at.get(pos.expr)) for pos in made.indices)
+        parts.append(Read(dataclasses.replace(made, indices=indices)))
     return [*lines, statement(e.output, Op(x.name, tuple(parts)), label=e.name)]
+
+
+def _filters_at(e: Einsum, terms: tuple[Expr, ...]) -> dict[object, object] | None:
+    """Where a filtered contraction's sum reads its products: each filter at the output
+    variable it is written on (`KR1[h, m : m <= p + M - P]`: at m). The filters of an
+    Einsum hold over all of it, so each product must carry all of them, each on an output
+    variable (else None: not split)."""
+    conds = set(e.filters())
+    if not conds:
+        return {}
+    outputs = {pos.expr for pos in e.output.indices}
+    at: dict[object, object] = {}
+    for term in terms:
+        found = {
+            (pos.expr, pos.filter)
+            for acc in expr_reads(term)
+            for pos in acc.indices
+            if pos.filter is not None
+        }
+        if {cond for _v, cond in found} != conds or any(v not in outputs for v, _c in found):
+            return None
+        for v, cond in found:
+            if at.setdefault(v, cond) != cond:
+                return None  # two filters on one variable: no one position holds both
+    return at
 
 
 def _gemm_shaped(term: Expr, iteration: set[str]) -> bool:

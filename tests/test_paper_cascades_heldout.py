@@ -1026,6 +1026,34 @@ def test_rope_prenorm_attention_layer():
     _close(out["Y"], (x + av @ inputs["WO"]).T)
 
 
+def test_strided_sparse_attention():
+    """Child et al. 2019, sec. 4.2 (strided), rows = queries: softmax(q k^T / sqrt(d)) v over
+    the keys j <= i with (i - j) mod L = 0; the output read in rows of L."""
+    shapes = {"M": 24, "P": 24, "B": 4, "C": 4, "L": 6, "E": 8, "F": 6}
+    inputs, out = _run("strided-sparse-attention-3pass", shapes, seed=73, same=("K", "Q"))
+    q, k, v = (inputs[t].T for t in ("Q", "K", "V"))
+    i, j = np.arange(24)[:, None], np.arange(24)[None, :]
+    allowed = (j <= i) & ((i - j) % 6 == 0)
+    ref = _softmax(np.where(allowed, q @ k.T / math.sqrt(8), -np.inf)) @ v  # [P, F]
+    _close(out["AV"], ref.reshape(4, 6, 6).transpose(2, 1, 0))  # [F, L, B]
+
+
+def test_ddpm_groupnorm_attention_block():
+    """Ho et al. 2020, App. B, rows = positions: y = x + softmax(q k^T / sqrt(d)) v W_O, q, k,
+    v the projections of GroupNorm(x) -- each group's C channels normalised over them and
+    every position (Wu and He 2018, eq. 1-3; eps 1e-6)."""
+    shapes = {"P": 8, "M": 8, "D": 6, "G": 2, "C": 3, "E": 4, "F": 6}
+    inputs, out = _run("ddpm-groupnorm-attention-block-3pass", shapes, 74, same=("XM", "X"))
+    x = inputs["X"].T  # [P, D]
+    g = x.reshape(8, 2, 3)
+    mu = g.mean(axis=(0, 2), keepdims=True)
+    var = ((g - mu) ** 2).mean(axis=(0, 2), keepdims=True)
+    xn = ((g - mu) / np.sqrt(var + 1e-6)).reshape(8, 6) * inputs["GA"] + inputs["BE"]
+    q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
+    a = _softmax(q @ k.T / math.sqrt(4))
+    _close(out["Y"], (x + a @ v @ inputs["WO"]).T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -1141,6 +1169,10 @@ def test_prefix_lm_attention():
         ("clip-image-text-probabilities", {"M": 3, "D": 2}),
         # the RMSNorm's mean square, the projections over the width, the residual after W_O
         ("rope-prenorm-attention-layer-3pass", {"M": 3, "D": 3}),
+        # each column's softmax over its rows of keys within one walk of them
+        ("strided-sparse-attention-3pass", {"M": 1}),
+        # the groups' mean and variance over every position, then the softmax's
+        ("ddpm-groupnorm-attention-block-3pass", {"M": 5, "D": 1}),
     ],
 )
 def test_passes(name, passes):

@@ -1042,7 +1042,7 @@ def test_ddpm_groupnorm_attention_block():
     """Ho et al. 2020, App. B, rows = positions: y = x + softmax(q k^T / sqrt(d)) v W_O, q, k,
     v the projections of GroupNorm(x) -- each group's C channels normalised over them and
     every position (Wu and He 2018, eq. 1-3; eps 1e-6)."""
-    shapes = {"P": 8, "M": 8, "D": 6, "G": 2, "C": 3, "E": 4, "F": 6}
+    shapes = {"P": 8, "M": 8, "D": 6, "N": 2, "C": 3, "E": 4, "F": 6}
     inputs, out = _run("ddpm-groupnorm-attention-block-3pass", shapes, 74, same=("XM", "X"))
     x = inputs["X"].T  # [P, D]
     g = x.reshape(8, 2, 3)
@@ -1387,6 +1387,19 @@ MAPPED = [
         "rope-prenorm-attention-layer-3pass",
         "4K",
         {"D": 4096, "S": 2, "H": 64},
+        marks=pytest.mark.xfail(strict=True, reason=GAP),
+    ),
+    # written after that change, mapped once: the Sparse Transformer's strided attention
+    # 1.19x / 1.00x, DDPM's GroupNorm attention block 2.31x / 1.41x -- at 4K the same gap as
+    # the RoPE layer: its attention phase alone is 0.15 s of a 0.18 s floor, and the
+    # GroupNorm's statistics and normalisation, the projections and the residual run kernel
+    # by kernel through DRAM (0.26 s more; docs/mapper.md)
+    ("strided-sparse-attention-3pass", "4K", {"B": 64, "C": 64, "L": 64}),
+    ("ddpm-groupnorm-attention-block-3pass", "16K", {"D": 512, "N": 32, "C": 16}),
+    pytest.param(
+        "ddpm-groupnorm-attention-block-3pass",
+        "4K",
+        {"D": 512, "N": 32, "C": 16},
         marks=pytest.mark.xfail(strict=True, reason=GAP),
     ),
 ]

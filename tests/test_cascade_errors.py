@@ -323,3 +323,14 @@ def test_the_reference_says_what_outputs_and_reductions_are():
     text = " ".join((CASCADES / "README.md").read_text().split())
     assert "are the tensors no Einsum reads" in text and "`MEAN_OUT[p] = MEAN[p]`" in text
     assert "The reduction applies to the whole right-hand side" in text
+
+
+def test_a_tensor_named_like_a_yaml_boolean_is_told_to_quote_it(tmp_path, run_cli):
+    """`ON: [F, P]` reads as `True: [F, P]` in YAML 1.1: the line says so (before: "tensor
+    name 'True' must be an identifier"); quoted, the name works."""
+    path = _file(tmp_path, {"X": "[F, P]", "ON": "[F, P]"}, ["ON[f, p] = X[f, p]"])
+    code, out, err = run_cli(main, ["passes", path])
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"error: {path}:4:5: ") and "YAML boolean" in err and "quote" in err
+    quoted = _file(tmp_path, {"X": "[F, P]", "'ON'": "[F, P]"}, ["ON[f, p] = X[f, p]"])
+    assert run_cli(main, ["passes", quoted])[0] == 0

@@ -82,6 +82,12 @@ def _declarations(raw: Any, where: Loc) -> tuple[TensorDecl, ...]:
     decls = []
     for name, ranks in raw.items():
         loc = raw.key_locs[name]
+        if isinstance(name, bool):  # YAML 1.1 reads ON, OFF, YES, NO, Y, N as booleans
+            raise SpecError(
+                f"tensor name read as the YAML boolean {str(name).lower()} (ON, OFF, YES and "
+                "NO are booleans in YAML): quote it, e.g. 'ON': [F, P], or choose another name",
+                loc,
+            )
         if not isinstance(name, str) or not name.isidentifier() or not name[0].isupper():
             raise SpecError(f"tensor name '{name}' must be an identifier starting upper-case", loc)
         if ranks is None:

@@ -26,6 +26,7 @@ from .conftest import CASCADES, DATA
 AGENT = DATA / "paper_cascades" / "agent-attention-3pass.yaml"
 FUNNEL = DATA / "paper_cascades_heldout" / "funnel-pool-query-attention-layer-3pass.yaml"
 MCA = DATA / "paper_cascades" / "memory-compressed-attention-3pass.yaml"
+DDPM = DATA / "paper_cascades_heldout" / "ddpm-groupnorm-attention-block-3pass.yaml"
 EVERY = sorted(
     [*CASCADES.glob("*.yaml"), *(DATA / "paper_cascades").glob("*.yaml")]
     + [*(DATA / "paper_cascades_heldout").glob("*.yaml")]
@@ -74,11 +75,11 @@ def test_the_bound_reads_a_viewed_input_once():
 @pytest.mark.parametrize("path", EVERY, ids=lambda p: p.stem)
 def test_a_split_no_einsum_iterates_whole_stays_as_written(path):
     """FuseMax's cascades split the keys (`K[e, m1*M0 + m0]`) and iterate only the parts:
-    their view keeps the split (agent attention and Funnel's pooled queries are the
-    cascades here that read an input both ways)."""
+    their view keeps the split (agent attention, Funnel's pooled queries and DDPM's
+    GroupNorm over channel groups are the cascades here that read an input both ways)."""
     c = load_cascade(path)
     v = mapping_view(c)
-    if path in (AGENT, FUNNEL):
+    if path in (AGENT, FUNNEL, DDPM):
         assert v.input_views and not set(dict(c.partitions)) & set(dict(v.partitions))
         return
     assert (v.partitions, v.input_views, v.tied_ranks) == (c.partitions, (), ())

@@ -232,9 +232,11 @@ einsum:
 
 def test_a_cascade_with_two_attentions_fuses_each(tmp_path):
     """Self-attention, a projection, then cross-attention over other keys (a decoder
-    layer's two): two spans FLAT's shape fuses, each its own phase of blocks of rows, the
-    projection a GEMM between them -- within 1.3x of the latency bound (kernel by kernel:
-    12x)."""
+    layer's two): two spans FLAT's shape fuses -- each its own phase of blocks of rows, the
+    projection a GEMM between them (`segments`: 1.03x the bound, 21.5 GB), or both in one
+    block of rows, each attention's keys a fibre of its own and the projection of the
+    block's rows between them (`flat`: at the bound, 13.0 GB of DRAM, the hand-off on chip)
+    -- within 1.3x of the latency bound (kernel by kernel: 12x)."""
     path = tmp_path / "two-attentions.yaml"
     path.write_text(TWO_ATTENTIONS, encoding="utf-8")
     cascade = load_cascade(path)
@@ -242,7 +244,7 @@ def test_a_cascade_with_two_attentions_fuses_each(tmp_path):
     assert [s[0] for s in spans] == ["QK", "QK2"] and [s[-1] for s in spans] == ["AV", "AV2"]
     w = make_workload("llama3-8b", "4K", {"causal": False}, shape={"N": 4096})
     r = evaluate(Specs(cascade_override=str(path), arch_override="fusemax"), "auto", w)
-    assert r.search is not None and r.search.found.startswith("segments")
+    assert r.search is not None and r.search.found.startswith(("segments", "flat"))
     assert r.latency_bound_s <= r.latency_s <= 1.3 * r.latency_bound_s
 
 

@@ -18,7 +18,13 @@ cascade's structure alone:
   `MUS[p] = X[e, p]; MU[p] = MUS[p] / E`; `S[m, p] = Q[e, p] * K[e, m] / sqrt(E)` is a
   contraction, then a scaling): the scaling happens once per result, not at every point of
   the sum, and a contraction stays one whatever constant the notation folds into it. The
-  sum gets a fresh tensor (`MUS`), the scaling keeps the Einsum's name.
+  sum gets a fresh tensor (`MUS`), the scaling keeps the Einsum's name;
+* **an exponential of a sum of terms over different variables is two exponentials**
+  (:mod:`simulator.cascade.exponentials`: AFT-full's `exp(K[d, m] + w[m, p])`), its readers
+  reading their product;
+* **a contraction of a sum of GEMM-shaped products is one contraction per product, then
+  their sum** (RoPE's `QR1 * KR1 + QR2 * KR2`), under the contraction's filters;
+* **a contraction over a compound operand makes the operand first** (`(X + P) W`).
 
 An Einsum's **signature** hashes how it computes (its expression's structure, each index
 variable as its output position or as reduced, the reduction's operator) together with
@@ -27,9 +33,11 @@ reads it) and where its result goes (its consumers' signatures and how they read
 tensor, rank or Einsum name enters it, so a renamed cascade has the same signatures. Two
 Einsums with equal signatures are interchangeable in structure; their written order stands.
 
-The result computes the same values under the same Einsum names; the order of its Einsums
-and of commutative operands aside, it differs only where a scaled sum is split (an Einsum
-more). A mapping generated for it says so (`normalised: yes`), and it is evaluated on it.
+The result computes the same values under the same Einsum names (to rounding, where an
+exponential is split or a sum distributed); the order of its Einsums and of commutative
+operands aside, it differs only where one of the last four steps applies (Einsums more, an
+exponential's tensor gone). A mapping generated for it says so (`normalised: yes`), and it
+is evaluated on it.
 """
 
 from __future__ import annotations
@@ -53,8 +61,10 @@ from simulator.cascade.graph import carried_var, recurrences
 from simulator.cascade.ir import (
     Access,
     Cascade,
+    Cond,
     Einsum,
     Expr,
+    Index,
     IndexPos,
     IVar,
     Num,
@@ -127,7 +137,7 @@ def _sum_split(
     return [*lines, statement(e.output, Op(x.name, tuple(parts)), label=e.name)]
 
 
-def _filters_at(e: Einsum, terms: tuple[Expr, ...]) -> dict[object, object] | None:
+def _filters_at(e: Einsum, terms: tuple[Expr, ...]) -> dict[Index, Cond] | None:
     """Where a filtered contraction's sum reads its products: each filter at the output
     variable it is written on (`KR1[h, m : m <= p + M - P]`: at m). The filters of an
     Einsum hold over all of it, so each product must carry all of them, each on an output
@@ -136,7 +146,7 @@ def _filters_at(e: Einsum, terms: tuple[Expr, ...]) -> dict[object, object] | No
     if not conds:
         return {}
     outputs = {pos.expr for pos in e.output.indices}
-    at: dict[object, object] = {}
+    at: dict[Index, Cond] = {}
     for term in terms:
         found = {
             (pos.expr, pos.filter)

@@ -16,6 +16,11 @@ GM, SN, SD, A over M between QK and AV), as FLAT binds it on its 2D + 1D arrays:
 FLAT itself picks per point among more dataflows (weight stationarity, which operands stay
 on chip; `mappings/flat.yaml` reads its published choices); this strategy is the one rule
 above, so it differs from the published FLAT where FLAT chose otherwise.
+
+Beyond FLAT's designs (`soonest`, the fused strategy's variants), two more: a block of rows
+narrower than the array's side walks the fibre's chunks side by side beside it
+(:func:`_keys_beside_rows`), and several sets of keys in one softmax (the Compressive
+Transformer's) are each a fibre of its own, walked in its own chunks in the same block.
 """
 
 from __future__ import annotations

@@ -155,7 +155,9 @@ def _view_shape(
         dataspaces.append(DataSpace(base, dims, read_write=is_output))
         names.append((base, canon))
         if place.home == "DRAM" and canon in shared and not is_output:
-            keep_buffer.add(base)
+            keep_buffer.add(base)  # fetched by an earlier Einsum: its tile as that one's
+            if place.keep in nest.tile_loops:
+                keep_points.append(nest.tile_loops.index(place.keep))
         elif place.home == "DRAM":
             keep_dram.add(base)
             # A keep point this Einsum does not loop over means it streams the tensor (the

@@ -1054,6 +1054,35 @@ def test_ddpm_groupnorm_attention_block():
     _close(out["Y"], (x + a @ v @ inputs["WO"]).T)
 
 
+def test_bert_postnorm_ffn_sublayer():
+    """Devlin et al. 2019 (Vaswani et al. 2017, sec. 3.3), rows = tokens: LayerNorm(x +
+    GELU(x W1 + b1) W2 + b2) over the width, eps 1e-12."""
+    inputs, out = _run("bert-postnorm-ffn-sublayer", {"P": 12, "D": 8, "N": 16}, seed=75)
+    x = inputs["X"].T
+    r = x + _gelu_exact(x @ inputs["W1"] + inputs["B1"]) @ inputs["W2"] + inputs["B2"]
+    mean = r.mean(axis=1, keepdims=True)
+    var = ((r - mean) ** 2).mean(axis=1, keepdims=True)
+    _close(out["Y"], ((r - mean) / np.sqrt(var + 1e-12) * inputs["GA"] + inputs["BE"]).T)
+
+
+def test_mamba2_ssd_quadratic():
+    """Dao and Gu 2024, eqs. 16-17, rows = tokens: Y = (L * (C^T B)) X^T with L[i, j] =
+    exp(cs_i - cs_j) for j <= i, cs the cumulative sums of the decays' logs."""
+    shapes = {"M": 16, "P": 16, "T": 16, "S": 16, "N": 6, "F": 5}
+
+    def fix(inputs):
+        rng = np.random.default_rng(7)
+        inputs["AT"][...] = -rng.random(16)  # log-decays: decays in (1/e, 1)
+        inputs["AS"][...] = inputs["AT"]
+
+    inputs, out = _run("mamba2-ssd-quadratic", shapes, seed=76, fix=fix)
+    cs = np.cumsum(inputs["AT"])
+    i, j = np.arange(16)[:, None], np.arange(16)[None, :]
+    mask = np.where(j <= i, np.exp(cs[:, None] - cs[None, :]), 0.0)  # [P, M]
+    scores = inputs["C"].T @ inputs["B"]  # [P, M]
+    _close(out["Y"], ((mask * scores) @ inputs["X"].T).T)
+
+
 def test_prefix_lm_attention():
     """Raffel et al. 2020, sec. 3.2.1: the first PRE keys visible to every query, the rest
     causally (query p at position p + M - P); softmax(q k^T / sqrt(d)) v over them."""
@@ -1173,6 +1202,10 @@ def test_prefix_lm_attention():
         ("strided-sparse-attention-3pass", {"M": 1}),
         # the groups' mean and variance over every position, then the softmax's
         ("ddpm-groupnorm-attention-block-3pass", {"M": 5, "D": 1}),
+        # the residual after W2 over the width, then LayerNorm's mean, variance, values
+        ("bert-postnorm-ffn-sublayer", {"D": 4, "N": 1}),
+        # the cumulative sums, the mask and the scores in one causal walk of the tokens
+        ("mamba2-ssd-quadratic", {"M": 1}),
     ],
 )
 def test_passes(name, passes):

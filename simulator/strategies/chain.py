@@ -158,6 +158,15 @@ def chain_mapping(
                     if c not in spatial and c not in loops and 1 < sizes.get(c, 1) <= side
                 ]
                 spatial += sorted(spare, key=lambda c: -sizes[c])[:1]
+            if len(spatial) < 2:  # else part of a rank wider than the side (a cumulative
+                # sum's tokens, Mamba-2's `CP[p] = AT[t : t <= p]`), the rest walked
+                wide = _split_wide(cascade, n, mine, spatial, loops, sizes, side, leaves)
+                if wide is not None:
+                    rank, outer_, part = wide
+                    leaves[rank] = partitions[rank] = [outer_, part]
+                    factors[part] = side
+                    sizes[part] = side
+                    spatial.append(part)
         else:
             spatial = filling(mine, sizes, one.pes, exclude={*loops, x1})
         einsums[n] = {"spatial": spatial}
@@ -214,3 +223,35 @@ def chain_mapping(
     body["tensors"] = tensors
     body["phases"] = [{"name": "chain", "loops": loops, "einsums": einsums, "schedule": schedule}]
     return {"mapping": body}
+
+
+def _split_wide(
+    cascade: Cascade,
+    name: str,
+    mine: list[str],
+    spatial: list[str],
+    loops: list[str],
+    sizes: dict[str, int],
+    side: int,
+    leaves: dict[str, list[str]],
+) -> tuple[str, str, str] | None:
+    """(rank, its outer part, its part of the side's width) for the widest whole rank of an
+    Einsum -- one the mapping does not split yet, wider than the side and a multiple of it
+    -- that the Einsum reduces; None if it has none."""
+    reduced = set(reduced_ranks(cascade.einsum(name)))
+    taken = set(sizes) | {c for comps in leaves.values() for c in comps}
+    whole = [
+        c
+        for c in mine
+        if c in reduced
+        and c not in leaves
+        and c not in spatial
+        and c not in loops
+        and sizes.get(c, 1) > side
+        and sizes[c] % side == 0
+        and not {f"{c}1", f"{c}0"} & taken
+    ]
+    if not whole:
+        return None
+    rank = max(whole, key=lambda c: sizes[c])
+    return rank, f"{rank}1", f"{rank}0"

@@ -303,9 +303,10 @@ def _blocks_of_rows(
         red = [outer_of.get(r, r) for r in reduced_ranks(cascade.einsum(name)) if r not in steps]
         cands = [f0] if f0 and fibre in red else []
         cands += [columns[r][2] for r in mine if r in columns]
-        # then the innermost part of each of its ranks: a map over the keys and the rows
-        # (AFT-full's exp(w)) spreads over both sides, not down one
-        cands += [_innermost(r, partitions) for r in mine if r not in steps]
+        # then the innermost part of each of its ranks that the array's tiles size: a map
+        # over the keys and the rows (AFT-full's exp(w)) spreads over both sides, not down one
+        inner = (_innermost(r, partitions) for r in mine if r not in steps)
+        cands += [c for c in inner if c in sizes]
         einsums[name] = {"loops": [r for r in mine if r in steps], "spatial": spread(name, cands)}
     tile_loops = {
         n: [x for x in einsums[n]["loops"] if x in _einsum_comps(cascade, n, partitions)]

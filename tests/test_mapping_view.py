@@ -390,3 +390,17 @@ def test_key_sets_written_in_another_order_price_alike(tmp_path):
     other.write_text("\n".join(lines))
     assert other.read_text() != path.read_text()
     _same_numbers(path, other, {"R": 1024, "N": 2048})
+
+
+def test_mamba2_written_in_another_order_gives_the_same_numbers(tmp_path):
+    """Mamba-2's two cumulative sums, each splitting its own tokens down the array (the chain
+    template), written the other way round: the same numbers -- every Einsum is placed
+    before any rank is split, so none sees another's split."""
+    path = DATA / "paper_cascades_heldout" / "mamba2-ssd-quadratic.yaml"
+    lines = path.read_text().split("\n")
+    at = {ln.strip()[2:].lstrip('"').split("[")[0]: k for k, ln in enumerate(lines)}
+    lines[at["CP"]], lines[at["CM"]] = lines[at["CM"]], lines[at["CP"]]
+    other = tmp_path / "mamba2-other-order.yaml"
+    other.write_text("\n".join(lines))
+    assert other.read_text() != path.read_text()
+    _same_numbers(path, other, {"T": 4096, "S": 4096, "N": 128})

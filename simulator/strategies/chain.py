@@ -146,6 +146,8 @@ def chain_mapping(
         **extents,
     }
     einsums: dict[str, Any] = {}
+    splits: dict[tuple[str, str, str], int] = {}  # (rank, outer, part) -> the part's width
+    widened: dict[str, str] = {}  # Einsum -> the part it spreads
     for n in roles.compute:
         mine = [c for r in einsum_ranks(cascade.einsum(n)) for c in comps(r)]
         if binding[n] == two.name:
@@ -162,14 +164,18 @@ def chain_mapping(
                 # sum's tokens, Mamba-2's `CP[p] = AT[t : t <= p]`), the rest walked
                 wide = _split_wide(cascade, n, mine, spatial, loops, sizes, side, leaves)
                 if wide is not None:
-                    rank, outer_, part = wide
-                    leaves[rank] = partitions[rank] = [outer_, part]
-                    factors[part] = side
-                    sizes[part] = side
-                    spatial.append(part)
+                    splits.setdefault(wide, side)
+                    widened[n] = wide[2]
         else:
             spatial = filling(mine, sizes, one.pes, exclude={*loops, x1})
         einsums[n] = {"spatial": spatial}
+    # (split after every Einsum is placed, so that none sees another's split: the order
+    # the cascade lists them in plays no part)
+    for (rank, outer_, part), side in splits.items():
+        leaves[rank] = partitions[rank] = [outer_, part]
+        factors[part] = side
+    for n, part in widened.items():
+        einsums[n]["spatial"].append(part)
     tensors: dict[str, dict[str, Any]] = {}
     aliases = {
         e.output.tensor: e.reads()[0].tensor

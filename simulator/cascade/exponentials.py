@@ -49,7 +49,7 @@ from simulator.cascade.draft import (
     var,
     without_dead,
 )
-from simulator.cascade.ir import Access, Cascade, Einsum, Expr, Op, Read, VarValue, expr_reads
+from simulator.cascade.ir import Access, Cascade, Einsum, Expr, Op, Read, expr_reads, expr_values
 from simulator.cascade.parse import loads_cascade
 
 
@@ -87,7 +87,7 @@ def _factored(cascade: Cascade, e: Einsum) -> tuple[Expr, Expr, Einsum | None] |
     if not is_plain_map(e) or not isinstance(x, Op) or x.name != "exp":
         return None
     out = e.output.tensor
-    if out in cascade.outputs or e.output.tensor in _read_by(e):
+    if out in cascade.outputs or any(a.tensor == out for a in e.reads()):
         return None
     arg, inlined = x.args[0], None
     if isinstance(arg, Read):
@@ -129,10 +129,6 @@ def _sole_map(cascade: Cascade, acc: Access, reader: Einsum) -> Einsum | None:
     return producers[0]
 
 
-def _read_by(e: Einsum) -> set[str]:
-    return {a.tensor for a in e.reads()}
-
-
 def _vars(x: Expr) -> set[str] | None:
     """The index variables a term uses (its reads' and those read as values); None when a
     read does not index plainly."""
@@ -142,15 +138,7 @@ def _vars(x: Expr) -> set[str] | None:
         if names is None:
             return None
         out |= set(names)
-    return out | _values(x)
-
-
-def _values(x: Expr) -> set[str]:
-    if isinstance(x, VarValue):
-        return {x.name}
-    if isinstance(x, Op):
-        return set().union(*(_values(a) for a in x.args))
-    return set()
+    return out | {v.name for v in expr_values(x)}
 
 
 def _edit(

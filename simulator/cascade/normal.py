@@ -167,10 +167,14 @@ def _gemm_shaped(term: Expr, iteration: set[str]) -> bool:
     along every variable of the iteration."""
     if not isinstance(term, Op) or term.name != "mul" or len(term.args) != 2:
         return False
-    sides = [_vars_of(arg) for arg in term.args]
-    if sides[0] <= sides[1] or sides[1] <= sides[0]:
-        return False
-    return sides[0] | sides[1] == iteration
+    return _sides_apart(term) and _vars_of(term) == iteration
+
+
+def _sides_apart(x: Op) -> bool:
+    """Each side of a product indexes a variable the other does not (a GEMM's rows and
+    columns)."""
+    left, right = (_vars_of(arg) for arg in x.args)
+    return not (left <= right or right <= left)
 
 
 def _operands_made(
@@ -181,8 +185,7 @@ def _operands_made(
     plain = e.kind == "compute" and e.reduce_op == "sum" and e.reduced and e.iterative is None
     if not plain or not isinstance(x, Op) or x.name != "mul" or len(x.args) != 2:
         return None
-    sides = [_vars_of(arg) for arg in x.args]
-    if sides[0] <= sides[1] or sides[1] <= sides[0]:
+    if not _sides_apart(x):
         return None  # no GEMM either way: a squared deviation summed, a dot product
     lines: list[str] = []
     args = []

@@ -272,7 +272,7 @@ def flat_mapping(
     ]
     every_fibre = [fibre, *secondary]
 
-    def fibre_of(n: str) -> str | None:
+    def fibre_of(n: str) -> str:
         """The fibre an Einsum walks: the set of keys it iterates (the first fibre if none)."""
         mine = einsum_ranks(cascade.einsum(n))
         return next((x for x in secondary if x in mine), fibre)
@@ -361,10 +361,10 @@ def flat_mapping(
         f1, f0 = chunk_of[fibre], fibre
     parts = {fibre: (f1, f0), **{x: (f"{x}1", f"{x}0") for x in secondary}}
 
-    def own(n: str) -> tuple[str | None, str, str]:
+    def own(n: str) -> tuple[str, str, str]:
         """(the Einsum's fibre, its walked part, its chunk)."""
         x = fibre_of(n)
-        return (x, *parts[x]) if x in parts else (x, f1, f0)
+        return (x, *parts[x])
 
     binding = {n: two.name for n in gemms}
     for n in fibre_einsums:
@@ -658,16 +658,22 @@ def _keys_beside_rows(
     f1, f0, r0 = comps
     if width <= 1 or chunk <= 1:
         return None
-    for entry in einsums.values():  # (the phase's loops and the array's spread, written out)
-        if "loops" not in entry and "spatial" not in entry:
-            entry.update(loops=list(phase_loops), spatial=[r0, f0])
+
+    def written(entry: dict[str, Any]) -> dict[str, Any]:  # the phase's loops and spread
+        if "loops" in entry or "spatial" in entry:
+            return entry
+        return {**entry, "loops": list(phase_loops), "spatial": [r0, f0]}
+
     spreading = [
         n
         for n, entry in einsums.items()
-        if {r0, f0} <= set(entry.get("spatial", ())) and f1 in entry.get("loops", ())
+        if {r0, f0} <= set(written(entry).get("spatial", ()))
+        and f1 in written(entry).get("loops", ())
     ]
     if not spreading:
         return None
+    for n, entry in einsums.items():  # (written out: the part joins the phase's loops)
+        einsums[n] = written(entry)
     part = inner_name(f1, taken)
     taken.add(part)
     split_lists(einsums, f1, part)

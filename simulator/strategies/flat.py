@@ -652,7 +652,7 @@ def _keys_beside_rows(
     leaves part of the side idle: the fibre's chunks are walked `width` at a time, side by
     side -- each Einsum that spreads the rows and a chunk spreads that part beside the
     rows, the others walk it. T5's biased scores at 16K hold K and V whole and take blocks
-    of 128 rows so that the scores fit; before, half the array idled (1.80x the floor).
+    of 128 rows so that the scores fit; before, half the array idled.
     Returns (the part, its width), `einsums` edited in place; None where no Einsum spreads
     both (or `width` is 1)."""
     f1, f0, r0 = comps

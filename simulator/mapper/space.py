@@ -159,8 +159,18 @@ def _offers(
     together = [
         (r, {**knobs, "together": True}) for r, knobs in (*segments, *held) if r == "segments"
     ]
+    # each span widened by the Einsums around it walking its rows (a layer's query norm and
+    # projection, its output projection and residual in the attention's blocks of rows), and
+    # what they need first (the keys' side) in blocks of its own rows; the keys and values
+    # held whole (every layer found so far held them: streamed, they never won)
+    layer = [
+        (r, {**knobs, "layer": True, "ahead": a})
+        for r, knobs in held
+        if r == "segments"
+        for a in ("kernels", "blocks")
+    ]
     return [*rule, *fusemax, *chain, *blocks, *soonest, *flat, *unfused, *segments, *held, *free,
-            *together, *narrow, *chunked]  # fmt: skip
+            *together, *layer, *narrow, *chunked]  # fmt: skip
 
 
 def templates(ctx: BindContext, strategy: str, pipelined: bool, reuse: bool) -> list[Template]:

@@ -196,6 +196,12 @@ def _block_footprint(
     return sum(slots.values())
 
 
+def _filled(down: list[str], extents: dict[str, int], split: dict[str, Any]) -> int:
+    """The PEs a spread down the side fills: each rank's extent, a split rank's part's."""
+    width = {part: w for _outer, part, w in split.values()}
+    return math.prod(width.get(r) or extents.get(r, 1) for r in down)
+
+
 def _contraction(cascade: Cascade, name: str) -> bool:
     """`OUT = L * R` summed over one rank, multiply-accumulates only (rows may be several
     ranks: a group's query heads and the queries)."""
@@ -413,6 +419,8 @@ def flat_mapping(
         down, walked = [], []
         for r in ranks:
             size = extents.get(r, 1)
+            if r in split and split[r][2] > room:
+                continue  # its part is wider than the room left
             if r in split:
                 down.append(split[r][1])
                 walked.append(split[r][0])
@@ -457,13 +465,20 @@ def flat_mapping(
             einsums[n] = {"loops": [*outer, r2, r1, x1], "spatial": [r0, x0]}
         elif binding[n] == two.name:  # no fibre (a gate's GEMM over the rows' inputs): rows
             # across the columns, down the rows what fills them -- its other ranks, then
-            # part of one wider than the room left (a reduction: summed down the PEs)
-            down, _walked = down_the_side(
-                sorted(
-                    (r for r in mine if r not in (row, *outer, *split) and extents.get(r, 1) > 1),
-                    key=lambda r: (r in reduced_ranks(cascade.einsum(n)), -extents[r], r),
-                )
+            # part of one wider than the room left (a reduction: summed down the PEs) -- or,
+            # where that leaves PEs idle, a rank an earlier Einsum split, its part down the
+            # side (a layer's width, split by its norm: the output projection's columns,
+            # the query projection's reduction of 128-wide heads)
+            ranked = sorted(
+                (r for r in mine if r not in (row, *outer, *split) and extents.get(r, 1) > 1),
+                key=lambda r: (r in reduced_ranks(cascade.einsum(n)), -extents[r], r),
             )
+            down, _walked = down_the_side(ranked)
+            ready = [r for r in mine if r in split and r not in (row, *outer)]
+            if ready and _filled(down, extents, split) < two.mesh_y:
+                beside, _walked = down_the_side([ready[0], *ranked])
+                if _filled(beside, extents, split) > _filled(down, extents, split):
+                    down = beside
             einsums[n] = {"loops": [*outer, r2, r1], "spatial": [r0, *down]}
         elif x in mine or x0 in mine:  # the fibre's chunk across the 1D PEs, a row at a time
             einsums[n] = {"loops": [*outer, r2, r1, r0, x1]}

@@ -273,10 +273,18 @@ def _blocks_of_rows(
             if walked:
                 streams[name] = walked[-1]  # its operands' chunks stream by
                 accumulates[name] = c2  # its output tile stays while they do
+        # columns narrower than the side (a head's 64 frequencies) leave room down it: its
+        # other output ranks fill it while they fit (the rotary halves: 128 of 256 PEs, not 64)
+        spatial = [c for c in (r0, c0) if c]
+        room = two.mesh_y // scale // (sizes.get(c0, 1) if c0 else 1)
+        for r in other_loops:
+            if 1 < extents.get(r, 1) <= room and r not in partitions:
+                spatial.append(r)
+                room //= extents[r]
         einsums[name] = {
-            "loops": [x for x in dict.fromkeys(loops) if x],
+            "loops": [x for x in dict.fromkeys(loops) if x and x not in spatial],
             "inner": [x for x in dict.fromkeys(inner) if x not in loops],
-            "spatial": [c for c in (r0, c0) if c],
+            "spatial": spatial,
         }
     for name in others:
         e = cascade.einsum(name)
@@ -294,6 +302,17 @@ def _blocks_of_rows(
         else:
             # element-wise over the rows (and a contraction's output tile: its epilogue)
             spatial = spread(name, [r0, *(columns[c][2] for c in cols)])
+            if binding[name] == two.name and len(spatial) == 1:  # no columns: the other
+                # side holds its widest other rank that fits (a group norm's groups over
+                # its tokens' block: 32 x 256 PEs, not 256)
+                fill = [
+                    r
+                    for r in mine
+                    if r not in (row, *outer, *partitions, *steps, *reduced_ranks(e))
+                    and 1 < extents.get(r, 1) <= two.mesh_y // scale
+                ]
+                if fill:
+                    spatial.append(max(fill, key=lambda r: (extents[r], r)))
             loops = [*block, *(columns[c][0] for c in cols), r1, *(columns[c][1] for c in cols)]
             loops += [r for r in mine if r in steps]
         loops = [x for x in dict.fromkeys(loops) if x and x not in spatial]

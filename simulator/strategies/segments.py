@@ -25,11 +25,15 @@ from simulator.cascade.ir import Cascade, rank_of
 from simulator.spec.arch import Architecture
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import _contraction, flat_mapping
+from simulator.strategies.fused import fused_mapping
 from simulator.strategies.fusemax import arrays_of
+from simulator.strategies.layer import ahead_of, layer_spans
 from simulator.strategies.roles import cascade_roles, reduced_ranks
 from simulator.strategies.together import any_independent, run_together
 from simulator.strategies.unfused import unfused_mapping
 from simulator.support.errors import SpecError
+
+AHEAD = ("kernels", "blocks")
 
 
 def fusable_span(cascade: Cascade, compute: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -191,26 +195,50 @@ def segments_mapping(
     reuse: bool = True,
     kernels: str = "library",
     together: bool = False,
+    layer: bool = False,
+    ahead: str = "kernels",
     **flat: Any,
 ) -> dict[str, Any]:
     """The mapping data (module docstring); `flat` are FLAT's rule's knobs for the spans,
     `kernels` the unfused kernels' (:data:`simulator.strategies.unfused.KERNELS`);
     `together`: spans that need nothing of each other and walk the same blocks of rows run
-    in one phase (:func:`simulator.strategies.together.run_together`)."""
+    in one phase (:func:`simulator.strategies.together.run_together`); `layer`: each span
+    widened by the Einsums around it that walk its rows (:func:`simulator.strategies.layer.
+    widened`: a layer's query norm and projection, its output projection and residual);
+    `ahead`: what the spans need before them runs as `kernels`, or in `blocks` of its own
+    rows (:func:`simulator.strategies.layer.ahead_of`: a layer's keys and values, each
+    token read once; the fused strategy's blocks rule, the reduction's rows whole)."""
     cascade = ctx.cascade
     spans = fusable_spans(cascade, ctx.roles.compute)
     if not spans:
         raise SpecError(f"'{cascade.name}' has no span FLAT's shape fuses")
+    if layer:
+        spans = layer_spans(cascade, ctx.roles.compute, spans)
+    if ahead not in AHEAD:
+        raise ValueError(f"ahead must be one of {AHEAD}, got {ahead!r}")
+    first_block: tuple[str, ...] | None = None
+    if ahead == "blocks":
+        first_block = ahead_of(cascade, ctx.roles.compute, spans, ctx.extents) or None
+        if first_block is None:
+            raise SpecError(f"'{cascade.name}': no block of rows makes what its spans need first")
     if len(spans) == 1 and len(spans[0]) == len(ctx.roles.compute):
         raise SpecError(f"'{cascade.name}' is one span: FLAT's template binds it whole")
     if together and not any_independent(cascade, spans):
         raise SpecError(f"'{cascade.name}': no two of its spans are independent")
-    rest = unfused_mapping(ctx, reuse=reuse, kernels=kernels)["mapping"]
+    if first_block:  # the other Einsums' kernels formed without the block's (a kernel of a
+        # group norm's statistics would otherwise make the block's first map too)
+        others = sub_cascade(cascade, tuple(n for n in ctx.roles.compute if n not in first_block))
+        apart = dataclasses.replace(
+            ctx, cascade=others, roles=cascade_roles(others), extents=dict(ctx.extents)
+        )
+        rest = unfused_mapping(apart, reuse=reuse, kernels=kernels)["mapping"]
+    else:
+        rest = unfused_mapping(ctx, reuse=reuse, kernels=kernels)["mapping"]
     kernels = [set(phase["schedule"]) for phase in rest["phases"]]
     fused: list[dict[str, Any]] = []
     kept: list[tuple[str, ...]] = []
     internal: set[str] = set()  # what a span makes and only it reads
-    for span in spans:
+    for span in [first_block, *spans] if first_block else spans:
         if any(k & set(span) and not k <= set(span) for k in kernels):
             continue  # a library kernel runs part of it with other Einsums: kernels there
         part = sub_cascade(cascade, span)
@@ -218,12 +246,17 @@ def segments_mapping(
             ctx, cascade=part, roles=cascade_roles(part), extents=dict(ctx.extents)
         )
         try:
-            body = flat_mapping(within, reuse=reuse, **flat)["mapping"]
+            if span is first_block:
+                body = fused_mapping(within, rule="blocks", reduction="whole")["mapping"]
+                for i, phase in enumerate(body["phases"]):  # named apart from the spans'
+                    phase["name"] = "ahead" if len(body["phases"]) == 1 else f"ahead{i + 1}"
+            else:
+                body = flat_mapping(within, reuse=reuse, **flat)["mapping"]
         except SpecError:
             continue  # not FLAT's shape after all: kernel by kernel
         for phase in body["phases"]:  # each span's spread its own (another span's rows
             for array, names in body["binding"].items():  # or fibre may differ)
-                for n in names:
+                for n in [n for n in names if n in _scheduled(phase["schedule"])]:
                     override = phase.setdefault("einsums", {}).setdefault(n, {})
                     override.setdefault("spatial", list(body["spatial"].get(array, [])))
         reconciled = _in_earlier_parts(body, fused, ctx.arch)
@@ -235,11 +268,16 @@ def segments_mapping(
         internal |= {cascade.einsum(n).output.tensor for n in span} - set(part.outputs)
     if not kept:
         raise SpecError(f"'{cascade.name}': no span FLAT's rule binds apart from the kernels")
+    if first_block and kept[0] is not first_block:
+        raise SpecError(f"'{cascade.name}': the blocks rule cannot bind what its spans need first")
     spans = kept
     span_of = {n: i for i, span in enumerate(spans) for n in span}
     one = arrays_of(ctx.arch)[1]
     units: list[tuple[set[str], list[dict[str, Any]]]] = []  # (Einsums, phases) in order
     placed: set[int] = set()
+    if first_block:  # no kernel of `rest` runs it: placed first
+        units.append((set(first_block), fused[0]["phases"]))
+        placed.add(0)
     for phase in rest["phases"]:
         names = set(phase["schedule"])
         owners = {span_of.get(n) for n in names}
@@ -304,6 +342,15 @@ def segments_mapping(
     out["tensors"] = tensors
     out["phases"] = phases
     return {"mapping": out}
+
+
+def _scheduled(schedule: Any) -> set[str]:
+    """The Einsums a phase's schedule names (`[A, {par: [[B], [C]]}]` -> A, B, C)."""
+    if isinstance(schedule, str):
+        return {schedule}
+    if isinstance(schedule, dict):
+        return {n for v in schedule.values() for n in _scheduled(v)}
+    return {n for item in schedule for n in _scheduled(item)}
 
 
 def _in_earlier_parts(

@@ -1,0 +1,124 @@
+"""A layer's rows in one block (issue 42): the attention's span widened by the Einsums around
+it that walk its rows, what it needs first made in blocks of its own rows.
+
+The case is the held-out pre-norm RoPE layer (one head per instance), 4.08x its floor when
+the norm, projections and residual ran kernel by kernel, each D x P tensor through DRAM:
+a design case since. The checks are of structure (which Einsum runs where), of DRAM
+traffic against the tensors' own sizes, and of PEs used against the array's.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.cascade.parse import load_cascade, loads_cascade
+from simulator.core.evaluate import evaluate_mapping
+from simulator.mapper.resolve import resolved
+from simulator.mapper.space import with_factors
+from simulator.spec.arch_file import load_architecture
+from simulator.spec.mapping import loads_mapping
+from simulator.spec.workload import make_workload
+from simulator.strategies.auto import mapping_yaml, template
+from simulator.strategies.context import bind_context
+from simulator.strategies.layer import ahead_of, layer_spans
+from simulator.strategies.roles import einsum_ranks
+from simulator.strategies.segments import fusable_spans
+from simulator.support.paths import resolve_spec
+
+from .conftest import DATA
+
+LAYER = DATA / "paper_cascades_heldout" / "rope-prenorm-attention-layer-3pass.yaml"
+SHAPE = {"D": 4096, "S": 2, "H": 64}
+KNOBS = {"scale": 1, "fibres": "fit", "soonest": True, "spread": "columns", "hold": "whole"}
+
+
+def _point():
+    a = load_architecture(resolve_spec("arch", "fusemax"))
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape=SHAPE)
+    ctx = bind_context(load_cascade(LAYER), a, w, str(LAYER), "fusemax")
+    return a, w, ctx
+
+
+def _evaluate(ctx, a, w, data, factors):
+    spec = loads_mapping(mapping_yaml(data), "<template>", "template")
+    m = with_factors(resolved(spec, ctx.cascade, a, w), factors)
+    return evaluate_mapping(ctx.cascade, m, a, w)
+
+
+def test_the_span_takes_the_rows_norm_projections_and_residual_not_the_keys_side():
+    _a, _w, ctx = _point()
+    c, compute = ctx.cascade, ctx.roles.compute
+    (span,) = fusable_spans(c, compute)
+    (grown,) = layer_spans(c, compute, [span])
+    added = set(grown) - set(span)
+    # the queries' norm (the sum of squares over the width), projection and rotation
+    # before; the output projection and the residual after (the cascade's output)
+    assert {"MSPS", "MSP", "XN", "Q", "QR1", "QR2", "OP", "Y"} == added
+    # every Einsum the block takes walks the query rows P; the keys' side walks M alone
+    assert all("P" in einsum_ranks(c.einsum(n)) for n in grown)
+    ahead = ahead_of(c, compute, [grown], ctx.extents)
+    assert set(ahead) == {"MSMS", "MSM", "XNM", "K", "V", "KR1", "KR2"}
+    assert not any("P" in einsum_ranks(c.einsum(n)) for n in ahead)
+
+
+def test_the_layer_reads_each_token_once_and_writes_each_result_once():
+    """Before, X was read three times (the norm's statistic, the normalisation, the
+    residual), OP and XN written and read back, the keys' normalised tokens twice."""
+    a, w, ctx = _point()
+    data = template(ctx, "segments", kernels="free", layer=True, ahead="blocks", **KNOBS)
+    names = [p["name"] for p in data["mapping"]["phases"]]
+    assert names == ["ahead", "fused"], names
+    r = _evaluate(ctx, a, w, data, {"M1": 1, "F1": 1, "H1": 1, "P1": 1})
+    tokens = r.instances * math.prod(ctx.extents[x] for x in ("D", "P")) * a.value_bytes
+    moved = {t.tensor: t for t in r.tensors}
+    assert moved["X"].read_bytes == moved["XM"].read_bytes == tokens
+    assert moved["Y"].write_bytes == tokens and moved["Y"].read_bytes == 0
+    # nothing the layer makes between the tokens and its output crosses DRAM but K, V and
+    # the rotated keys (one head's: a 32nd of the tokens each)
+    between = {t for t, x in moved.items() if x.write_bytes and t != "Y"}
+    assert between <= {"KR1", "KR2", "V"}, between
+    assert sum(moved[t].write_bytes for t in between) <= 0.1 * tokens
+
+
+def test_the_layers_projections_fill_the_array():
+    """The queries' projection reduces the 4096-wide width into 128 outputs a token, the
+    output projection makes 4096: both fill all 65,536 PEs -- the width's part the norm
+    split across the array (the reduction summed down the PEs, or the output's columns) --
+    not the 32,768 of the rows and the head's 128 outputs; K's two rotary halves beside its
+    64 frequencies fill 128 of the side in the keys' block, as V's 128 values do."""
+    a, w, ctx = _point()
+    two = next(x for x in a.arrays if x.mesh_y > 1)
+    data = template(ctx, "segments", kernels="free", layer=True, ahead="blocks", **KNOBS)
+    r = _evaluate(ctx, a, w, data, {"M1": 1, "F1": 1, "H1": 1, "P1": 1})
+    par = {e.einsum: e.parallelism for e in r.einsums}
+    assert par["Q"] == par["OP"] == par["Y"] == two.pes
+    assert par["K"] == par["V"] == two.mesh_x * 128
+
+
+def test_a_blocks_contraction_with_narrow_columns_spreads_its_other_output_ranks(tmp_path):
+    """`K[s, h, m]`: 64 columns h for a 256-PE side; its two halves s beside them fill 128
+    (was 64)."""
+    text = """
+name: two-halves
+shapes: {M: 8, D: 8, S: 2, H: 4}
+einsum:
+  declaration:
+    X: [D, M]
+    W: [D, S, H]
+    K: [S, H, M]
+    KR: [M]
+  expressions:
+    - K[s, h, m] = X[d, m] * W[d, s, h]
+    - KR[m] = K[0, h, m] * K[1, h, m]
+"""
+    path = tmp_path / "two-halves.yaml"
+    path.write_text(text)
+    c = loads_cascade(text, str(path))
+    a = load_architecture(resolve_spec("arch", "fusemax"))
+    two = next(x for x in a.arrays if x.mesh_y > 1)
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape={"D": 4096, "S": 2, "H": 64})
+    ctx = bind_context(c, a, w, str(path), "fusemax")
+    data = template(ctx, "fused", rule="blocks", reduction="whole")
+    assert data["mapping"]["phases"][0]["einsums"]["K"]["spatial"][-1] == "S"
+    r = _evaluate(ctx, a, w, data, {"M1": 1})
+    assert {e.einsum: e.parallelism for e in r.einsums}["K"] == two.mesh_x * 128

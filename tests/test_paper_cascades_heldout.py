@@ -1065,6 +1065,67 @@ def test_bert_postnorm_ffn_sublayer():
     _close(out["Y"], ((r - mean) / np.sqrt(var + 1e-12) * inputs["GA"] + inputs["BE"]).T)
 
 
+def _layer_norm(z: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    """Ba et al. 2016, eq. 3, over each row of `z`."""
+    mean = z.mean(axis=1, keepdims=True)
+    var = ((z - mean) ** 2).mean(axis=1, keepdims=True)
+    return (z - mean) / np.sqrt(var + eps) * gain + bias
+
+
+def test_layerscale_prenorm_attention_layer():
+    """Touvron et al. 2021 (CaiT), eq. 4, rows = tokens: y = x + diag(lambda) SA(LN(x)), one
+    head: softmax(q k^T / sqrt(d)) v W_O."""
+    shapes = {"P": 12, "M": 12, "D": 10, "E": 4, "F": 6}
+    name = "layerscale-prenorm-attention-layer-3pass"
+    inputs, out = _run(name, shapes, seed=76, same=("XM", "X"))
+    x = inputs["X"].T
+    xn = _layer_norm(x, inputs["GN"], inputs["BN"], 1e-6)
+    q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
+    sa = _softmax(q @ k.T / math.sqrt(4)) @ v @ inputs["WO"]
+    _close(out["Y"], (x + inputs["LS"] * sa).T)
+
+
+def test_t5_cross_attention_sublayer():
+    """Raffel et al. 2020, sec. 2.1, rows = decoder tokens: y = x + softmax(q k^T) v W_O, q
+    from the RMS-normalised decoder tokens (no mean, no bias), k and v from the encoder's
+    output as it is; no 1/sqrt(d)."""
+    shapes = {"P": 10, "M": 14, "D": 10, "E": 4, "F": 6}
+    inputs, out = _run("t5-cross-attention-sublayer-3pass", shapes, seed=77)
+    x, z = inputs["X"].T, inputs["Z"].T
+    xn = inputs["G"] * x / np.sqrt((x**2).mean(axis=1, keepdims=True) + 1e-6)
+    q, k, v = xn @ inputs["WQ"], z @ inputs["WK"], z @ inputs["WV"]
+    _close(out["Y"], (x + _softmax(q @ k.T) @ v @ inputs["WO"]).T)
+
+
+def test_bloom_alibi_prenorm_layer():
+    """BigScience 2022, sec. 3.2.2-3.2.3 with Press et al. 2022, sec. 3, rows = tokens: y =
+    x + softmax(q k^T / sqrt(d) + m (j - i), causal) v W_O, q, k, v from LN(x)."""
+    shapes = {"P": 12, "M": 12, "D": 10, "E": 4, "F": 6}
+    inputs, out = _run("bloom-alibi-prenorm-layer-3pass", shapes, seed=78, same=("XM", "X"))
+    x = inputs["X"].T
+    xn = _layer_norm(x, inputs["GN"], inputs["BN"], 1e-5)
+    q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
+    i, j = np.arange(12)[:, None], np.arange(12)[None, :]
+    s = q @ k.T / math.sqrt(4) + inputs["SL"] * (j - i)
+    a = _softmax(np.where(j <= i, s, -np.inf))
+    _close(out["Y"], (x + a @ v @ inputs["WO"]).T)
+    plain = _softmax(np.where(j <= i, q @ k.T / math.sqrt(4), -np.inf))
+    assert np.max(np.abs(a - plain)) > 1e-3  # the bias is live
+
+
+def test_normformer_attention_sublayer():
+    """Shleifer et al. 2021, sec. 2, rows = tokens: y = x + LN(W_O (gamma softmax(q k^T /
+    sqrt(d)) v)), q, k, v from LN(x) (HeadScale gamma, the post-attention LayerNorm)."""
+    shapes = {"P": 12, "M": 12, "D": 10, "E": 4, "F": 6}
+    name = "normformer-attention-sublayer-3pass"
+    inputs, out = _run(name, shapes, seed=79, same=("XM", "X"))
+    x = inputs["X"].T
+    xn = _layer_norm(x, inputs["GN"], inputs["BN"], 1e-5)
+    q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
+    op = inputs["HS"] * _softmax(q @ k.T / math.sqrt(4)) @ v @ inputs["WO"]
+    _close(out["Y"], (x + _layer_norm(op, inputs["GO"], inputs["BO"], 1e-5)).T)
+
+
 def test_mamba2_ssd_quadratic():
     """Dao and Gu 2024, eqs. 16-17, rows = tokens: Y = (L * (C^T B)) X^T with L[i, j] =
     exp(cs_i - cs_j) for j <= i, cs the cumulative sums of the decays' logs."""
@@ -1206,6 +1267,14 @@ def test_prefix_lm_attention():
         ("bert-postnorm-ffn-sublayer", {"D": 4, "N": 1}),
         # the cumulative sums, the mask and the scores in one causal walk of the tokens
         ("mamba2-ssd-quadratic", {"M": 1}),
+        # LayerNorm's mean and variance over the width, then the projections reducing it;
+        # the softmax's three over the keys
+        ("layerscale-prenorm-attention-layer-3pass", {"M": 3, "D": 4}),
+        # the RMS norm's one statistic over the width, then the query projection
+        ("t5-cross-attention-sublayer-3pass", {"M": 3, "D": 3}),
+        ("bloom-alibi-prenorm-layer-3pass", {"M": 3, "D": 4}),
+        # and the post-attention LayerNorm's two more over the projected width
+        ("normformer-attention-sublayer-3pass", {"M": 3, "D": 6}),
     ],
 )
 def test_passes(name, passes):

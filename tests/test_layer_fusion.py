@@ -122,3 +122,43 @@ einsum:
     assert data["mapping"]["phases"][0]["einsums"]["K"]["spatial"][-1] == "S"
     r = _evaluate(ctx, a, w, data, {"M1": 1})
     assert {e.einsum: e.parallelism for e in r.einsums}["K"] == two.mesh_x * 128
+
+
+def test_a_span_reducing_only_what_the_layer_walks_joins_the_layers_block():
+    """NormFormer's post-attention LayerNorm is a FLAT-shaped span of its own: the output
+    projection makes the width, its mean and variance reduce it. Kept apart it took the
+    queries' norm (a reduction over the width of the layer's input) from the attention's
+    block, and the layer ran kernel by kernel (4.52x). Its reduced rank is the width the
+    layer's block already walks: one block now, the keys' norm left for the keys' blocks."""
+    path = DATA / "paper_cascades_heldout" / "normformer-attention-sublayer-3pass.yaml"
+    a = load_architecture(resolve_spec("arch", "fusemax"))
+    w = make_workload("llama3-8b", "4K", {"causal": False}, shape={"D": 4096})
+    ctx = bind_context(load_cascade(path), a, w, str(path), "fusemax")
+    c, compute = ctx.cascade, ctx.roles.compute
+    spans = fusable_spans(c, compute)
+    assert len(spans) == 2 and "VOS" in spans[1]  # the post-attention norm's variance
+    (grown,) = layer_spans(c, compute, spans)
+    assert {"MUPS", "XN", "Q", "OP", "MUOS", "VOS", "Y"} <= set(grown)
+    assert all("P" in einsum_ranks(c.einsum(n)) for n in grown)
+    assert "MUMS" in ahead_of(c, compute, [grown], ctx.extents)  # the keys' mean
+
+
+def test_the_keys_blocks_and_a_narrow_block_of_rows_split_the_keys_alike():
+    """At 16K the layer's block of 256 rows with its 16K-key fibres and the keys held whole
+    does not fit; a block of 128 rows walks the fibre's chunks two side by side (`M -> M1 x
+    M10 x M0`) while the keys' blocks split M in three with a searched middle (`M2 x M1 x
+    M0`). The keys' blocks take the attention's names (their middle part its width): before,
+    the two could not be reconciled and only the 256-row block was offered (1.80x)."""
+    a = load_architecture(resolve_spec("arch", "fusemax"))
+    path = DATA / "paper_cascades_heldout" / "layerscale-prenorm-attention-layer-3pass.yaml"
+    w = make_workload("llama3-8b", "16K", {"causal": False}, shape={"D": 4096})
+    ctx = bind_context(load_cascade(path), a, w, str(path), "fusemax")
+    knobs = {**KNOBS, "scale": 2, "spread": "fibre"}
+    data = template(ctx, "segments", kernels="free", layer=True, ahead="blocks", **knobs)
+    body = data["mapping"]
+    assert body["partitions"]["M"] == ["M1", "M10", "M0"]
+    assert isinstance(body["factors"]["M10"], int)
+    ahead = next(p for p in body["phases"] if p["name"] == "ahead")
+    loops = ahead["einsums"]["K"]["loops"]
+    assert loops.index("M1") < loops.index("M10")  # its blocks of the keys' rows, renamed
+    assert "M2" not in repr(ahead)

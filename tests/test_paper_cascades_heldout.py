@@ -1065,13 +1065,6 @@ def test_bert_postnorm_ffn_sublayer():
     _close(out["Y"], ((r - mean) / np.sqrt(var + 1e-12) * inputs["GA"] + inputs["BE"]).T)
 
 
-def _layer_norm(z: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    """Ba et al. 2016, eq. 3, over each row of `z`."""
-    mean = z.mean(axis=1, keepdims=True)
-    var = ((z - mean) ** 2).mean(axis=1, keepdims=True)
-    return (z - mean) / np.sqrt(var + eps) * gain + bias
-
-
 def test_layerscale_prenorm_attention_layer():
     """Touvron et al. 2021 (CaiT), eq. 4, rows = tokens: y = x + diag(lambda) SA(LN(x)), one
     head: softmax(q k^T / sqrt(d)) v W_O."""
@@ -1079,7 +1072,7 @@ def test_layerscale_prenorm_attention_layer():
     name = "layerscale-prenorm-attention-layer-3pass"
     inputs, out = _run(name, shapes, seed=76, same=("XM", "X"))
     x = inputs["X"].T
-    xn = _layer_norm(x, inputs["GN"], inputs["BN"], 1e-6)
+    xn = _layer_norm(x, inputs["GN"], inputs["BN"])
     q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
     sa = _softmax(q @ k.T / math.sqrt(4)) @ v @ inputs["WO"]
     _close(out["Y"], (x + inputs["LS"] * sa).T)
@@ -1103,7 +1096,7 @@ def test_bloom_alibi_prenorm_layer():
     shapes = {"P": 12, "M": 12, "D": 10, "E": 4, "F": 6}
     inputs, out = _run("bloom-alibi-prenorm-layer-3pass", shapes, seed=78, same=("XM", "X"))
     x = inputs["X"].T
-    xn = _layer_norm(x, inputs["GN"], inputs["BN"], 1e-5)
+    xn = _layer_norm_rows(x, inputs["GN"], inputs["BN"])
     q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
     i, j = np.arange(12)[:, None], np.arange(12)[None, :]
     s = q @ k.T / math.sqrt(4) + inputs["SL"] * (j - i)
@@ -1120,10 +1113,10 @@ def test_normformer_attention_sublayer():
     name = "normformer-attention-sublayer-3pass"
     inputs, out = _run(name, shapes, seed=79, same=("XM", "X"))
     x = inputs["X"].T
-    xn = _layer_norm(x, inputs["GN"], inputs["BN"], 1e-5)
+    xn = _layer_norm_rows(x, inputs["GN"], inputs["BN"])
     q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
     op = inputs["HS"] * _softmax(q @ k.T / math.sqrt(4)) @ v @ inputs["WO"]
-    _close(out["Y"], (x + _layer_norm(op, inputs["GO"], inputs["BO"], 1e-5)).T)
+    _close(out["Y"], (x + _layer_norm_rows(op, inputs["GO"], inputs["BO"])).T)
 
 
 def test_mamba2_ssd_quadratic():
@@ -1511,6 +1504,30 @@ MAPPED = [
     ("bert-postnorm-ffn-sublayer", "4K", {"D": 1024, "N": 4096}),
     ("mamba2-ssd-quadratic", "4K", {"T": 4096, "S": 4096, "N": 128}),
     ("mamba2-ssd-quadratic", "16K", {"T": 16384, "S": 16384, "N": 128}),
+    # written after the RoPE layer's change, mapped once: CaiT's LayerScale sublayer 1.27x /
+    # 1.80x, T5's cross-attention sublayer 1.25x / 1.44x, BLOOM's ALiBi sublayer 1.27x /
+    # 1.94x, NormFormer's attention sublayer 4.52x / 3.15x -- its post-attention LayerNorm
+    # over the width was a FLAT-shaped span of its own (the output projection making the
+    # width, its mean and variance over it) that took the queries' norm from the layer's
+    # block. Since (design cases): a span whose every reduced rank the widened span walks
+    # is the widening's to take (NormFormer 1.27x at 4K), and at 16K the keys' blocks and
+    # the attention's narrow block of rows (its fibre's chunks side by side) split the keys
+    # alike (LayerScale 1.40x, T5 1.39x, NormFormer 1.42x, BLOOM 1.60x: a known gap --
+    # the keys' K and V over 128 of the array's 256 columns, the queries' projections
+    # over 128 rows in the narrow block; docs/mapper.md)
+    ("layerscale-prenorm-attention-layer-3pass", "4K", {"D": 4096}),
+    ("layerscale-prenorm-attention-layer-3pass", "16K", {"D": 4096}),
+    ("t5-cross-attention-sublayer-3pass", "4K", {"D": 4096}),
+    ("t5-cross-attention-sublayer-3pass", "16K", {"D": 4096}),
+    ("bloom-alibi-prenorm-layer-3pass", "4K", {"D": 4096}),
+    pytest.param(
+        "bloom-alibi-prenorm-layer-3pass",
+        "16K",
+        {"D": 4096},
+        marks=pytest.mark.xfail(strict=True, reason=GAP),
+    ),
+    ("normformer-attention-sublayer-3pass", "4K", {"D": 4096}),
+    ("normformer-attention-sublayer-3pass", "16K", {"D": 4096}),
 ]
 
 

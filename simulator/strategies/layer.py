@@ -90,17 +90,32 @@ def widened(cascade: Cascade, compute: tuple[str, ...], span: tuple[str, ...]) -
 def layer_spans(
     cascade: Cascade, compute: tuple[str, ...], spans: list[tuple[str, ...]]
 ) -> list[tuple[str, ...]]:
-    """Every span widened (:func:`widened`), each keeping out what an earlier one took (one
-    error where none grows: the template would be the plain one)."""
+    """Every span widened (:func:`widened`), in order, each keeping out what an earlier one
+    took. A later span whose every reduced rank the widened span already walks (a
+    post-attention LayerNorm over the width its projections walk) is no span of its own: its
+    Einsums are the widening's to take, and what it leaves runs as any other. One that
+    reduces a rank of its own (a cross-attention's keys) stays apart. One error where none
+    grows: the template would be the plain one."""
     out: list[tuple[str, ...]] = []
     taken: set[str] = set()
-    for span in spans:
-        others = {n for s in spans if s is not span for n in s} | taken
-        left = tuple(n for n in compute if n not in others)
-        grown = widened(cascade, left, span)
+    for i, span in enumerate(spans):
+        if set(span) & taken:
+            continue  # an earlier widening took part of it
+        later = [s for s in spans[i + 1 :] if not set(s) & taken]
+        pool = tuple(n for n in compute if n not in taken)
+        apart = {n for s in later for n in s}
+        first = widened(cascade, tuple(n for n in pool if n not in apart), span)
+        walked = {r for n in first for r in einsum_ranks(cascade.einsum(n))}
+        kept = {
+            n
+            for s in later
+            if not {r for m in s for r in reduced_ranks(cascade.einsum(m))} <= walked
+            for n in s
+        }
+        grown = widened(cascade, tuple(n for n in pool if n not in kept), span)
         out.append(grown)
         taken |= set(grown)
-    if [len(s) for s in out] == [len(s) for s in spans]:
+    if len(out) == len(spans) and [len(s) for s in out] == [len(s) for s in spans]:
         raise SpecError(f"'{cascade.name}': no Einsum around its spans walks their rows")
     return out
 

@@ -270,6 +270,8 @@ def segments_mapping(
         raise SpecError(f"'{cascade.name}': no span FLAT's rule binds apart from the kernels")
     if first_block and kept[0] is not first_block:
         raise SpecError(f"'{cascade.name}': the blocks rule cannot bind what its spans need first")
+    if first_block and len(kept) == 1:
+        raise SpecError(f"'{cascade.name}': no span FLAT's rule binds beside the keys' blocks")
     spans = kept
     span_of = {n: i for i, span in enumerate(spans) for n in span}
     one = arrays_of(ctx.arch)[1]
@@ -377,6 +379,18 @@ def _in_earlier_parts(
             and a[0] not in two["factors"]
         )
 
+    def searched(blocks: dict[str, Any], fixed: dict[str, Any], rank: str) -> bool:
+        # two splits in three: one's middle part searched (the keys' blocks), the other's a
+        # fixed width (FLAT's fibre chunks walked side by side), the same innermost tile
+        a, b = blocks["partitions"][rank], fixed["partitions"][rank]
+        return (
+            len(a) == len(b) == 3
+            and blocks["factors"].get(a[1]) == "search"
+            and isinstance(fixed["factors"].get(b[1]), int)
+            and side(blocks["factors"].get(a[2])) == side(fixed["factors"].get(b[2]))
+            and a[0] not in blocks["factors"]
+        )
+
     earlier = list(earlier)
     for rank, comps in body.get("partitions", {}).items():
         for i, other in enumerate(earlier):
@@ -387,9 +401,37 @@ def _in_earlier_parts(
                 body = _walking(body, rank, before)
             elif fits(other, body, rank):
                 earlier[i] = _walking(other, rank, comps)
+            elif searched(other, body, rank):
+                earlier[i] = _renamed(other, rank, comps)
+            elif searched(body, other, rank):
+                body = _renamed(body, rank, before)
             else:
                 return None
     return body, earlier
+
+
+def _renamed(body: dict[str, Any], rank: str, three: list[str]) -> dict[str, Any]:
+    """A mapping whose split of `rank` in three, its middle part searched, takes another's
+    three parts' names (its middle part then the other's fixed width: no longer searched)."""
+    names = dict(zip(body["partitions"][rank], three, strict=True))
+
+    def rewrite(node: Any, key: str = "") -> Any:
+        if isinstance(node, dict):
+            return {k: rewrite(v, k) for k, v in node.items()}
+        if isinstance(node, list) and key in ("loops", "inner", "spatial"):
+            return [names.get(n, n) for n in node]
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        if key == "keep":
+            return names.get(node, node)
+        return node
+
+    out = rewrite({k: v for k, v in body.items() if k not in ("factors", "partitions")})
+    factors = {names.get(k, k): v for k, v in body["factors"].items()}
+    del factors[three[1]]  # the other's width
+    out["factors"] = factors
+    out["partitions"] = {**body["partitions"], rank: list(three)}
+    return out
 
 
 def _walking(body: dict[str, Any], rank: str, three: list[str]) -> dict[str, Any]:

@@ -1065,15 +1065,22 @@ def test_bert_postnorm_ffn_sublayer():
     _close(out["Y"], ((r - mean) / np.sqrt(var + 1e-12) * inputs["GA"] + inputs["BE"]).T)
 
 
+def _one_head_prenorm(name: str, seed: int, norm: Callable[..., np.ndarray]):
+    """A pre-norm one-head sublayer's run and its tokens' projections: (inputs, outputs, x,
+    (q, k, v)), rows = tokens, the queries' tokens the keys' (`XM = X`), `norm` the layer's
+    LayerNorm with its gain GN and bias BN."""
+    shapes = {"P": 12, "M": 12, "D": 10, "E": 4, "F": 6}
+    inputs, out = _run(name, shapes, seed=seed, same=("XM", "X"))
+    x = inputs["X"].T
+    xn = norm(x, inputs["GN"], inputs["BN"])
+    return inputs, out, x, tuple(xn @ inputs[w] for w in ("WQ", "WK", "WV"))
+
+
 def test_layerscale_prenorm_attention_layer():
     """Touvron et al. 2021 (CaiT), eq. 4, rows = tokens: y = x + diag(lambda) SA(LN(x)), one
     head: softmax(q k^T / sqrt(d)) v W_O."""
-    shapes = {"P": 12, "M": 12, "D": 10, "E": 4, "F": 6}
     name = "layerscale-prenorm-attention-layer-3pass"
-    inputs, out = _run(name, shapes, seed=76, same=("XM", "X"))
-    x = inputs["X"].T
-    xn = _layer_norm(x, inputs["GN"], inputs["BN"])
-    q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
+    inputs, out, x, (q, k, v) = _one_head_prenorm(name, 76, _layer_norm)
     sa = _softmax(q @ k.T / math.sqrt(4)) @ v @ inputs["WO"]
     _close(out["Y"], (x + inputs["LS"] * sa).T)
 
@@ -1093,11 +1100,8 @@ def test_t5_cross_attention_sublayer():
 def test_bloom_alibi_prenorm_layer():
     """BigScience 2022, sec. 3.2.2-3.2.3 with Press et al. 2022, sec. 3, rows = tokens: y =
     x + softmax(q k^T / sqrt(d) + m (j - i), causal) v W_O, q, k, v from LN(x)."""
-    shapes = {"P": 12, "M": 12, "D": 10, "E": 4, "F": 6}
-    inputs, out = _run("bloom-alibi-prenorm-layer-3pass", shapes, seed=78, same=("XM", "X"))
-    x = inputs["X"].T
-    xn = _layer_norm_rows(x, inputs["GN"], inputs["BN"])
-    q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
+    name = "bloom-alibi-prenorm-layer-3pass"
+    inputs, out, x, (q, k, v) = _one_head_prenorm(name, 78, _layer_norm_rows)
     i, j = np.arange(12)[:, None], np.arange(12)[None, :]
     s = q @ k.T / math.sqrt(4) + inputs["SL"] * (j - i)
     a = _softmax(np.where(j <= i, s, -np.inf))
@@ -1109,12 +1113,8 @@ def test_bloom_alibi_prenorm_layer():
 def test_normformer_attention_sublayer():
     """Shleifer et al. 2021, sec. 2, rows = tokens: y = x + LN(W_O (gamma softmax(q k^T /
     sqrt(d)) v)), q, k, v from LN(x) (HeadScale gamma, the post-attention LayerNorm)."""
-    shapes = {"P": 12, "M": 12, "D": 10, "E": 4, "F": 6}
     name = "normformer-attention-sublayer-3pass"
-    inputs, out = _run(name, shapes, seed=79, same=("XM", "X"))
-    x = inputs["X"].T
-    xn = _layer_norm_rows(x, inputs["GN"], inputs["BN"])
-    q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
+    inputs, out, x, (q, k, v) = _one_head_prenorm(name, 79, _layer_norm_rows)
     op = inputs["HS"] * _softmax(q @ k.T / math.sqrt(4)) @ v @ inputs["WO"]
     _close(out["Y"], (x + _layer_norm_rows(op, inputs["GO"], inputs["BO"])).T)
 

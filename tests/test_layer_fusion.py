@@ -84,20 +84,24 @@ def test_the_layers_projections_fill_the_array():
     """The queries' projection reduces the 4096-wide width into 128 outputs a token, the
     output projection makes 4096: both fill all 65,536 PEs -- the width's part the norm
     split across the array (the reduction summed down the PEs, or the output's columns) --
-    not the 32,768 of the rows and the head's 128 outputs; K's two rotary halves beside its
-    64 frequencies fill 128 of the side in the keys' block, as V's 128 values do."""
+    not the 32,768 of the rows and the head's 128 outputs; in the keys' block K and V sum
+    their reduction down the PEs too (a head's 128 outputs walked), as FLAT's query
+    projection does (was 128 of the side: K's two rotary halves beside its 64 frequencies,
+    V's 128 values)."""
     a, w, ctx = _point()
     two = next(x for x in a.arrays if x.mesh_y > 1)
     data = template(ctx, "segments", kernels="free", layer=True, ahead="blocks", **KNOBS)
     r = _evaluate(ctx, a, w, data, {"M1": 1, "F1": 1, "H1": 1, "P1": 1})
     par = {e.einsum: e.parallelism for e in r.einsums}
     assert par["Q"] == par["OP"] == par["Y"] == two.pes
-    assert par["K"] == par["V"] == two.mesh_x * 128
+    assert par["K"] == par["V"] == two.pes
 
 
-def test_a_blocks_contraction_with_narrow_columns_spreads_its_other_output_ranks(tmp_path):
-    """`K[s, h, m]`: 64 columns h for a 256-PE side; its two halves s beside them fill 128
-    (was 64)."""
+def test_a_blocks_contraction_with_narrow_columns_fills_the_side(tmp_path):
+    """`K[s, h, m]` over 256 rows m: with 128 columns h its two halves s beside them fill the
+    side (was 128 of 256 PEs); with 64, the halves leave half of it idle, and the
+    reduction's chunk goes down it instead (its 4096-long sum over d down the PEs, the
+    outputs walked)."""
     text = """
 name: two-halves
 shapes: {M: 8, D: 8, S: 2, H: 4}
@@ -116,12 +120,16 @@ einsum:
     c = loads_cascade(text, str(path))
     a = load_architecture(resolve_spec("arch", "fusemax"))
     two = next(x for x in a.arrays if x.mesh_y > 1)
-    w = make_workload("llama3-8b", "4K", {"causal": False}, shape={"D": 4096, "S": 2, "H": 64})
-    ctx = bind_context(c, a, w, str(path), "fusemax")
-    data = template(ctx, "fused", rule="blocks", reduction="whole")
-    assert data["mapping"]["phases"][0]["einsums"]["K"]["spatial"][-1] == "S"
-    r = _evaluate(ctx, a, w, data, {"M1": 1})
-    assert {e.einsum: e.parallelism for e in r.einsums}["K"] == two.mesh_x * 128
+    spreads = {}
+    for h in (128, 64):
+        shape = {"D": 4096, "S": 2, "H": h}
+        w = make_workload("llama3-8b", "4K", {"causal": False}, shape=shape)
+        ctx = bind_context(c, a, w, str(path), "fusemax")
+        data = template(ctx, "fused", rule="blocks", reduction="whole")
+        spreads[h] = data["mapping"]["phases"][0]["einsums"]["K"]["spatial"]
+        r = _evaluate(ctx, a, w, data, {"M1": 1})
+        assert {e.einsum: e.parallelism for e in r.einsums}["K"] == two.pes, h
+    assert spreads[128][-1] == "S" and spreads[64] == ["M0", "D0"], spreads
 
 
 def test_a_span_reducing_only_what_the_layer_walks_joins_the_layers_block():

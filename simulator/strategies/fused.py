@@ -281,6 +281,16 @@ def _blocks_of_rows(
             if 1 < extents.get(r, 1) <= room and r not in partitions:
                 spatial.append(r)
                 room //= extents[r]
+        # ... and where they leave it idle still, the reduction's chunk goes down it instead
+        # where it fills more (the keys' K of a head's 128 outputs: its 4096-long reduction
+        # summed down the PEs, as FLAT's query projection does), the outputs walked inside
+        # the reduction's chunks (a chunk of the tokens stays in the PEs while they go by;
+        # outside them, the tokens are read from the buffer again for every output)
+        chunk = next((c for c in inner if c in sizes), None)
+        side = two.mesh_y // scale
+        if c0 and room > 1 and chunk is not None and side // room < sizes[chunk] <= side:
+            spatial = [c for c in (r0, chunk) if c]
+            inner = [*(x for x in inner if x != chunk), c0]
         einsums[name] = {
             "loops": [x for x in dict.fromkeys(loops) if x and x not in spatial],
             "inner": [x for x in dict.fromkeys(inner) if x not in loops],

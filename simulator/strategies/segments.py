@@ -13,6 +13,10 @@ rule (:func:`simulator.strategies.flat.flat_mapping`, its knobs passed on) as on
 the other Einsums keep the unfused strategy's kernels (:func:`unfused_mapping`), and what a
 span reads from them or hands to them goes through DRAM. Where one span is the whole
 cascade (attention alone) FLAT's own template is the same mapping: not offered again.
+With `layer`, each span is widened by the Einsums around it that walk its rows (a layer's
+query norm and projection, its output projection and residual:
+:mod:`simulator.strategies.layer`), and with `ahead: blocks` what the spans need first (the
+keys' side) is made in blocks of its own rows by the fused strategy's blocks rule.
 """
 
 from __future__ import annotations

@@ -1119,6 +1119,39 @@ def test_normformer_attention_sublayer():
     _close(out["Y"], (x + _layer_norm_rows(op, inputs["GO"], inputs["BO"])).T)
 
 
+def _rms(z: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """RMSNorm (Zhang and Sennrich 2019) over each row of `z`, eps 1e-6, times `scale`."""
+    return z / np.sqrt((z**2).mean(axis=1, keepdims=True) + 1e-6) * scale
+
+
+def test_gemma2_sandwich_softcap_layer():
+    """Gemma Team 2024 (Gemma 2), sec. 2, rows = tokens: y = x + RMSNorm(W_O softmax(50
+    tanh(q k^T / sqrt(d) / 50), causal) v), q, k, v from RMSNorm(x); the norms scale by
+    1 + g."""
+    shapes = {"P": 12, "M": 12, "D": 10, "E": 4, "F": 6}
+    inputs, out = _run("gemma2-sandwich-softcap-layer-3pass", shapes, 80, same=("XM", "X"))
+    x = inputs["X"].T
+    xn = _rms(x, 1 + inputs["G1"])
+    q, k, v = xn @ inputs["WQ"], xn @ inputs["WK"], xn @ inputs["WV"]
+    i, j = np.arange(12)[:, None], np.arange(12)[None, :]
+    s = 50 * np.tanh(q @ k.T / math.sqrt(4) / 50)
+    op = _softmax(np.where(j <= i, s, -np.inf)) @ v @ inputs["WO"]
+    _close(out["Y"], (x + _rms(op, 1 + inputs["G2"])).T)
+
+
+def test_qwen_qkv_bias_prenorm_layer():
+    """Bai et al. 2023 (Qwen), sec. 2.2, rows = tokens: y = x + softmax((xn W_Q + b_q)
+    (xn W_K + b_k)^T / sqrt(d), causal) (xn W_V + b_v) W_O, xn = RMSNorm(x)."""
+    shapes = {"P": 12, "M": 12, "D": 10, "E": 4, "F": 6}
+    inputs, out = _run("qwen-qkv-bias-prenorm-layer-3pass", shapes, 81, same=("XM", "X"))
+    x = inputs["X"].T
+    xn = _rms(x, inputs["G"])
+    q, k, v = (xn @ inputs["W" + t] + inputs["B" + t] for t in "QKV")
+    i, j = np.arange(12)[:, None], np.arange(12)[None, :]
+    a = _softmax(np.where(j <= i, q @ k.T / math.sqrt(4), -np.inf))
+    _close(out["Y"], (x + a @ v @ inputs["WO"]).T)
+
+
 def test_mamba2_ssd_quadratic():
     """Dao and Gu 2024, eqs. 16-17, rows = tokens: Y = (L * (C^T B)) X^T with L[i, j] =
     exp(cs_i - cs_j) for j <= i, cs the cumulative sums of the decays' logs."""
@@ -1268,6 +1301,9 @@ def test_prefix_lm_attention():
         ("bloom-alibi-prenorm-layer-3pass", {"M": 3, "D": 4}),
         # and the post-attention LayerNorm's two more over the projected width
         ("normformer-attention-sublayer-3pass", {"M": 3, "D": 6}),
+        # the pre-norm's statistic and the projections; the post-norm's over the output
+        ("gemma2-sandwich-softcap-layer-3pass", {"M": 3, "D": 4}),
+        ("qwen-qkv-bias-prenorm-layer-3pass", {"M": 3, "D": 3}),
     ],
 )
 def test_passes(name, passes):

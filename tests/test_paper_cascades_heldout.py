@@ -1560,6 +1560,10 @@ MAPPED = [
     ("bloom-alibi-prenorm-layer-3pass", "16K", {"D": 4096}),
     ("normformer-attention-sublayer-3pass", "4K", {"D": 4096}),
     ("normformer-attention-sublayer-3pass", "16K", {"D": 4096}),
+    # written after those changes, mapped once: Gemma 2's sandwich-norm soft-capped
+    # sublayer 1.04x / 1.44x, Qwen's QKV-bias sublayer 1.04x / 1.38x
+    ("gemma2-sandwich-softcap-layer-3pass", "4K", {"D": 4096}),
+    ("qwen-qkv-bias-prenorm-layer-3pass", "16K", {"D": 4096}),
 ]
 
 

@@ -170,3 +170,22 @@ def test_the_keys_blocks_and_a_narrow_block_of_rows_split_the_keys_alike():
     loops = ahead["einsums"]["K"]["loops"]
     assert loops.index("M1") < loops.index("M10")  # its blocks of the keys' rows, renamed
     assert "M2" not in repr(ahead)
+
+
+def test_a_narrow_block_of_rows_fills_its_idle_columns_with_part_of_the_width():
+    """At 16K the layer's block is 128 rows (half the columns): the queries' and output
+    projections spread their width's part down the side and two chunks of it side by side
+    across the idle columns (`D -> D1 x D10 x D0`), all 65,536 PEs (was 32,768), and the
+    keys' blocks walk the same three parts -- their `PE1D.meshX` chunk is the same 256 as the
+    attention's (before, the names of a tile told them apart and no such template bound)."""
+    a = load_architecture(resolve_spec("arch", "fusemax"))
+    two = next(x for x in a.arrays if x.mesh_y > 1)
+    path = DATA / "paper_cascades_heldout" / "layerscale-prenorm-attention-layer-3pass.yaml"
+    w = make_workload("llama3-8b", "16K", {"causal": False}, shape={"D": 4096})
+    ctx = bind_context(load_cascade(path), a, w, str(path), "fusemax")
+    knobs = {**KNOBS, "scale": 2, "spread": "fibre"}
+    data = template(ctx, "segments", kernels="free", layer=True, ahead="blocks", **knobs)
+    assert data["mapping"]["partitions"]["D"] == ["D1", "D10", "D0"]
+    r = _evaluate(ctx, a, w, data, {"E1": 1, "F1": 1, "P1": 1})
+    par = {e.einsum: e.parallelism for e in r.einsums}
+    assert par["Q"] == par["OP"] == two.pes, par

@@ -369,8 +369,18 @@ def _in_earlier_parts(
     span walks the rows' outer parts where it walked its own outer part, when both spread
     the same number of PEs (a square array). None: the splits cannot be reconciled."""
     square = all(a.mesh_x == a.mesh_y for a in arch.arrays if a.mesh_y > 1)
+    meshes = {f"{a.name}.meshX": a.mesh_x for a in arch.arrays} | {
+        f"{a.name}.meshY": a.mesh_y for a in arch.arrays
+    }
 
     def side(factor: Any) -> Any:
+        # a tile spanning an array's side (`PE1D.meshX`, `PE2D.meshY / 2`) as the PEs it
+        # spans: the same tile whichever array's side names it
+        text, _slash, by = str(factor).partition(" / ")
+        if text in meshes:
+            return meshes[text] // (int(by) if by else 1)
+        if isinstance(factor, int):
+            return factor
         return str(factor).replace("meshY", "meshX") if square else factor
 
     def fits(two: dict[str, Any], three: dict[str, Any], rank: str) -> bool:

@@ -1551,7 +1551,9 @@ MAPPED = [
     # the attention's narrow block of rows (its fibre's chunks side by side) split the keys
     # alike (LayerScale 1.40x, T5 1.39x, NormFormer 1.42x, BLOOM 1.60x), and the keys'
     # blocks' K and V, a head's 128 outputs for 256 PEs a side, sum their reduction down
-    # the PEs (1.04x at 4K; 16K: 1.25x, 1.25x, 1.28x, 1.38x; docs/mapper.md)
+    # the PEs (1.04x at 4K; 16K: 1.25x, 1.25x, 1.28x, 1.38x), and a narrow block of rows
+    # fills its idle columns with two chunks of the width (16K: 1.20x, 1.21x, 1.20x, 1.31x;
+    # docs/mapper.md)
     ("layerscale-prenorm-attention-layer-3pass", "4K", {"D": 4096}),
     ("layerscale-prenorm-attention-layer-3pass", "16K", {"D": 4096}),
     ("t5-cross-attention-sublayer-3pass", "4K", {"D": 4096}),
@@ -1561,7 +1563,8 @@ MAPPED = [
     ("normformer-attention-sublayer-3pass", "4K", {"D": 4096}),
     ("normformer-attention-sublayer-3pass", "16K", {"D": 4096}),
     # written after those changes, mapped once: Gemma 2's sandwich-norm soft-capped
-    # sublayer 1.04x / 1.44x, Qwen's QKV-bias sublayer 1.04x / 1.38x
+    # sublayer 1.04x / 1.44x, Qwen's QKV-bias sublayer 1.04x / 1.38x (1.33x since the
+    # narrow block's change, made on the layers above)
     ("gemma2-sandwich-softcap-layer-3pass", "4K", {"D": 4096}),
     ("qwen-qkv-bias-prenorm-layer-3pass", "16K", {"D": 4096}),
 ]

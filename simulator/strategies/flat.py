@@ -457,8 +457,8 @@ def flat_mapping(
         else:
             einsums[n] = {"inner": list(reduced_ranks(e))}
     rows_here = min(two.mesh_x // scale, extents.get(row, two.mesh_x))
-    beside_rows: dict[str, int] = {}  # a rank split down the side -> its columns' part
-    filled_beside: list[str] = []  # the Einsums spreading that part
+    free = two.mesh_x // rows_here  # the columns a narrow block of rows leaves idle
+    beside_rows: dict[str, str] = {}  # an Einsum -> the split rank it spreads beside them
     for n in fibre_einsums:
         mine = einsum_ranks(cascade.einsum(n))
         x, x1, x0 = own(n)
@@ -486,11 +486,9 @@ def flat_mapping(
             # outer part of a rank split down the side fills them (beyond FLAT's designs: a
             # layer's projections over 128 rows, two chunks of their width side by side)
             wide = next((r for r in mine if r in split and split[r][1] in down), None)
-            free = two.mesh_x // rows_here
             if soonest and free > 1 and wide is not None:
                 if (extents[wide] // split[wide][2]) % free == 0:
-                    beside_rows.setdefault(wide, free)
-                    filled_beside.append(n)
+                    beside_rows[n] = wide
         elif x in mine or x0 in mine:  # the fibre's chunk across the 1D PEs, a row at a time
             einsums[n] = {"loops": [*outer, r2, r1, r0, x1]}
         else:  # no fibre (a division after the contraction): what fills the 1D PEs
@@ -500,15 +498,13 @@ def flat_mapping(
             loops = [*outer, r2, r1, r0, f1]
             einsums[n] = {"loops": [x for x in loops if x not in spread_1d], "spatial": spread_1d}
     across: dict[str, str] = {}  # the rank -> the name of its outer part's inner part
-    for r in beside_rows:
+    for r in dict.fromkeys(beside_rows.values()):
         across[r] = inner_name(split[r][0], taken_names)
         taken_names.add(across[r])
         split_lists(einsums, split[r][0], across[r])
-    for n in filled_beside:
-        for r, name in across.items():
-            if r in einsum_ranks(cascade.einsum(n)):
-                einsums[n]["loops"] = [c for c in einsums[n]["loops"] if c != name]
-                einsums[n]["spatial"].append(name)
+    for n, r in beside_rows.items():
+        einsums[n]["loops"] = [c for c in einsums[n]["loops"] if c != across[r]]
+        einsums[n]["spatial"].append(across[r])
     # A region of the fibre or of the rows (StreamingLLM's 4 sink keys of 4096, Longformer's
     # 16 global query rows): an Einsum whose filters keep under a quarter of a tile of it
     # walks that tile's values as tiles, so that only the region's are computed, and spreads
@@ -625,7 +621,7 @@ def flat_mapping(
         },
         r1: 1 if whole_rows else "search",
         **{part: width for _outer, part, width in split.values()},
-        **{across[r]: width for r, width in beside_rows.items()},
+        **{name: free for name in across.values()},
     }
     partitions = {
         **{rank: list(comps) for rank, comps in cascade.partitions},

@@ -156,13 +156,13 @@ def ahead_of(
             count[r] = count.get(r, 0) + 1
     if not count:
         return ()  # scalars only
-    rows = {max(count, key=lambda r: (count[r], extents.get(r, 1), r))}
+    row = max(count, key=lambda r: (count[r], extents.get(r, 1), r))
     block = {
         n
         for n in ahead
         if cascade.einsum(n).iterative is None
-        and rows & set(einsum_ranks(cascade.einsum(n)))
-        and not rows & set(reduced_ranks(cascade.einsum(n)))
+        and row in einsum_ranks(cascade.einsum(n))
+        and row not in reduced_ranks(cascade.einsum(n))
     }
     while True:
         keep = {n for n in block if not any(made[n] in reads[m] for m in ahead if m not in block)}

@@ -428,19 +428,7 @@ def _renamed(body: dict[str, Any], rank: str, three: list[str]) -> dict[str, Any
     """A mapping whose split of `rank` in three, its middle part searched, takes another's
     three parts' names (its middle part then the other's fixed width: no longer searched)."""
     names = dict(zip(body["partitions"][rank], three, strict=True))
-
-    def rewrite(node: Any, key: str = "") -> Any:
-        if isinstance(node, dict):
-            return {k: rewrite(v, k) for k, v in node.items()}
-        if isinstance(node, list) and key in ("loops", "inner", "spatial"):
-            return [names.get(n, n) for n in node]
-        if isinstance(node, list):
-            return [rewrite(v) for v in node]
-        if key == "keep":
-            return names.get(node, node)
-        return node
-
-    out = rewrite({k: v for k, v in body.items() if k not in ("factors", "partitions")})
+    out = _with_parts(body, {a: [b] for a, b in names.items()}, names)
     factors = {names.get(k, k): v for k, v in body["factors"].items()}
     del factors[three[1]]  # the other's width
     out["factors"] = factors
@@ -452,21 +440,29 @@ def _walking(body: dict[str, Any], rank: str, three: list[str]) -> dict[str, Any
     """A span's mapping with its split of `rank` in two (`X1 x X0`) replaced by `three`
     (`X2 x X1 x X0`): its outer part walked as the outer two."""
     outer = body["partitions"][rank][0]
+    out = _with_parts(body, {outer: three[:-1]}, {outer: three[-2]})
+    out["partitions"] = {**out["partitions"], rank: list(three)}
+    return out
+
+
+def _with_parts(
+    body: dict[str, Any], lists: dict[str, list[str]], keeps: dict[str, str]
+) -> dict[str, Any]:
+    """A mapping whose loops, inner loops and spreads name each component of `lists` as the
+    components it maps to, and whose keep points name each of `keeps` as it maps to."""
 
     def rewrite(node: Any, key: str = "") -> Any:
         if isinstance(node, dict):
             return {k: rewrite(v, k) for k, v in node.items()}
         if isinstance(node, list) and key in ("loops", "inner", "spatial"):
-            return [c for n in node for c in (three[:-1] if n == outer else [n])]
+            return [c for n in node for c in lists.get(n, [n])]
         if isinstance(node, list):
             return [rewrite(v) for v in node]
-        if key == "keep" and node == outer:
-            return three[-2]
+        if key == "keep":
+            return keeps.get(node, node)
         return node
 
-    out = rewrite(body)
-    out["partitions"] = {**out["partitions"], rank: list(three)}
-    return out
+    return rewrite(body)
 
 
 def _in_dependency_order(

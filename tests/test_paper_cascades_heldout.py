@@ -12,6 +12,7 @@ held out."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -1570,7 +1571,13 @@ MAPPED = [
 ]
 
 
-@pytest.mark.parametrize(("name", "seq", "shape"), MAPPED)
+# CI maps each cascade at one length: the last listed (16K where both are, the longer and
+# the nearer its limit); PAPER_CASCADES_ALL=1 (`make paper-cascades`) maps every point.
+_LAST = {getattr(point, "values", point)[0]: point for point in MAPPED}
+POINTS = MAPPED if os.environ.get("PAPER_CASCADES_ALL") else list(_LAST.values())
+
+
+@pytest.mark.parametrize(("name", "seq", "shape"), POINTS)
 def test_a_held_out_paper_form_maps_within_1_5x_of_the_floor(name, seq, shape):
     path = HELDOUT / f"{name}.yaml"
     phase = "decode" if "decode" in name else "prefill"

@@ -160,12 +160,13 @@ def active_count(
 ) -> int:
     """How many combinations of `loops` hold a kept point somewhere in their box (every
     other component over its full range); counted once per box."""
-    used = {c for con in cons for c, _a in con.coef} | set(loops)
+    used = {c for con in cons for c, _a in con.coef}
     box = tuple(sorted((c, int(extents[c])) for c in used if c in extents))
-    return _active_count(cons, loops, box)
+    free = math.prod(int(extents[lp]) for lp in loops if lp not in used)
+    return _active_count(cons, tuple(lp for lp in loops if lp in used), box) * free
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1 << 15)
 def _active_count(
     cons: tuple[Constraint, ...], loops: tuple[str, ...], box: tuple[tuple[str, int], ...]
 ) -> int:
@@ -313,12 +314,17 @@ def peak_fraction(
     total = math.prod(int(extents[lp]) for lp in inner)
     if not cons or not total or not inner:
         return 1.0
-    used = {c for con in cons for c, _a in con.coef} | set(outer) | set(inner)
+    # only the loops a constraint reads are counted (the others multiply the count by their
+    # extents): one count serves every nest that differs in loops no constraint reads
+    used = {c for con in cons for c, _a in con.coef}
     box = tuple(sorted((c, int(extents[c])) for c in used if c in extents))
-    return _peak_count(cons, outer, inner, box, limit) / total
+    free = math.prod(int(extents[lp]) for lp in inner if lp not in used)
+    counted = tuple(lp for lp in inner if lp in used)
+    reads = tuple(lp for lp in outer if lp in used)
+    return _peak_count(cons, reads, counted, box, limit) * free / total
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1 << 15)
 def _peak_count(
     cons: tuple[Constraint, ...],
     outer: tuple[str, ...],

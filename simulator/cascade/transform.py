@@ -198,6 +198,21 @@ _TRANSFORMER = _ToIR()
 
 
 def parse_text(text: LocStr, start: str) -> Any:
+    """The IR of one statement (`start`) or operator head (`opdef`). Kept per process by
+    the text and its position: the rewriter parses each candidate cascade whole, and most
+    of its statements are the input's, at the same lines (four in five parses); the IR is
+    immutable, so the kept answer is shared."""
+    if not isinstance(text, LocStr):
+        return _parse(text, start)
+    return _parse_kept(str(text), start, text.loc, text.style, text.prefix)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_kept(value: str, start: str, loc: Loc, style: str | None, prefix: int) -> Any:
+    return _parse(LocStr(value, loc, style, prefix), start)
+
+
+def _parse(text: LocStr, start: str) -> Any:
     _TRANSFORMER.source = text
     try:
         return _parser().parse(str(text), start=start)

@@ -7,6 +7,8 @@ import re
 import pytest
 
 from simulator.cascade.__main__ import main
+from simulator.cascade.parse import load_cascade
+from simulator.support.errors import SpecError
 
 HEAD = "einsum:\n  declaration:\n{decl}  expressions:\n{exprs}"
 
@@ -334,3 +336,24 @@ def test_a_tensor_named_like_a_yaml_boolean_is_told_to_quote_it(tmp_path, run_cl
     assert err.startswith(f"error: {path}:4:5: ") and "YAML boolean" in err and "quote" in err
     quoted = _file(tmp_path, {"X": "[F, P]", "'ON'": "[F, P]"}, ["ON[f, p] = X[f, p]"])
     assert run_cli(main, ["passes", quoted])[0] == 0
+
+
+def test_a_statement_parsed_before_at_another_line_is_named_at_its_own(tmp_path):
+    """The parser keeps each statement's IR by its text and position: the same statement
+    two lines lower in another file (or the same file, edited) is named at its new line and
+    in its new file, never at the one kept."""
+    statement = "Y = A[k] * B[k]"  # B is undeclared: the checker names the statement
+    names = []
+    for i, extra in enumerate(({}, {"C": "[K]", "D": "[K]"})):
+        path = tmp_path / f"c{i}.yaml"
+        decl = {"A": "[K]", "Y": "[]", **extra}
+        path.write_text(
+            HEAD.format(
+                decl="".join(f"    {k}: {v}\n" for k, v in decl.items()),
+                exprs=f"    - {statement}\n",
+            )
+        )
+        with pytest.raises(SpecError, match="unknown tensor 'B'") as err:
+            load_cascade(path)
+        names.append(str(err.value.loc))
+    assert names == [f"{tmp_path / 'c0.yaml'}:6:18", f"{tmp_path / 'c1.yaml'}:8:18"]

@@ -202,8 +202,6 @@ def parse_text(text: LocStr, start: str) -> Any:
     the text and its position: the rewriter parses each candidate cascade whole, and most
     of its statements are the input's, at the same lines (four in five parses); the IR is
     immutable, so the kept answer is shared."""
-    if not isinstance(text, LocStr):
-        return _parse(text, start)
     return _parse_kept(str(text), start, text.loc, text.style, text.prefix)
 
 

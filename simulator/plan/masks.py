@@ -160,35 +160,44 @@ def active_count(
 ) -> int:
     """How many combinations of `loops` hold a kept point somewhere in their box (every
     other component over its full range); counted once per box."""
+    box, read, free = _read_box(cons, loops, extents)
+    return _active_count(cons, read, box) * free
+
+
+def _read_box(
+    cons: tuple[Constraint, ...], loops: tuple[str, ...], extents: Mapping[str, int]
+) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...], int]:
+    """The extents the constraints read (a hashable box), the `loops` among them, and the
+    combinations of the other loops: only the read loops are counted, each other one
+    multiplies the count by its extent -- one count serves every nest that differs in loops
+    no constraint reads."""
     used = {c for con in cons for c, _a in con.coef}
     box = tuple(sorted((c, int(extents[c])) for c in used if c in extents))
     free = math.prod(int(extents[lp]) for lp in loops if lp not in used)
-    return _active_count(cons, tuple(lp for lp in loops if lp in used), box) * free
+    return box, tuple(lp for lp in loops if lp in used), free
 
 
 @functools.lru_cache(maxsize=1 << 15)
 def _active_count(
     cons: tuple[Constraint, ...], loops: tuple[str, ...], box: tuple[tuple[str, int], ...]
 ) -> int:
-    """:func:`active_count` of a hashable box."""
+    """:func:`active_count` of a hashable box, over `loops` the constraints all read."""
     extents = dict(box)
     total = math.prod(int(extents[lp]) for lp in loops)
     if not cons or total == 0:
         return total
     rows = _rows(cons, loops, extents)
-    used = [lp for lp in loops if any(lp in r for r, _ in rows)]
-    free = math.prod(int(extents[lp]) for lp in loops if lp not in used)
-    if not used:
-        return total if all(base <= 0 for _r, base in rows) else 0
-    axis = _axis(used, rows, extents)
-    others = [c for c in used if c not in axis]
+    if not loops:
+        return 1 if all(base <= 0 for _r, base in rows) else 0
+    axis = _axis(list(loops), rows, extents)
+    others = [c for c in loops if c not in axis]
     combos = math.prod(int(extents[c]) for c in others)
     if combos > MAX_ENUMERATED:
         raise SpecError(
-            f"a filter over {', '.join(used)} spans {combos} tile combinations: too fine to "
+            f"a filter over {', '.join(loops)} spans {combos} tile combinations: too fine to "
             f"count (limit {MAX_ENUMERATED}); use larger tiles"
         )
-    return int(_spans(rows, axis, others, extents).sum()) * free
+    return int(_spans(rows, axis, others, extents).sum())
 
 
 def _rows(
@@ -314,13 +323,8 @@ def peak_fraction(
     total = math.prod(int(extents[lp]) for lp in inner)
     if not cons or not total or not inner:
         return 1.0
-    # only the loops a constraint reads are counted (the others multiply the count by their
-    # extents): one count serves every nest that differs in loops no constraint reads
-    used = {c for con in cons for c, _a in con.coef}
-    box = tuple(sorted((c, int(extents[c])) for c in used if c in extents))
-    free = math.prod(int(extents[lp]) for lp in inner if lp not in used)
-    counted = tuple(lp for lp in inner if lp in used)
-    reads = tuple(lp for lp in outer if lp in used)
+    box, counted, free = _read_box(cons, inner, extents)
+    _box, reads, _free = _read_box(cons, outer, extents)
     return _peak_count(cons, reads, counted, box, limit) * free / total
 
 
@@ -332,25 +336,22 @@ def _peak_count(
     box: tuple[tuple[str, int], ...],
     limit: int = MAX_ENUMERATED,
 ) -> int:
-    """:func:`peak_fraction`'s count over a hashable box: the outer and inner loops that
-    appear in a constraint enumerated (but one inner axis, counted in closed form), the
+    """:func:`peak_fraction`'s count over a hashable box, of outer and inner loops the
+    constraints all read: enumerated (but one inner axis, counted in closed form), the
     counts summed over the inner ones and the largest taken over the outer ones."""
     extents = dict(box)
     total = math.prod(int(extents[lp]) for lp in inner)
     rows = _rows(cons, (*outer, *inner), extents)
-    inner_used = [lp for lp in inner if any(lp in r for r, _ in rows)]
-    outer_used = [lp for lp in outer if any(lp in r for r, _ in rows)]
-    free = math.prod(int(extents[lp]) for lp in inner if lp not in inner_used)
-    axis = _axis(inner_used, rows, extents) if inner_used else ()
-    rest = [c for c in inner_used if c not in axis]
-    others = [*outer_used, *rest]
+    axis = _axis(list(inner), rows, extents) if inner else ()
+    rest = [c for c in inner if c not in axis]
+    others = [*outer, *rest]
     if math.prod(int(extents[c]) for c in others) > limit:
         return total  # too fine to count: every tile (an upper bound)
     counts = _spans(rows, axis, others, extents)
     if rest:  # summed over the enumerated inner loops (the last axes)
-        outer_combos = math.prod(int(extents[c]) for c in outer_used)
+        outer_combos = math.prod(int(extents[c]) for c in outer)
         counts = counts.reshape(outer_combos, -1).sum(axis=1)
-    return int(counts.max()) * free
+    return int(counts.max())
 
 
 def active_fraction(

@@ -236,6 +236,10 @@ def _mapping_with(tmp_path, old: str, new: str, name: str = "binding") -> str:
         ("      loops: [P2, M1, P1]", "      loops: [P2, M1, P9]", "names 'P9'"),
         ("    P: [P2, P1, P0]", "    P: [P1, P0]", "names 'P2'"),
         ("    P: [P2, P1, P0]", "    P: [P2, P1, P0]\n    X: [X1, X0]", "'X' is no rank"),
+        # what the mapping makes again (`recompute:`) must be an Einsum and its readers'
+        ("  shapes:", "  recompute: {NOPE: [QK]}\n  shapes:", "unknown Einsum 'NOPE'"),
+        ("  shapes:", "  recompute: {QK: [SLD]}\n  shapes:", "'SLD' does not read 'BQK'"),
+        ("  shapes:", "  recompute: [QK]\n  shapes:", "recompute must map each Einsum"),
     ],
 )
 def test_bad_mapping_files(tmp_path, run_cli, old, new, fragment):

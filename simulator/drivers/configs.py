@@ -36,6 +36,7 @@ from typing import TypeVar
 from simulator.cascade.ir import Cascade
 from simulator.cascade.normal import mapping_view
 from simulator.cascade.parse import load_cascade
+from simulator.cascade.recompute import recomputed
 from simulator.cascade.references import attention_kind
 from simulator.core.evaluate import check_floor, evaluate_mapping_variants
 from simulator.core.floors import attention_floor
@@ -464,13 +465,14 @@ class Specs:
 
     def cascade(self, spec: MappingSpec) -> Cascade:
         """The cascade a mapping binds: its file (or `--cascade`), as the mapper reads it
-        where the mapping says `normalised: yes`."""
+        where the mapping says `normalised: yes`, with what it makes again (`recompute:`)."""
         if self.cascade_override:
             path = self._override("cascades", "--cascade", self.cascade_override)
         else:
             path = self._relative(spec, "cascades", spec.cascade)
         cascade = self._load_cascade(path)
-        return mapping_view(cascade) if spec.normalised else cascade
+        cascade = mapping_view(cascade) if spec.normalised else cascade
+        return recomputed(cascade, spec.recompute, spec.data.loc_of("recompute"))
 
     def _load_cascade(self, path: Path) -> Cascade:
         key = str(path)

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.cascade.ir import Cascade
+from simulator.cascade.recompute import recomputed
 from simulator.core.evaluate import evaluate_mapping
 from simulator.core.result import Result, SearchStats
 from simulator.mapper import cache
@@ -96,7 +98,7 @@ def _dominates(values: dict[str, int], smaller: dict[str, int]) -> bool:
     return all(values[k] >= v for k, v in smaller.items())
 
 
-Candidate = tuple[tuple[int, int], Template, dict[str, int], Result, Mapping]
+Candidate = tuple[tuple[int, int], Template, dict[str, int], Result, Mapping, Cascade]
 
 
 def _best(results: list[Candidate], objective: str) -> Candidate | None:
@@ -186,22 +188,24 @@ def _search(
     offered = templates(ctx, options.strategy, options.pipelined, options.reuse)
     candidates = [(t, _spec(t, {}, name)) for t in offered]
     space = 0
-    plans: list[tuple[Template, Mapping, list[dict[str, int]]]] = []
+    plans: list[tuple[Template, Mapping, list[dict[str, int]], Cascade]] = []
     first_error: SpecError | None = None
     for tmpl, spec in candidates:
         try:
-            mapping = resolved(spec, cascade, arch, workload)
-            pad = needs_padding(cascade, mapping, arch, workload)
+            # the cascade the template binds: the point's, with what it makes again
+            bound = recomputed(cascade, spec.recompute, spec.data.loc_of("recompute"))
+            mapping = resolved(spec, bound, arch, workload)
+            pad = needs_padding(bound, mapping, arch, workload)
             if pad:  # a length the tiles do not divide: whole tiles, the last partly empty
                 tmpl = padded(tmpl, pad)
                 spec = _spec(tmpl, {}, name)
-                mapping = resolved(spec, cascade, arch, workload)
-            choices = list(tile_choices(cascade, mapping, arch, workload))
+                mapping = resolved(spec, bound, arch, workload)
+            choices = list(tile_choices(bound, mapping, arch, workload))
         except SpecError as err:
             first_error = first_error or err
             continue
         space += len(choices)
-        plans.append((tmpl, mapping, choices))
+        plans.append((tmpl, mapping, choices, bound))
     budget = options.budget
     evaluated = infeasible = breaches = skipped = 0
     first_breach: BoundBreach | None = None
@@ -216,8 +220,8 @@ def _search(
     # (each template's choices in spread order: the largest, the smallest, the middle ...;
     # a tie goes to the larger tiles, then the earlier template, whatever order ran them)
     queues = [
-        (tmpl, mapping, iter([(k, i, choices[i]) for i in spread_order(len(choices))]), [])
-        for k, (tmpl, mapping, choices) in enumerate(plans)
+        (tmpl, mapping, iter([(k, i, choices[i]) for i in spread_order(len(choices))]), [], bound)
+        for k, (tmpl, mapping, choices, bound) in enumerate(plans)
     ]
     planned = 0
     within_bound = False  # stopped: the best is within `stop_within` of the bound
@@ -227,7 +231,7 @@ def _search(
     while queues and evaluated < budget and planned < PLANNED_PER_EVALUATION * budget:
         rounds += 1
         for entry in list(queues):
-            tmpl, mapping, choices, too_big = entry
+            tmpl, mapping, choices, too_big, bound_cascade = entry
             if (rounds - 1) % _turn(tmpl) and len(queues) > 1:
                 continue
             item = next(choices, None)
@@ -243,7 +247,7 @@ def _search(
                 progress(planned, min(space, PLANNED_PER_EVALUATION * budget))
             try:
                 r = evaluate_mapping(
-                    cascade, with_factors(mapping, values), arch, workload, candidate_tables
+                    bound_cascade, with_factors(mapping, values), arch, workload, candidate_tables
                 )
                 if options.whole_tiles and any(t.spill_bytes > 0 for t in r.tensors):
                     raise DoesNotFit(f"{_described(tmpl, values)} spills part of a tile")
@@ -264,7 +268,7 @@ def _search(
                 log.append((_described(tmpl, values), r))
             bound = min(bound, r.latency_bound_s or math.inf)
             fastest = min(fastest, r.latency_s)
-            results.append(((i, k), tmpl, values, r, mapping))
+            results.append(((i, k), tmpl, values, r, mapping, bound_cascade))
             if evaluated >= budget:
                 break
         near = fastest <= bound * (1 + options.stop_within)
@@ -278,7 +282,7 @@ def _search(
         # the winner is also priced (the energy tables count every access): a mapping the
         # pricing cannot take is set aside for the next best
         try:
-            evaluate_mapping(cascade, with_factors(best[4], best[2]), arch, workload, tables)
+            evaluate_mapping(best[5], with_factors(best[4], best[2]), arch, workload, tables)
             break
         except SpecError as err:
             first_error = first_error or err
@@ -290,7 +294,7 @@ def _search(
         if first_error is not None:
             raise first_error
         raise SpecError(f"{name}: no mapping of the {options.strategy} strategy runs the point")
-    _order, tmpl, values, r, _mapping = best
+    _order, tmpl, values, r, _mapping, _bound = best
     left = space - evaluated - infeasible - breaches - skipped
     data = data_with_factors(tmpl.data, values)
     first = offered[0]

@@ -169,6 +169,10 @@ def _offers(
         if r == "segments"
         for a in ("kernels", "blocks")
     ]
+    # ... and with what the keys' blocks would make but for a statistic's kernel reading it
+    # too made again in the blocks (a group norm's centred features: one subtraction a
+    # value, where kept they cross DRAM between the kernel and the blocks)
+    layer += [(r, {**knobs, "recompute": True}) for r, knobs in layer if knobs["ahead"] == "blocks"]
     return [*rule, *fusemax, *chain, *blocks, *soonest, *flat, *unfused, *segments, *held, *free,
             *together, *layer, *narrow, *chunked]  # fmt: skip
 

@@ -56,6 +56,7 @@ TOP_KEYS = (
     "instances",
     "otherwise",
     "normalised",
+    "recompute",
 )
 INSTANCE_KEYS = ("batch", "heads")
 # The five configurations of the paper's evaluation (mapping files), in its order, and the
@@ -223,6 +224,24 @@ class MappingSpec:
                 f"normalised must be yes or no, got {value!r}", self.data.loc_of("normalised")
             )
         return value
+
+    @property
+    def recompute(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The Einsums the mapping makes again, each for the readers it lists
+        (`recompute: {XC: [XN]}`: :mod:`simulator.cascade.recompute`); none by default."""
+        value = self.data.get("recompute")
+        if value is None:
+            return ()
+        loc = self.data.loc_of("recompute")
+        if not isinstance(value, dict) or not all(
+            isinstance(v, list) and v and all(isinstance(r, str) for r in v) for v in value.values()
+        ):
+            raise SpecError(
+                "recompute must map each Einsum to the list of its readers that read the "
+                f"copy (recompute: {{XC: [XN]}}), got {value!r}",
+                loc,
+            )
+        return tuple((str(k), tuple(str(r) for r in v)) for k, v in value.items())
 
     @property
     def label(self) -> str:

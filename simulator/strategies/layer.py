@@ -120,15 +120,14 @@ def layer_spans(
     return out
 
 
-def ahead_of(
+def _ahead(
     cascade: Cascade,
     compute: tuple[str, ...],
     spans: list[tuple[str, ...]],
     extents: dict[str, int],
-) -> tuple[str, ...]:
-    """Of the Einsums outside the spans that the spans need (a layer's keys' side: their
-    norm, projections and rotation), those one block of the keys' rows can make, each token
-    read once, in cascade order (none: empty)."""
+) -> tuple[tuple[str, ...], set[str], set[str]]:
+    """What the spans need (:func:`ahead_of`), the part of it that walks the keys' rows
+    reducing none, and the part of that one block makes."""
     inside = {n for span in spans for n in span}
     producer = {cascade.einsum(n).output.tensor: n for n in compute}
     needed: set[str] = set()
@@ -147,7 +146,7 @@ def ahead_of(
     span_reads = {a.tensor for n in inside for a in cascade.einsum(n).reads()}
     sinks = [n for n in ahead if made[n] in span_reads]
     if not sinks:
-        return ()
+        return ahead, set(), set()
     # the rows: the rank most of those results carry, the widest on a tie (the keys `M` of
     # K and V, not the groups `N` of a group norm's statistics the queries' side reads too)
     count: dict[str, int] = {}
@@ -155,7 +154,7 @@ def ahead_of(
         for r in cascade.tensor(made[n]).ranks:
             count[r] = count.get(r, 0) + 1
     if not count:
-        return ()  # scalars only
+        return ahead, set(), set()  # scalars only
     row = max(count, key=lambda r: (count[r], extents.get(r, 1), r))
     block = {
         n
@@ -164,9 +163,57 @@ def ahead_of(
         and row in einsum_ranks(cascade.einsum(n))
         and row not in reduced_ranks(cascade.einsum(n))
     }
+    return ahead, block, _kept(block, ahead, made, reads)
+
+
+def _kept(
+    block: set[str], ahead: tuple[str, ...], made: dict[str, str], reads: dict[str, set[str]]
+) -> set[str]:
+    """Of `block`, what no Einsum of `ahead` outside it reads (to a fixpoint)."""
     while True:
         keep = {n for n in block if not any(made[n] in reads[m] for m in ahead if m not in block)}
         if keep == block:
-            break
+            return block
         block = keep
+
+
+def ahead_of(
+    cascade: Cascade,
+    compute: tuple[str, ...],
+    spans: list[tuple[str, ...]],
+    extents: dict[str, int],
+) -> tuple[str, ...]:
+    """Of the Einsums outside the spans that the spans need (a layer's keys' side: their
+    norm, projections and rotation), those one block of the keys' rows can make, each token
+    read once, in cascade order (none: empty)."""
+    ahead, _rows, block = _ahead(cascade, compute, spans, extents)
     return tuple(n for n in ahead if n in block)
+
+
+def remade_ahead(
+    cascade: Cascade,
+    compute: tuple[str, ...],
+    spans: list[tuple[str, ...]],
+    extents: dict[str, int],
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The element-wise Einsums a block of the keys' rows would make but for a reader
+    outside it (a group norm's centred features, which the variance over every key reads
+    too), each with the readers of the block's that would read it made again there
+    (:mod:`simulator.cascade.recompute`), in cascade order; none: empty."""
+    ahead, rows, block = _ahead(cascade, compute, spans, extents)
+
+    def reads_of(n: str) -> tuple:
+        return cascade.einsum(n).reads()
+
+    out = []
+    for n in ahead:
+        e = cascade.einsum(n)
+        if n not in rows or n in block or e.reduced:
+            continue
+        tensor = e.output.tensor
+        readers = tuple(
+            m for m in ahead if m in rows and any(a.tensor == tensor for a in reads_of(m))
+        )
+        if readers:
+            out.append((n, readers))
+    return tuple(out)

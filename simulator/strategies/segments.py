@@ -26,12 +26,13 @@ import functools
 from typing import Any
 
 from simulator.cascade.ir import Cascade, rank_of
+from simulator.cascade.recompute import recomputed
 from simulator.spec.arch import Architecture
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import _contraction, flat_mapping
 from simulator.strategies.fused import fused_mapping
 from simulator.strategies.fusemax import arrays_of
-from simulator.strategies.layer import ahead_of, layer_spans
+from simulator.strategies.layer import ahead_of, layer_spans, remade_ahead
 from simulator.strategies.roles import cascade_roles, reduced_ranks
 from simulator.strategies.together import any_independent, run_together
 from simulator.strategies.unfused import unfused_mapping
@@ -201,6 +202,7 @@ def segments_mapping(
     together: bool = False,
     layer: bool = False,
     ahead: str = "kernels",
+    recompute: bool = False,
     **flat: Any,
 ) -> dict[str, Any]:
     """The mapping data (module docstring); `flat` are FLAT's rule's knobs for the spans,
@@ -211,7 +213,10 @@ def segments_mapping(
     widened`: a layer's query norm and projection, its output projection and residual);
     `ahead`: what the spans need before them runs as `kernels`, or in `blocks` of its own
     rows (:func:`simulator.strategies.layer.ahead_of`: a layer's keys and values, each
-    token read once; the fused strategy's blocks rule, the reduction's rows whole)."""
+    token read once; the fused strategy's blocks rule, the reduction's rows whole);
+    `recompute` (with `ahead: blocks`): what the block would make but for a statistic's
+    kernel reading it too is made again in the block (:func:`simulator.strategies.layer.
+    remade_ahead`: a group norm's centred features), the mapping's `recompute:`."""
     cascade = ctx.cascade
     spans = fusable_spans(cascade, ctx.roles.compute)
     if not spans:
@@ -220,6 +225,8 @@ def segments_mapping(
         spans = layer_spans(cascade, ctx.roles.compute, spans)
     if ahead not in AHEAD:
         raise ValueError(f"ahead must be one of {AHEAD}, got {ahead!r}")
+    if recompute:
+        return _remade(ctx, spans, ahead, reuse, kernels, together, layer, flat)
     first_block: tuple[str, ...] | None = None
     if ahead == "blocks":
         first_block = ahead_of(cascade, ctx.roles.compute, spans, ctx.extents) or None
@@ -348,6 +355,39 @@ def segments_mapping(
     out["tensors"] = tensors
     out["phases"] = phases
     return {"mapping": out}
+
+
+def _remade(
+    ctx: BindContext,
+    spans: list[tuple[str, ...]],
+    ahead: str,
+    reuse: bool,
+    kernels: str,
+    together: bool,
+    layer: bool,
+    flat: dict[str, Any],
+) -> dict[str, Any]:
+    """The mapping of :func:`segments_mapping` with `recompute`: the keys' block's
+    element-wise Einsums that a kernel also reads made again in the block."""
+    cascade = ctx.cascade
+    if ahead != "blocks":
+        raise ValueError("recompute needs ahead: blocks")
+    copies = remade_ahead(cascade, ctx.roles.compute, spans, ctx.extents)
+    if not copies:
+        raise SpecError(f"'{cascade.name}': its keys' blocks need nothing made again")
+    remade = recomputed(cascade, copies)
+    again = {e.name for e in remade.einsums} - {e.name for e in cascade.einsums}
+    within = dataclasses.replace(ctx, cascade=remade, roles=cascade_roles(remade))
+    data = segments_mapping(
+        within, reuse=reuse, kernels=kernels, together=together, layer=layer, ahead=ahead, **flat
+    )
+    body = data["mapping"]
+    aheads = [p for p in body["phases"] if p["name"].startswith("ahead")]
+    blocks = {n for p in aheads for n in _scheduled(p["schedule"])}
+    if not again <= blocks:
+        raise SpecError(f"'{cascade.name}': what its keys' blocks would make again runs apart")
+    body["recompute"] = {n: list(readers) for n, readers in copies}
+    return data
 
 
 def _scheduled(schedule: Any) -> set[str]:

@@ -18,7 +18,14 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 
-from simulator.cascade.draft import fresh, map_reads, names_in_use, restated, statement
+from simulator.cascade.draft import (
+    fresh,
+    map_reads,
+    names_in_use,
+    readers,
+    restated,
+    statement,
+)
 from simulator.cascade.ir import Access, Cascade, Einsum, Expr, Read, TensorDecl
 from simulator.support.errors import Loc, SpecError
 
@@ -42,25 +49,22 @@ def _recomputed(
     taken = names_in_use(cascade)
     renamed: dict[str, dict[str, str]] = {}  # reader -> {tensor: its copy}
     added: dict[str, tuple[Einsum, TensorDecl]] = {}  # original Einsum -> (copy, declaration)
-    compute = {e.name for e in cascade.einsums}
-    for name, readers in copies:
-        if name not in compute:
+    names = {e.name for e in cascade.einsums}
+    for name, chosen in copies:
+        if name not in names:
             raise SpecError(f"recompute: unknown Einsum '{name}'", loc)
         e = cascade.einsum(name)
         if e.kind != "compute" or e.iterative is not None:
             raise SpecError(f"recompute: '{name}' is no computation to make again", loc)
         tensor = e.output.tensor
-        if not readers:
+        if not chosen:
             raise SpecError(f"recompute: '{name}' names no reader of its copy", loc)
-        for reader in readers:
-            if reader not in compute or tensor not in {
-                a.tensor for a in cascade.einsum(reader).reads()
-            }:
-                raise SpecError(f"recompute: '{reader}' does not read '{tensor}'", loc)
-            renamed.setdefault(reader, {})
+        reading = {r.name for r in readers(cascade, tensor)}
         copy = fresh(f"{tensor}R", taken)
-        for reader in readers:
-            renamed[reader][tensor] = copy
+        for reader in chosen:
+            if reader not in reading:
+                raise SpecError(f"recompute: '{reader}' does not read '{tensor}'", loc)
+            renamed.setdefault(reader, {})[tensor] = copy
         output = dataclasses.replace(e.output, tensor=copy)
         made = dataclasses.replace(
             e,

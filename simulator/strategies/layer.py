@@ -23,6 +23,7 @@ grouped-query heads). A recurrence is no such Einsum. Nothing here depends on a 
 
 from __future__ import annotations
 
+from simulator.cascade.draft import readers
 from simulator.cascade.ir import Cascade
 from simulator.strategies.roles import einsum_ranks, reduced_ranks
 from simulator.support.errors import SpecError
@@ -201,19 +202,12 @@ def remade_ahead(
     too), each with the readers of the block's that would read it made again there
     (:mod:`simulator.cascade.recompute`), in cascade order; none: empty."""
     ahead, rows, block = _ahead(cascade, compute, spans, extents)
-
-    def reads_of(n: str) -> tuple:
-        return cascade.einsum(n).reads()
-
     out = []
     for n in ahead:
         e = cascade.einsum(n)
         if n not in rows or n in block or e.reduced:
             continue
-        tensor = e.output.tensor
-        readers = tuple(
-            m for m in ahead if m in rows and any(a.tensor == tensor for a in reads_of(m))
-        )
-        if readers:
-            out.append((n, readers))
+        within = tuple(r.name for r in readers(cascade, e.output.tensor) if r.name in rows)
+        if within:
+            out.append((n, within))
     return tuple(out)

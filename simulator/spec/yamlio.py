@@ -204,7 +204,6 @@ def located(value: Any, source: str) -> Any:
     share one located string (each is immutable, and its position is the same)."""
     loc = Loc(source)
     strings: dict[str, LocStr] = {}
-    new_dict, new_list = LocDict.__new__, LocList.__new__
 
     def text(raw: str) -> LocStr:
         found = strings.get(raw)
@@ -212,22 +211,17 @@ def located(value: Any, source: str) -> Any:
             found = strings[raw] = LocStr(raw, loc)
         return found
 
-    # (each container made without its __init__, whose placeholder positions would be
-    # replaced at once: a search makes thousands of these trees)
     def walk(item: Any) -> Any:
         if isinstance(item, str):
-            found = strings.get(item)
-            return text(item) if found is None else found
+            return text(item)
         if isinstance(item, dict):
-            mapping = new_dict(LocDict)
-            dict.update(mapping, {text(str(k)): walk(v) for k, v in item.items()})
-            mapping.loc, mapping.tag = loc, None
+            mapping = LocDict({text(str(k)): walk(v) for k, v in item.items()})
+            mapping.loc = loc
             mapping.key_locs = dict.fromkeys(mapping, loc)
-            mapping.value_locs = mapping.key_locs.copy()
+            mapping.value_locs = dict.fromkeys(mapping, loc)
             return mapping
         if isinstance(item, list | tuple):
-            sequence = new_list(LocList)
-            list.extend(sequence, [walk(v) for v in item])
+            sequence = LocList([walk(v) for v in item])
             sequence.loc = loc
             sequence.item_locs = [loc] * len(sequence)
             return sequence

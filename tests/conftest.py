@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from simulator.support import collector
+
 ROOT = Path(__file__).resolve().parent.parent
 CASCADES = ROOT / "cascades"
 DATA = Path(__file__).resolve().parent / "data"
@@ -26,6 +28,12 @@ os.environ.setdefault("FUSEMAX_SIM_CACHE", tempfile.mkdtemp(prefix="fusemax-sim-
 if "PYTEST_XDIST_WORKER" not in os.environ:
     for _package in ("simulator", "experiments"):
         compileall.compile_dir(ROOT / _package, quiet=2)
+
+
+def pytest_configure(config):
+    # The collector's thresholds the command-line tools run under (simulator/support/
+    # collector.py), in this session's processes too: the suite runs what the tools run.
+    collector.tune()
 
 
 @pytest.fixture

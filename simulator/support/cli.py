@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 
+from simulator.support import collector
 from simulator.support.errors import BoundBreach, SpecError, take_warnings
 from simulator.support.interrupts import (
     EXIT_INTERRUPTED,
@@ -41,6 +42,7 @@ def guarded(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | No
 
     def wrapper(argv: list[str] | None = None) -> int:
         imports_done()
+        collector.tune()
         take_warnings()  # none left from before this command
         try:
             code = main(negative_values(sys.argv[1:] if argv is None else list(argv)))
@@ -120,6 +122,7 @@ def worker_process(parent: int) -> None:
     starts its workers with both signals held (:func:`simulator.support.atomic.interrupts_held`),
     so one that came meanwhile is dropped here, not a traceback from a half-started
     worker."""
+    collector.tune()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(AttributeError, ValueError, OSError):

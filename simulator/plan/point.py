@@ -18,6 +18,7 @@ from simulator.plan.costs import EinsumCost, plan_costs
 from simulator.plan.extents import choose_extents, example_shape_notes, factor_context
 from simulator.plan.facts import CascadeFacts, cascade_facts
 from simulator.plan.masks import constraints
+from simulator.plan.memo import PhaseMemo
 from simulator.plan.phases import PhasePlan
 from simulator.plan.views import EinsumView, phase_views
 from simulator.plan.waves import MAX_SCHEDULED_WAVES, makespan, unit_loops, unit_weights
@@ -114,12 +115,18 @@ class PointPlan:
 
 
 def plan_point(
-    cascade: Cascade, mapping: Mapping, arch: Architecture, workload: Workload
+    cascade: Cascade,
+    mapping: Mapping,
+    arch: Architecture,
+    workload: Workload,
+    memo: PhaseMemo | None = None,
 ) -> PointPlan:
-    """Plan one configuration (cascade + resolved mapping + architecture) at a workload."""
+    """Plan one configuration (cascade + resolved mapping + architecture) at a workload;
+    `memo` keeps phase plans across a search's candidates of one mapping
+    (:mod:`simulator.plan.memo`)."""
     check_registers(cascade, mapping, arch)
     facts = cascade_facts(cascade)
-    extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
+    extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload, memo)
     phases = []
     for plan in plans:
         costs = tuple(plan_costs(plan, mapping, facts, arch, extents))

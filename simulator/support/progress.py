@@ -20,12 +20,37 @@ SHOW_AFTER_S = 1.0
 
 
 def new_bar(**options: Any) -> tqdm:
-    """A tqdm bar. tqdm is imported with the first bar a process shows, not with this
-    module: its import reads its own version through importlib.metadata (25 ms), a cost
-    every command would pay at its start for a bar most never draw."""
+    """A tqdm bar. tqdm is imported with the first bar a process draws, not with this
+    module: its import reads its own version through importlib.metadata (about 80 ms with
+    its dependencies), a cost every command would pay for a bar most never draw. Off a
+    terminal (`disable=None` and a stream that is not a tty) no bar is drawn: a stand-in
+    that draws nothing, what tqdm itself gives there, without importing it."""
+    stream = options.get("file", sys.stderr)
+    if options.get("disable") is None and _off_terminal(stream):
+        return _Undrawn()  # type: ignore[return-value]
     from tqdm import tqdm
 
     return tqdm(**options)
+
+
+def _off_terminal(stream: Any) -> bool:
+    """tqdm's own test for `disable=None`."""
+    try:
+        return hasattr(stream, "isatty") and not stream.isatty()
+    except ValueError:  # a closed stream
+        return True
+
+
+class _Undrawn:
+    """A disabled bar: counts nothing, draws nothing (as tqdm's disabled bar)."""
+
+    n = 0
+
+    def update(self, n: float = 1) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
 
 
 class SimulationProgress:

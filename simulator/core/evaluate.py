@@ -23,7 +23,6 @@ from simulator.core.bounds import point_bounds
 from simulator.core.floors import WorkloadFloor
 from simulator.core.result import LevelAccess, PhaseCost, Result, TensorTraffic
 from simulator.plan.costs import EinsumCost
-from simulator.plan.memo import PhaseMemo
 from simulator.plan.point import PointPlan, plan_point
 from simulator.pricing.level_accesses import level_accesses
 from simulator.pricing.point_price import price_point
@@ -67,15 +66,13 @@ def evaluate_mapping_variants(
     workload: Workload,
     variants: Sequence[tuple[str, str, tuple[EnergyTable, AreaTable] | None]],
     timing: TimingOptions = UNLIMITED,
-    memo: PhaseMemo | None = None,
 ) -> list[Result]:
     """One point under several (engine, accounting, tables): planned once, timed once per
-    engine, priced per accounting -- each result the one :func:`evaluate_mapping` gives.
-    `memo` keeps phase plans across the candidates of one mapping (a search's)."""
+    engine, priced per accounting -- each result the one :func:`evaluate_mapping` gives."""
     for engine, _accounting, _tables in variants:
         if engine not in ENGINES:
             raise SpecError(f"unknown engine '{engine}' (choose from {', '.join(ENGINES)})")
-    point = plan_point(cascade, mapping, arch, workload, memo)
+    point = plan_point(cascade, mapping, arch, workload)
     timed: dict[str, list[PhaseTiming]] = {}
     results = []
     for engine, accounting, tables in variants:

@@ -25,7 +25,7 @@ from typing import Any
 
 from simulator.cascade.ir import Cascade
 from simulator.cascade.recompute import recomputed
-from simulator.core.evaluate import evaluate_mapping, evaluate_mapping_variants
+from simulator.core.evaluate import evaluate_mapping
 from simulator.core.result import Result, SearchStats
 from simulator.mapper import cache
 from simulator.mapper.resolve import resolved
@@ -39,14 +39,12 @@ from simulator.mapper.space import (
     tile_choices,
     with_factors,
 )
-from simulator.plan.memo import PhaseMemo
 from simulator.spec.mapping import Mapping, MappingSpec, loads_mapping, mapping_from_data
 from simulator.spec.tables import AreaTable, EnergyTable
 from simulator.strategies.auto import mapping_yaml
 from simulator.strategies.context import BindContext
 from simulator.support.errors import BoundBreach, DoesNotFit, SpecError
 from simulator.support.hashing import content_repr
-from simulator.timing.options import UNLIMITED
 
 OBJECTIVES = ("latency", "energy", "edp", "traffic")
 DEFAULT_SEARCH_S = 2.0
@@ -221,16 +219,8 @@ def _search(
     # every s rounds: it wins only where the whole array's tiles do not fit.
     # (each template's choices in spread order: the largest, the smallest, the middle ...;
     # a tie goes to the larger tiles, then the earlier template, whatever order ran them)
-    # (each template's phase plans kept across its candidates: simulator.plan.memo)
     queues = [
-        (
-            tmpl,
-            mapping,
-            iter([(k, i, choices[i]) for i in spread_order(len(choices))]),
-            [],
-            bound,
-            PhaseMemo(),
-        )
+        (tmpl, mapping, iter([(k, i, choices[i]) for i in spread_order(len(choices))]), [], bound)
         for k, (tmpl, mapping, choices, bound) in enumerate(plans)
     ]
     planned = 0
@@ -241,7 +231,7 @@ def _search(
     while queues and evaluated < budget and planned < PLANNED_PER_EVALUATION * budget:
         rounds += 1
         for entry in list(queues):
-            tmpl, mapping, choices, too_big, bound_cascade, memo = entry
+            tmpl, mapping, choices, too_big, bound_cascade = entry
             if (rounds - 1) % _turn(tmpl) and len(queues) > 1:
                 continue
             item = next(choices, None)
@@ -256,14 +246,8 @@ def _search(
             if progress is not None:
                 progress(planned, min(space, PLANNED_PER_EVALUATION * budget))
             try:
-                (r,) = evaluate_mapping_variants(
-                    bound_cascade,
-                    with_factors(mapping, values),
-                    arch,
-                    workload,
-                    [("analytic", "corrected", candidate_tables)],
-                    UNLIMITED,
-                    memo,
+                r = evaluate_mapping(
+                    bound_cascade, with_factors(mapping, values), arch, workload, candidate_tables
                 )
                 if options.whole_tiles and any(t.spill_bytes > 0 for t in r.tensors):
                     raise DoesNotFit(f"{_described(tmpl, values)} spills part of a tile")

@@ -16,13 +16,12 @@ from collections.abc import Mapping as TMapping
 
 from simulator.cascade.ir import Cascade
 from simulator.plan.facts import CascadeFacts
-from simulator.plan.memo import PhaseMemo
 from simulator.plan.nest import merged_partitions, resolve_extents
 from simulator.plan.phases import PhasePlan, plan_phase
 from simulator.plan.views import BATCH, HEADS
 from simulator.spec import expr
 from simulator.spec.arch import Architecture
-from simulator.spec.mapping import Mapping, Phase
+from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload
 from simulator.support.errors import DoesNotFit, Loc, NotDivisible, SpecError
 from simulator.support.units import divisors
@@ -136,44 +135,38 @@ def _plans(
     arch: Architecture,
     extents: dict[str, int],
     partitions: dict[str, tuple[str, ...]],
-    instances: tuple[tuple[str, int], ...],
-    memo: PhaseMemo,
+    instances: tuple[tuple[str, int], ...] = (),
+    mapped: dict | None = None,
     until_unfit: bool = False,
 ) -> list[PhasePlan]:
-    """Every phase planned; `memo` keeps phase plans across trials of other extents (a
-    phase that reads none of the extents a trial changes is planned once: a GEMM phase
-    reads its Einsum's own). `until_unfit`: stop after the first phase that does not fit
-    (the point cannot run; that phase is what the error names)."""
-    context = (mapping.name, mapping.path, mapping.binding, facts, arch, partitions, instances)
+    """Every phase planned; `mapped` keeps GEMM-mapper plans across the search's trials (they
+    depend on the Einsum's own extents only). `until_unfit`: stop after the first phase that
+    does not fit (the point cannot run; that phase is what the error names)."""
     out = []
     for ph in mapping.phases:
-
-        def make(known: TMapping[str, int], ph: Phase = ph) -> PhasePlan:
-            return plan_phase(ph, mapping, facts, arch, known, partitions, instances)
-
-        out.append(memo.plan(ph, context, extents, make))
+        if ph.mapper is not None and mapped is not None:
+            e = facts.cascade.einsum(ph.einsums[0].einsum)
+            key = (ph.name, tuple(sorted((v, extents.get(v.upper())) for v in e.iteration)))
+            if key not in mapped:
+                mapped[key] = plan_phase(ph, mapping, facts, arch, extents, partitions, instances)
+            out.append(mapped[key])
+        else:
+            out.append(plan_phase(ph, mapping, facts, arch, extents, partitions, instances))
         if until_unfit and not out[-1].fits:
             break
     return out
 
 
 def choose_extents(
-    cascade: Cascade,
-    mapping: Mapping,
-    facts: CascadeFacts,
-    arch: Architecture,
-    workload: Workload,
-    memo: PhaseMemo | None = None,
+    cascade: Cascade, mapping: Mapping, facts: CascadeFacts, arch: Architecture, workload: Workload
 ) -> tuple[dict[str, int], dict[str, tuple[str, ...]], list[PhasePlan]]:
-    """The extents (the `search` factors chosen), the partitions and every phase's plan;
-    `memo` keeps phase plans across calls for candidates of one mapping (a search's)."""
     known, search, partitions = fixed_extents(cascade, mapping, arch, workload)
     known = resolve_extents(
         known, partitions, mapping.name, Loc(mapping.path), frozenset(mapping.padded)
     )
     locs = dict(mapping.factor_locs)
     instances = ((BATCH, mapping.batch), (HEADS, mapping.heads))
-    mapped = PhaseMemo() if memo is None else memo
+    mapped: dict = {}
     if not search:
         extents = _complete(known, partitions, cascade, mapping)
         plans = _plans(mapping, facts, arch, extents, partitions, instances, mapped, True)

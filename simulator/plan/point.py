@@ -18,7 +18,6 @@ from simulator.plan.costs import EinsumCost, plan_costs
 from simulator.plan.extents import choose_extents, example_shape_notes, factor_context
 from simulator.plan.facts import CascadeFacts, cascade_facts
 from simulator.plan.masks import constraints
-from simulator.plan.memo import PhaseMemo
 from simulator.plan.phases import PhasePlan
 from simulator.plan.views import EinsumView, phase_views
 from simulator.plan.waves import MAX_SCHEDULED_WAVES, makespan, unit_loops, unit_weights
@@ -115,18 +114,12 @@ class PointPlan:
 
 
 def plan_point(
-    cascade: Cascade,
-    mapping: Mapping,
-    arch: Architecture,
-    workload: Workload,
-    memo: PhaseMemo | None = None,
+    cascade: Cascade, mapping: Mapping, arch: Architecture, workload: Workload
 ) -> PointPlan:
-    """Plan one configuration (cascade + resolved mapping + architecture) at a workload;
-    `memo` keeps phase plans across a search's candidates of one mapping
-    (:mod:`simulator.plan.memo`)."""
+    """Plan one configuration (cascade + resolved mapping + architecture) at a workload."""
     check_registers(cascade, mapping, arch)
     facts = cascade_facts(cascade)
-    extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload, memo)
+    extents, partitions, plans = choose_extents(cascade, mapping, facts, arch, workload)
     phases = []
     for plan in plans:
         costs = tuple(plan_costs(plan, mapping, facts, arch, extents))

@@ -10,6 +10,7 @@ ranks, order, iteration -- is checked by :mod:`simulator.cascade.checks`.
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from simulator.cascade.ir import (
     Read,
 )
 from simulator.spec.yamlio import LocStr
+from simulator.support.cache_dir import cache_folder
 from simulator.support.errors import Loc, SpecError
 
 
@@ -41,14 +43,33 @@ from simulator.support.errors import Loc, SpecError
 def _parser() -> Lark:
     """The LALR parser with the IR transformer embedded: each rule becomes IR as it is
     reduced, with no parse tree built and walked again (twice as fast on a long cascade).
-    The transformer reads the statement being parsed from `_TRANSFORMER.source`."""
+    The transformer reads the statement being parsed from `_TRANSFORMER.source`.
+
+    Its tables are kept in the cache folder (lark's own `cache`: read back only when the
+    digest of the grammar, the options and lark's version it starts with matches), so a
+    process starts with them in 3 ms instead of building them in 30-40 ms."""
     grammar = (Path(__file__).parent / "grammar.lark").read_text(encoding="utf-8")
     return Lark(
         grammar,
         parser="lalr",
         start=["start", "opdef"],
         transformer=_TRANSFORMER,
+        cache=_tables_file(grammar),
     )
+
+
+def _tables_file(grammar: str) -> str | bool:
+    """Where the parser's tables are kept (one file per grammar text), or False: caching
+    off, or no folder for it."""
+    where = cache_folder("parser")
+    if where is None:
+        return False
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    digest = hashlib.sha256(grammar.encode()).hexdigest()[:16]
+    return str(where / f"cascade-grammar-{digest}.lark")
 
 
 # --------------------------------------------------------------------------------------

@@ -6,9 +6,9 @@ digest of (the simulator's code, the cascade, the architecture, the workload, th
 options, the energy tables when the objective prices energy) and reused. A changed file or
 option is another digest; a stale entry is never read.
 
-Where: `$FUSEMAX_SIM_CACHE` (a folder; `off` turns the cache off), else
-`$XDG_CACHE_HOME/fusemax-sim`, else `~/.cache/fusemax-sim`. An entry that cannot be read or
-written is ignored: the cache only ever saves time.
+Where: `mapper/` in the simulator's cache folder (:mod:`simulator.support.cache_dir`:
+`$FUSEMAX_SIM_CACHE`, `off` turning it off). An entry that cannot be read or written is
+ignored: the cache only ever saves time.
 """
 
 from __future__ import annotations
@@ -17,24 +17,19 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from simulator.core.result import SearchStats
 from simulator.support.atomic import write_text
+from simulator.support.cache_dir import cache_folder
 
-ENV = "FUSEMAX_SIM_CACHE"
 FORMAT = 1  # bumped when an entry's layout changes
 
 
 def folder() -> Path | None:
     """The cache folder, or None when the cache is off."""
-    given = os.environ.get(ENV)
-    if given is not None:
-        return None if given.strip().lower() in ("off", "0", "") else Path(given) / "mapper"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fusemax-sim" / "mapper"
+    return cache_folder("mapper")
 
 
 @functools.lru_cache(maxsize=1)

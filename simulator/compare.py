@@ -42,7 +42,14 @@ from simulator.spec.workload import PHASES, Workload
 from simulator.support.atomic import check_writable, output_path
 from simulator.support.cli import ArgumentParser, guarded
 from simulator.support.errors import SimulationLimit, SpecError
-from simulator.support.figures import SMALL_PT, TEXT_PT, WIDE_IN, pyplot, save_figures
+from simulator.support.figures import (
+    SMALL_PT,
+    TEXT_PT,
+    WIDE_IN,
+    freeze_layout,
+    pyplot,
+    save_figures,
+)
 from simulator.support.paths import resolve_spec
 from simulator.support.progress import SimulationProgress
 from simulator.support.textfmt import table
@@ -313,11 +320,8 @@ def draw(rows: list[Row], workload: Workload, out: Path) -> list[Path]:
     fig.suptitle(workload.describe(), fontsize=TEXT_PT)
     for text in labelled:
         text.set_in_layout(False)  # inside the axes: the layout leaves them out
-    fig.canvas.draw()  # the constrained layout, once
+    freeze_layout(fig)  # laid out once: the labels are thinned where they are drawn
     _thin_out(fig, labelled)
-    # laid out: the PNG and the PDF are drawn where the layout put everything, without
-    # running it again for each (four layouts of a second each, before)
-    fig.set_layout_engine("none")
     return save_figures(fig, out)
 
 

@@ -35,6 +35,19 @@ def pyplot() -> Any:
     return plt
 
 
+def freeze_layout(fig: Any) -> None:
+    """Run the figure's layout engine once and keep what it placed: no engine afterwards
+    (what is drawn next is drawn where the layout put it). A figure without one, or whose
+    layout is already frozen, is left as it is."""
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine  # noqa: PLC0415 - drawing
+
+    engine = fig.get_layout_engine()
+    if engine is None or isinstance(engine, PlaceHolderLayoutEngine):
+        return
+    fig.canvas.draw()
+    fig.set_layout_engine("none")
+
+
 # Matplotlib writes its version and the date into PNG/PDF metadata by default: left out, so
 # identical figures are identical files.
 _METADATA = {
@@ -45,7 +58,11 @@ _METADATA = {
 
 def save_figures(fig: Any, stem: Path) -> list[Path]:
     """`stem`.png and `stem`.pdf, written whole and together or not at all, without
-    timestamps (the same figure draws the same bytes); the figure is closed."""
+    timestamps (the same figure draws the same bytes); the figure is closed. A figure
+    under a layout engine (`layout="constrained"`) is laid out once, then drawn in both
+    formats where that layout put everything (matplotlib would lay it out twice more for
+    each format)."""
+    freeze_layout(fig)
     written = [stem.with_name(stem.name + suffix) for suffix in (".png", ".pdf")]
     with atomic_paths(written) as temps:  # the PNG and the PDF together, or neither
         for tmp, suffix in zip(temps, (".png", ".pdf"), strict=True):

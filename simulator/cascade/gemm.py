@@ -15,6 +15,7 @@ instance.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from simulator.cascade.ir import Cascade, IVar, Op, Read, rank_of
@@ -52,10 +53,13 @@ def gemm_shape(cascade: Cascade, einsum: str) -> GemmShape | None:
     return found[0] if found is not None and not found[1] else None
 
 
+@functools.lru_cache(maxsize=4096)
 def batched_gemm_shape(cascade: Cascade, einsum: str) -> tuple[GemmShape, tuple[str, ...]] | None:
     """A batch of GEMMs: the GEMM an Einsum is for each value of the ranks in all three
     accesses (`SLNV[f, m1, p] = SLN[m1, m0, p] * BV[f, m1, m0]`: one GEMM per chunk m1),
-    and those batch ranks; None when it is not one (see :func:`gemm_shape`)."""
+    and those batch ranks; None when it is not one (see :func:`gemm_shape`). Kept per
+    process (the answer is immutable): the mapper's templates and every candidate's GEMM
+    phases ask it of the same cascade thousands of times."""
     e = cascade.einsum(einsum)
     if e.kind != "compute" or not isinstance(e.expr, Op) or e.expr.name != "mul":
         return None

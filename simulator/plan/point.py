@@ -20,7 +20,13 @@ from simulator.plan.facts import CascadeFacts, cascade_facts
 from simulator.plan.masks import constraints
 from simulator.plan.phases import PhasePlan
 from simulator.plan.views import EinsumView, phase_views
-from simulator.plan.waves import MAX_SCHEDULED_WAVES, makespan, unit_loops, unit_weights
+from simulator.plan.waves import (
+    MAX_SCHEDULED_WAVES,
+    makespan,
+    shared_einsums,
+    unit_loops,
+    unit_weights,
+)
 from simulator.spec.arch import Architecture
 from simulator.spec.mapping import Mapping
 from simulator.spec.workload import Workload
@@ -79,6 +85,20 @@ class PointPlan:
         if uneven is not None:
             return uneven / units
         return math.ceil(self.instances * units / cores) / units
+
+    def unit_cycles(self, phase: PlannedPhase) -> dict[str, float]:
+        """Each Einsum's cycles per instance as the phase's units run it: on a fan-out of
+        cores, the work no unit loop indexes (:func:`simulator.plan.waves.shared_einsums`)
+        counted once per unit -- every unit holds it -- so that over
+        :meth:`core_instances` the busiest core does all of it."""
+        cycles = {c.einsum: c.cycles for c in phase.costs}
+        if self.arch.cores == 1 or not phase.plan.phase.loops or phase.plan.gemm is not None:
+            return cycles
+        shared = shared_einsums(self.cascade, phase.plan.phase, self.partitions)
+        if not shared:
+            return cycles
+        units = self.parallel_units(phase)
+        return {n: c * units if n in shared else c for n, c in cycles.items()}
 
     def _uneven_makespan(self, phase: PlannedPhase) -> float | None:
         """Under a mask the units do unequal work: the in-order deal's time in units of the

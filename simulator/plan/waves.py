@@ -65,6 +65,27 @@ def unit_loops(
     return tuple(out)
 
 
+def shared_einsums(
+    cascade: Cascade,
+    phase: Phase,
+    partitions: dict[str, tuple[str, ...]],
+) -> frozenset[str]:
+    """The phase's Einsums that no unit loop indexes: work an instance does once and every
+    unit needs (a linear attention's key-value summary, reduced over the keys, under blocks
+    of query rows). The units are independent: each does that work itself, or waits for
+    the one that does -- either way a unit's time holds all of it. Empty where the phase
+    has one unit."""
+    units = unit_loops(cascade, phase, partitions)
+    if not units:
+        return frozenset()
+    ranks = {next((r for r, comps in partitions.items() if u in comps), u) for u in units}
+    return frozenset(
+        em.einsum
+        for em in phase.einsums
+        if not ranks & set(cascade.einsum(em.einsum).iteration_ranks)
+    )
+
+
 def sharing_group(
     units: tuple[str, ...],
     signature: tuple[tuple[str, int], ...],

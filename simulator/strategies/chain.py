@@ -159,7 +159,7 @@ def chain_mapping(
                     for c in mine
                     if c not in spatial and c not in loops and 1 < sizes.get(c, 1) <= side
                 ]
-                spatial += sorted(spare, key=lambda c: -sizes[c])[:1]
+                spatial = _beside(spatial, sorted(spare, key=lambda c: -sizes[c])[:1], r0)
             if len(spatial) < 2:  # else part of a rank wider than the side (a cumulative
                 # sum's tokens, Mamba-2's `CP[p] = AT[t : t <= p]`), the rest walked
                 wide = _split_wide(cascade, n, mine, spatial, loops, sizes, side, leaves)
@@ -174,8 +174,11 @@ def chain_mapping(
     for (rank, outer_, part), side in splits.items():
         leaves[rank] = partitions[rank] = [outer_, part]
         factors[part] = side
+    split = {rank: [outer_, part] for (rank, outer_, part) in splits}
+    for n in roles.compute:  # another Einsum spreading a split rank spreads both its parts
+        einsums[n]["spatial"] = [c for r in einsums[n]["spatial"] for c in split.get(r, [r])]
     for n, part in widened.items():
-        einsums[n]["spatial"].append(part)
+        einsums[n]["spatial"] = _beside(einsums[n]["spatial"], [part], r0)
     tensors: dict[str, dict[str, Any]] = {}
     aliases = {
         e.output.tensor: e.reads()[0].tensor
@@ -231,6 +234,15 @@ def chain_mapping(
     return {"mapping": body}
 
 
+def _beside(spatial: list[str], more: list[str], r0: str) -> list[str]:
+    """An Einsum's spatial components with `more` on the side its own leave free: the
+    array's columns (meshX, first) where the rows' component is not among them -- a chunk
+    of the streamed rank alone down the rows (meshY) -- else after them."""
+    if spatial and r0 not in spatial:
+        return [*more, *spatial]
+    return [*spatial, *more]
+
+
 def _split_wide(
     cascade: Cascade,
     name: str,
@@ -249,8 +261,7 @@ def _split_wide(
     whole = [
         c
         for c in mine
-        if c in reduced
-        and c not in leaves
+        if c not in leaves
         and c not in spatial
         and c not in loops
         and sizes.get(c, 1) > side
@@ -259,5 +270,5 @@ def _split_wide(
     ]
     if not whole:
         return None
-    rank = max(whole, key=lambda c: sizes[c])
+    rank = max(whole, key=lambda c: (c in reduced, sizes[c]))
     return rank, f"{rank}1", f"{rank}0"

@@ -19,7 +19,7 @@ def time_phase(
 ) -> PhaseTiming:
     """Closed form: no search, no simulation -- `options` have nothing to bound."""
     f = point.arch.frequency_hz
-    cycles = {c.einsum: c.cycles for c in phase.costs}
+    cycles = point.unit_cycles(phase)
     memory_s = memory_seconds(point, phase)
     buffer_s = buffer_port_cycles(phase, point.arch.buffer) / f
     phase_cycles = schedule_cycles(phase.plan.phase.schedule, cycles, phase.context)

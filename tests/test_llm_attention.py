@@ -208,3 +208,23 @@ def test_unfused_binds_one_pass_cascades_and_refuses_grouped_heads_without_reuse
     args = ["--cascade", "attention-decode", "--mapping", "auto:unfused", "--model", "llama3-8b"]
     assert run_main([*args, "--phase", "decode", "--context", "32K", "--engine", "analytic"]) == 0
     capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("cascade", "fields"),
+    [
+        ("attention-gqa-causal-3pass", {}),
+        ("attention-gqa-window-3pass", {"window": 1024}),
+    ],
+)
+def test_unfused_kernels_write_whole_what_a_library_gemm_reads_whole(cascade, fields):
+    """The unfused strategy's AV is a library GEMM: it reads the probabilities A whole,
+    masked or not (issue 44). The softmax kernel writing A through DRAM must then write the
+    masked part too -- the zeros AV reads -- not only its kept tiles: A is written as many
+    bytes as AV reads of it (before: about half under the causal mask at 4K -- a GEMM
+    reading values nothing wrote)."""
+    w = make_workload("llama3-8b", "4K", fields)
+    r = _run(cascade, w, config="auto:unfused")
+    a = next(x for x in r.tensors if x.tensor == "A")
+    full = w.batch * w.heads * w.seq_len * w.seq_len * 2  # bytes of BF16 probabilities
+    assert a.read_bytes == pytest.approx(full) and a.write_bytes == pytest.approx(full)

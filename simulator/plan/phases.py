@@ -165,6 +165,8 @@ def plan_phase(
             # any of them computes (only the tiles with kept points fetch, or write, theirs)
             sharers = [n for n, w in uses if w == is_write and signatures[n, w] == signature]
             fetched = _fetched(sharers, masks, nests, comps, signature, extents)
+            if is_write and tensor in dense_reads(mapping, facts):
+                fetched = 1.0  # a library GEMM reads it whole: the masked part written too
             if is_write:
                 tally.write += size * factor * fetched
                 tally.read += size * (factor - 1) * fetched  # partial results read back
@@ -273,6 +275,19 @@ def _held(
     if len(values) > len(spanned):
         share = min(share, peak_fraction(cons, outside, values, extents, VALUE_COUNT_LIMIT))
     return tile * share
+
+
+def dense_reads(mapping: Mapping, facts: CascadeFacts) -> frozenset[str]:
+    """The tensors a library GEMM reads (a phase the GEMM mapper maps: it reads every value
+    of its operands, masked or not). A kernel writing one through DRAM writes it whole --
+    the masked part as the zeros the GEMM reads -- not only its kept tiles."""
+    return frozenset(
+        canonical(facts, acc.tensor)
+        for ph in mapping.phases
+        if ph.mapper is not None
+        for em in ph.einsums
+        for acc in facts.cascade.einsum(em.einsum).reads()
+    )
 
 
 def _fetched(

@@ -34,7 +34,7 @@ from simulator.plan.accesses import DataSpace, LevelMapping, Loop, Problem
 from simulator.plan.facts import CascadeFacts, placement_of
 from simulator.plan.masks import active_fraction, constraints
 from simulator.plan.nest import Nest, Partitions, reuse_signature, tensor_components
-from simulator.plan.phases import PhasePlan
+from simulator.plan.phases import PhasePlan, dense_reads
 from simulator.spec.arch import Architecture, Array
 from simulator.spec.mapping import Mapping, Placement
 from simulator.spec.workload import Workload
@@ -78,6 +78,9 @@ class ViewScope:
     extents: dict[str, int]
     batch: int
     heads: int
+    # tensors a library GEMM of the mapping reads whole: their writers write them whole
+    # (simulator.plan.phases.dense_reads)
+    whole: frozenset[str] = frozenset()
 
 
 def einsum_view(
@@ -217,7 +220,15 @@ def phase_views(
         e = cascade.einsum(em.einsum)
         for tensor in [a.tensor for a in e.reads()] + [e.output.tensor]:
             places[facts.aliases.get(tensor, tensor)] = placement_of(plan.phase, facts, tensor)
-    scope = ViewScope(facts, places, partitions, extents, mapping.batch, mapping.heads)
+    scope = ViewScope(
+        facts,
+        places,
+        partitions,
+        extents,
+        mapping.batch,
+        mapping.heads,
+        dense_reads(mapping, facts),
+    )
     seen: set[tuple] = set()
     views = []
     for em in plan.phase.einsums:
@@ -275,6 +286,9 @@ def _masked(
             ),
             canon,
         )
+        if tensor == e.output.tensor and canon in scope.whole:
+            dram.append((ds, 1.0))  # written whole: a library GEMM reads every value
+            continue
         comps, _ = tensor_components(facts.cascade, tensor, partitions)
         keep = place.keep if place.keep is not None else "top"
         levels = tuple(lv for lv, _ in reuse_signature(nest, comps, keep, extents))

@@ -113,6 +113,7 @@ def plan_phase(
     }
     check_register_handoffs(phase, mapping, facts, arch, extents, partitions, nests)
     tallies: dict[str, _TensorTally] = {}
+    whole = dense_reads(mapping, facts)  # written whole: a library GEMM reads every value
     # A cache shared by a fan-out of cores (simulator.plan.waves): reads the units of a
     # wave may share, priced once the phase's working set is known.
     units = unit_loops(cascade, phase, partitions) if arch.cores > 1 and arch.buffer.cache else ()
@@ -165,7 +166,7 @@ def plan_phase(
             # any of them computes (only the tiles with kept points fetch, or write, theirs)
             sharers = [n for n, w in uses if w == is_write and signatures[n, w] == signature]
             fetched = _fetched(sharers, masks, nests, comps, signature, extents)
-            if is_write and tensor in dense_reads(mapping, facts):
+            if is_write and tensor in whole:
                 fetched = 1.0  # a library GEMM reads it whole: the masked part written too
             if is_write:
                 tally.write += size * factor * fetched

@@ -7,8 +7,10 @@ chunk by chunk: reductions over it accumulate across the chunks, nothing waits f
 fibre. As FuseMax's Mapping 1 without the running corrections:
 
 * **spatial** -- a chunk of `X` down the 2D array's rows (`X -> X1 x X0`, X0 = meshY), the
-  widest row rank across its columns (`R -> R2 x R1 x R0`, R0 = meshX, R1 searched); an
-  Einsum on the 1D array spreads the components that fill its PEs;
+  widest row rank across its columns (`R -> R2 x R1 x R0`, R0 = meshX, R1 searched); a
+  contraction without the row rank takes across the columns another of its ranks that fits
+  them, else part of one wider (the rest walked); an Einsum on the 1D array spreads the
+  components that fill its PEs;
 * **binding** -- contractions on the 2D array; any other Einsum on the array where the
   block finishes soonest given those placed (`arrays: soonest`, the arrays side by side),
   or on the array that runs it fastest (`arrays: fastest`: where the arrays take turns --
@@ -255,7 +257,9 @@ def _split_wide(
 ) -> tuple[str, str, str] | None:
     """(rank, its outer part, its part of the side's width) for the widest whole rank of an
     Einsum -- one the mapping does not split yet, wider than the side and a multiple of it
-    -- that the Einsum reduces; None if it has none."""
+    -- that the Einsum reduces (a cumulative sum's tokens), else the widest it does not (a
+    contraction's small output over a long reduction: linear attention's KV, 64 x 64
+    outputs, across 16 columns); None if it has none."""
     reduced = set(reduced_ranks(cascade.einsum(name)))
     taken = set(sizes) | {c for comps in leaves.values() for c in comps}
     whole = [

@@ -247,6 +247,16 @@ def row(env, **fields) -> dict[str, str]:
     return out
 
 
+def write_rows(path: str | Path, rows: list[dict]) -> None:
+    """A diagnostic's rows as a CSV (the columns of its first row), its folder made."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def measure_attention(
     env,
     writer,

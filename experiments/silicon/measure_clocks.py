@@ -15,7 +15,6 @@ heads, head dimension 64, 128, 256, a batch of 4.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import subprocess
 import sys
@@ -97,12 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                      "seconds_per_call": f"{t:.6g}", "rate": f"{work / t:.6g}", "unit": unit,
                      "calls": calls})  # fmt: skip
         print(f"{name:16s} {clock:7.0f} MHz {power:6.0f} W {work / t:.4g} {unit}", flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    att.write_rows(args.out, rows)
     return 0
 
 

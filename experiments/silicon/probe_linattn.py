@@ -16,7 +16,6 @@ is the bytes each moves over its time.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import measure_attention as att  # noqa: E402
 import measure_cascades as mc  # noqa: E402
 
 CASES = ((65536, 64, 16), (4096, 64, 64), (4096, 128, 128), (1024, 128, 256))
@@ -84,12 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     gpu = torch.cuda.get_device_name(0)
     rows = [r for m, e, b in CASES for r in probe(m, e, b, sms, gpu)]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    att.write_rows(args.out, rows)
     return 0
 
 

@@ -78,7 +78,7 @@ class PointPlan:
         cores = self.arch.cores
         if cores == 1:
             return self.instances
-        if not phase.plan.phase.loops or phase.plan.gemm is not None:
+        if not self._dealt_in_units(phase):
             return self.instances / cores
         units = self.parallel_units(phase)
         uneven = self._uneven_makespan(phase)
@@ -92,13 +92,18 @@ class PointPlan:
         counted once per unit -- every unit holds it -- so that over
         :meth:`core_instances` the busiest core does all of it."""
         cycles = {c.einsum: c.cycles for c in phase.costs}
-        if self.arch.cores == 1 or not phase.plan.phase.loops or phase.plan.gemm is not None:
+        if self.arch.cores == 1 or not self._dealt_in_units(phase):
             return cycles
-        shared = shared_einsums(self.cascade, phase.plan.phase, self.partitions)
-        if not shared:
-            return cycles
-        units = self.parallel_units(phase)
+        loops = unit_loops(self.cascade, phase.plan.phase, self.partitions)
+        shared = shared_einsums(self.cascade, phase.plan.phase, self.partitions, loops)
+        units = math.prod(self.extents.get(loop, 1) for loop in loops)
         return {n: c * units if n in shared else c for n, c in cycles.items()}
+
+    @staticmethod
+    def _dealt_in_units(phase: PlannedPhase) -> bool:
+        """A tiled phase deals its units to the cores; a mapped GEMM (a library's) and a
+        phase without loops spread evenly over them."""
+        return bool(phase.plan.phase.loops) and phase.plan.gemm is None
 
     def _uneven_makespan(self, phase: PlannedPhase) -> float | None:
         """Under a mask the units do unequal work: the in-order deal's time in units of the

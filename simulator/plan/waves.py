@@ -69,13 +69,13 @@ def shared_einsums(
     cascade: Cascade,
     phase: Phase,
     partitions: dict[str, tuple[str, ...]],
+    units: tuple[str, ...],
 ) -> frozenset[str]:
-    """The phase's Einsums that no unit loop indexes: work an instance does once and every
-    unit needs (a linear attention's key-value summary, reduced over the keys, under blocks
-    of query rows). The units are independent: each does that work itself, or waits for
-    the one that does -- either way a unit's time holds all of it. Empty where the phase
-    has one unit."""
-    units = unit_loops(cascade, phase, partitions)
+    """The phase's Einsums that none of its unit loops (:func:`unit_loops`) indexes: work an
+    instance does once and every unit needs (a linear attention's key-value summary,
+    reduced over the keys, under blocks of query rows). The units are independent: each
+    does that work itself, or waits for the one that does -- either way a unit's time holds
+    all of it. Empty where the phase has no unit loop."""
     if not units:
         return frozenset()
     ranks = {next((r for r, comps in partitions.items() if u in comps), u) for u in units}

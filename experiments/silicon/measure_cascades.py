@@ -422,17 +422,14 @@ def _xent_fused(l_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _linattn_kv(k_ptr, v_ptr, kv_ptr, ks_ptr, m, chunk, E: tl.constexpr, F: tl.constexpr,
-                BM: tl.constexpr):  # fmt: skip
-    """phi(K)^T V and the key sum of one instance's chunk of keys, added atomically to the
-    instance's FP32 KV [E, F] and KS [E]."""
-    b = tl.program_id(0).to(tl.int64)
-    lo = tl.program_id(1) * chunk
+def _linattn_keys(k_ptr, v_ptr, b, m, lo, hi, E: tl.constexpr, F: tl.constexpr,
+                  BM: tl.constexpr):  # fmt: skip
+    """phi(K)^T V [E, F] and the key sum [E] over keys lo .. hi of instance b (FP32)."""
     e = tl.arange(0, E)
     f = tl.arange(0, F)
     acc = tl.zeros([E, F], dtype=tl.float32)
     ks = tl.zeros([E], dtype=tl.float32)
-    for start in range(lo, lo + chunk, BM):
+    for start in range(lo, hi, BM):
         rows = start + tl.arange(0, BM)
         inside = rows < m
         k = tl.load(k_ptr + b * m * E + rows[:, None] * E + e[None, :], mask=inside[:, None],
@@ -443,6 +440,36 @@ def _linattn_kv(k_ptr, v_ptr, kv_ptr, ks_ptr, m, chunk, E: tl.constexpr, F: tl.c
                     other=0.0)  # fmt: skip
         acc += tl.dot(tl.trans(pk.to(tl.bfloat16)), v)
         ks += tl.sum(pk, axis=0)
+    return acc, ks
+
+
+@triton.jit
+def _linattn_rows(q_ptr, kv, ks, out_ptr, b, p, start, E: tl.constexpr, F: tl.constexpr,
+                  BP: tl.constexpr):  # fmt: skip
+    """The block of BP queries from `start`: phi(Q) KV / phi(Q) KS (KV in BF16)."""
+    rows = start + tl.arange(0, BP)
+    inside = rows < p
+    e = tl.arange(0, E)
+    f = tl.arange(0, F)
+    q = tl.load(q_ptr + b * p * E + rows[:, None] * E + e[None, :], mask=inside[:, None],
+                other=0.0).to(tl.float32)  # fmt: skip
+    pq = tl.exp(tl.minimum(q, 0.0)) + tl.maximum(q, 0.0)
+    num = tl.dot(pq.to(tl.bfloat16), kv)
+    den = tl.sum(pq * ks[None, :], axis=1)
+    y = (num / den[:, None]).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + b * p * F + rows[:, None] * F + f[None, :], y, mask=inside[:, None])
+
+
+@triton.jit
+def _linattn_kv(k_ptr, v_ptr, kv_ptr, ks_ptr, m, chunk, E: tl.constexpr, F: tl.constexpr,
+                BM: tl.constexpr):  # fmt: skip
+    """phi(K)^T V and the key sum of one instance's chunk of keys, added atomically to the
+    instance's FP32 KV [E, F] and KS [E]."""
+    b = tl.program_id(0).to(tl.int64)
+    lo = tl.program_id(1) * chunk
+    acc, ks = _linattn_keys(k_ptr, v_ptr, b, m, lo, lo + chunk, E, F, BM)
+    e = tl.arange(0, E)
+    f = tl.arange(0, F)
     tl.atomic_add(kv_ptr + b * E * F + e[:, None] * F + f[None, :], acc)
     tl.atomic_add(ks_ptr + b * E + e, ks)
 
@@ -452,19 +479,11 @@ def _linattn_out(q_ptr, kv_ptr, ks_ptr, out_ptr, p, E: tl.constexpr, F: tl.const
                  BP: tl.constexpr):  # fmt: skip
     """A block of queries: phi(Q) KV / phi(Q) KS."""
     b = tl.program_id(0).to(tl.int64)
-    rows = tl.program_id(1) * BP + tl.arange(0, BP)
-    inside = rows < p
     e = tl.arange(0, E)
     f = tl.arange(0, F)
-    q = tl.load(q_ptr + b * p * E + rows[:, None] * E + e[None, :], mask=inside[:, None],
-                other=0.0).to(tl.float32)  # fmt: skip
-    pq = tl.exp(tl.minimum(q, 0.0)) + tl.maximum(q, 0.0)
-    kv = tl.load(kv_ptr + b * E * F + e[:, None] * F + f[None, :])
+    kv = tl.load(kv_ptr + b * E * F + e[:, None] * F + f[None, :]).to(tl.bfloat16)
     ks = tl.load(ks_ptr + b * E + e)
-    num = tl.dot(pq.to(tl.bfloat16), kv.to(tl.bfloat16))
-    den = tl.sum(pq * ks[None, :], axis=1)
-    tl.store(out_ptr + b * p * F + rows[:, None] * F + f[None, :],
-             (num / den[:, None]).to(out_ptr.dtype.element_ty), mask=inside[:, None])  # fmt: skip
+    _linattn_rows(q_ptr, kv, ks, out_ptr, b, p, tl.program_id(1) * BP, E, F, BP)
 
 
 @triton.jit
@@ -473,32 +492,10 @@ def _linattn_one(q_ptr, k_ptr, v_ptr, out_ptr, m, p, E: tl.constexpr, F: tl.cons
     """One instance in one program: phi(K)^T V and the key sum over all its keys, held in
     registers, then its queries' outputs -- no atomics, nothing through memory between."""
     b = tl.program_id(0).to(tl.int64)
-    e = tl.arange(0, E)
-    f = tl.arange(0, F)
-    acc = tl.zeros([E, F], dtype=tl.float32)
-    ks = tl.zeros([E], dtype=tl.float32)
-    for start in range(0, m, BM):
-        rows = start + tl.arange(0, BM)
-        inside = rows < m
-        k = tl.load(k_ptr + b * m * E + rows[:, None] * E + e[None, :], mask=inside[:, None],
-                    other=0.0).to(tl.float32)  # fmt: skip
-        pk = tl.exp(tl.minimum(k, 0.0)) + tl.maximum(k, 0.0)
-        pk = tl.where(inside[:, None], pk, 0.0)
-        v = tl.load(v_ptr + b * m * F + rows[:, None] * F + f[None, :], mask=inside[:, None],
-                    other=0.0)  # fmt: skip
-        acc += tl.dot(tl.trans(pk.to(tl.bfloat16)), v)
-        ks += tl.sum(pk, axis=0)
+    acc, ks = _linattn_keys(k_ptr, v_ptr, b, m, 0, m, E, F, BM)
     kv = acc.to(tl.bfloat16)
     for start in range(0, p, BP):
-        rows = start + tl.arange(0, BP)
-        inside = rows < p
-        q = tl.load(q_ptr + b * p * E + rows[:, None] * E + e[None, :], mask=inside[:, None],
-                    other=0.0).to(tl.float32)  # fmt: skip
-        pq = tl.exp(tl.minimum(q, 0.0)) + tl.maximum(q, 0.0)
-        num = tl.dot(pq.to(tl.bfloat16), kv)
-        den = tl.sum(pq * ks[None, :], axis=1)
-        y = (num / den[:, None]).to(out_ptr.dtype.element_ty)
-        tl.store(out_ptr + b * p * F + rows[:, None] * F + f[None, :], y, mask=inside[:, None])
+        _linattn_rows(q_ptr, kv, ks, out_ptr, b, p, start, E, F, BP)
 
 
 @triton.jit

@@ -139,6 +139,10 @@ def _offers(
     # ... and with every Einsum but the contractions on the array that runs it fastest (its
     # arrays take turns where they hand each other no tile through the buffer)
     chain += [("chain", {**knobs, "arrays": "fastest"}) for _rule, knobs in chain]
+    # ... and on a chip of many cores sharing a cache, with the work that walks no row
+    # (linear attention's key-value summary) before the blocks, split over the cores
+    if arch.cores > 1 and arch.buffer.cache:
+        chain += [("chain", {**knobs, "keys": "split"}) for _rule, knobs in chain]
     # a layer's FLAT-shaped span (its attention) fused, the rest kernel by kernel
     segments = [
         ("segments", {**knobs, "soonest": True, "spread": w, "kernels": "free"})

@@ -40,6 +40,7 @@ import numpy as np
 from simulator.cascade.ir import Cascade
 from simulator.plan.masks import Constraint, active_count
 from simulator.spec.mapping import Phase
+from simulator.support.errors import SpecError
 
 
 def unit_loops(
@@ -48,17 +49,32 @@ def unit_loops(
     partitions: dict[str, tuple[str, ...]],
 ) -> tuple[str, ...]:
     """The phase's outer loops that make independent units: up to the first whose rank one
-    of its Einsums reduces or steps through (a recurrence's chunks run in order)."""
+    of its Einsums reduces or steps through (a recurrence's chunks run in order) -- but for
+    the loops the phase splits over the cores (`split:`, split-K), units all the same: each
+    reduces its part of the rank and the parts accumulate in the cores' shared cache. A
+    recurrence's steps cannot be split (each needs the one before)."""
     names = {em.einsum for em in phase.einsums}
     ordered: set[str] = set()
+    stepped: dict[str, tuple[str, str]] = {}  # a recurrence's rank -> (Einsum, the rank)
     for e in cascade.einsums:
         if e.name in names:
             ordered.update(r.lower() for r in e.reduced)
             if e.iterative:
                 ordered.add(e.iterative.lower())
+                stepped.setdefault(e.iterative.lower(), (e.name, e.iterative.upper()))
     out: list[str] = []
     for loop in phase.loops:
         rank = next((r for r, comps in partitions.items() if loop in comps), loop)
+        if loop in phase.split:
+            step = stepped.get(loop.lower()) or stepped.get(rank.lower())
+            if step is not None:
+                raise SpecError(
+                    f"phase '{phase.name}' splits {loop} over the cores, but Einsum "
+                    f"'{step[0]}' steps through {step[1]} in order (a recurrence)",
+                    phase.loc,
+                )
+            out.append(loop)
+            continue
         if rank.lower() in ordered or loop.lower() in ordered:
             break
         out.append(loop)

@@ -66,7 +66,7 @@ ALIASES = {"fusemax": "binding"}
 
 PLACEMENT_KEYS = ("home", "keep", "copies", "spill", "over")
 HOMES = ("DRAM", "buffer", "register")
-PHASE_KEYS = ("name", "loops", "einsums", "tensors", "schedule", "pipeline", "mapper")
+PHASE_KEYS = ("name", "loops", "einsums", "tensors", "schedule", "pipeline", "mapper", "split")
 PIPELINE_KEYS = ("tiles_in_flight",)
 EINSUM_KEYS = ("loops", "inner", "spatial")
 CHAINING = ("sequential", "pipelined")
@@ -123,6 +123,10 @@ class Phase(HashedOnce):
     # A GEMM phase mapped by the GEMM mapper (`plan/gemm_mapper.py`) under these settings
     # (`simulator.spec.linear.MapperSettings`) instead of the phase's loops and placements.
     mapper: Any = None
+    # Its outermost loops over a rank its Einsums reduce, dealt to a chip's cores as units
+    # all the same (split-K): each unit reduces its part, the parts accumulate in the
+    # cores' shared cache (simulator.plan.waves.unit_loops).
+    split: tuple[str, ...] = ()
 
     def placement(self, tensor: str) -> Placement | None:
         return self._placement_by_tensor.get(tensor)
@@ -922,6 +926,13 @@ def resolve(
                     praw.loc_of("mapper"),
                 )
             mapper = parse_mapper(praw["mapper"], praw.loc_of("mapper"))
+        split = _names(praw.get("split", []), praw.loc_of("split"), "split")
+        if split and (tuple(loops[: len(split)]) != tuple(split) or mapper is not None):
+            raise SpecError(
+                f"split of phase '{pname}' must name its outermost loops, in order "
+                f"(loops: {', '.join(loops) or 'none'})",
+                praw.loc_of("split"),
+            )
         phases.append(
             Phase(
                 pname,
@@ -933,6 +944,7 @@ def resolve(
                 pipeline is not None,
                 tiles_in_flight,
                 mapper,
+                tuple(split),
             )
         )
     if cascade_names is not None:

@@ -47,6 +47,7 @@ from simulator.support.errors import SpecError
 
 LABEL = "auto: chain"
 ARRAYS = ("soonest", "fastest")  # how the Einsums other than the contractions are bound
+KEYS = ("blocks", "split")  # where the Einsums that walk no row run
 
 
 def streamed_rank(cascade: Cascade, roles: Roles, extents: dict[str, int]) -> str | None:
@@ -76,14 +77,20 @@ def chain_mapping(
     scale: int = 1,
     spill: bool = True,
     arrays: str = "soonest",
+    keys: str = "blocks",
 ) -> dict[str, Any]:
     """The mapping data (module docstring); `spill`: the inputs held for a block (the
     rows a residual reads again at its end) may spill what the buffer cannot hold, fetched
     again where read -- larger blocks of rows, fewer passes over the weights; `arrays`: how
-    the Einsums other than the contractions are bound (:data:`ARRAYS`)."""
+    the Einsums other than the contractions are bound (:data:`ARRAYS`); `keys`: the
+    Einsums that walk no row (linear attention's key-value summary) done in every block
+    (`blocks`), or once in a phase of their own before the blocks, the streamed rank split
+    over a chip's cores (`split`: :data:`KEYS`)."""
     cascade, arch, roles, extents = ctx.cascade, ctx.arch, ctx.roles, ctx.extents
     if arrays not in ARRAYS:
         raise SpecError(f"chain template: arrays '{arrays}' (choose from {', '.join(ARRAYS)})")
+    if keys not in KEYS:
+        raise SpecError(f"chain template: keys '{keys}' (choose from {', '.join(KEYS)})")
     x = streamed_rank(cascade, roles, extents)
     if x is None:
         raise SpecError(
@@ -233,7 +240,79 @@ def chain_mapping(
         body["chaining"] = {one.name: "pipelined"}
     body["tensors"] = tensors
     body["phases"] = [{"name": "chain", "loops": loops, "einsums": einsums, "schedule": schedule}]
+    if keys == "split":
+        _split_keys(ctx, body, row, x, others, r2, r1, tensor_leaves)
     return {"mapping": body}
+
+
+def _split_keys(
+    ctx: BindContext,
+    body: dict[str, Any],
+    row: str,
+    x: str,
+    others: list[str],
+    r2: str,
+    r1: str,
+    tensor_leaves: Any,
+) -> None:
+    """`keys: split`: the Einsums that walk no row and read nothing that does (linear
+    attention's phi(K), its key sum and its key-value summary) in a phase of their own
+    before the blocks of rows, walking the streamed rank's chunks, the chunks dealt to the
+    cores in parts (`X -> X2 x X1 x X0`, X2 searched; the phase's `split:`): each core
+    reduces its part and the parts accumulate in the shared cache (a GPU's atomics into
+    L2). Done in every block, that work holds each block's core the whole rank long (one
+    instance's keys on one SM, the other SMs idle when the instances are few)."""
+    cascade, arch, roles = ctx.cascade, ctx.arch, ctx.roles
+    if arch.cores <= 1 or not arch.buffer.cache:
+        raise SpecError(
+            "chain template, keys split: the architecture has one core (nothing to split over)"
+        )
+
+    def ranks(n: str) -> tuple[str, ...]:
+        return einsum_ranks(cascade.einsum(n))
+
+    side = [
+        n
+        for n in roles.compute
+        if row not in ranks(n) and not any(row in ranks(a) for a in roles.ancestors(n))
+    ]
+    if not side or any(x not in ranks(n) for n in side):
+        raise SpecError(
+            f"chain template, keys split: no Einsum of '{cascade.name}' walks {x} without "
+            f"walking {row}"
+        )
+    rest = [n for n in roles.compute if n not in side]
+    x2, x1, x0 = f"{x}2", f"{x}1", f"{x}0"
+    body["partitions"][x] = [x2, x1, x0]
+    body["factors"][x2] = "search"
+    chain = body["phases"][0]
+    einsums = chain["einsums"]
+    made = {cascade.einsum(n).output.tensor for n in side}
+    read_by_rest = {a.tensor for n in rest for a in cascade.einsum(n).reads()}
+    tensors = body["tensors"]
+    for t in made & read_by_rest:  # handed to the blocks through DRAM, written once
+        tensors[t] = {"home": "DRAM", "keep": "top"}
+    keys_loops = [x2, x1]
+    rows_loops = [r2, *others, r1]
+    for t in cascade.inputs:
+        users = [n for n in roles.compute if t in {a.tensor for a in cascade.einsum(n).reads()}]
+        loops = keys_loops if users and all(n in side for n in users) else rows_loops
+        tensors[t]["keep"] = keep_point(loops, tensor_leaves(t))
+    body["phases"] = [
+        {
+            "name": "keys",
+            "loops": keys_loops,
+            "split": [x2],
+            "einsums": {n: einsums[n] for n in side},
+            "schedule": side,
+        },
+        {
+            "name": "chain",
+            "loops": rows_loops,
+            "einsums": {n: einsums[n] for n in rest},
+            "schedule": rest,
+        },
+    ]
 
 
 def _beside(spatial: list[str], more: list[str], r0: str) -> list[str]:

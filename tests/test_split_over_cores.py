@@ -87,7 +87,7 @@ def test_one_core_has_nothing_to_split():
     path = resolve_spec("cascades", "linear-attention")
     w = make_workload("bert", "4K", {"heads": 1}, shape={"E": 64, "F": 64})
     ctx = bind_context(load_cascade(path), arch, w, str(path), "fusemax")
-    with pytest.raises(SpecError, match="one core"):
+    with pytest.raises(SpecError, match="no cores sharing a cache"):
         template(ctx, "chain", keys="split")
 
 

@@ -265,7 +265,8 @@ def _split_keys(
     cascade, arch, roles = ctx.cascade, ctx.arch, ctx.roles
     if arch.cores <= 1 or not arch.buffer.cache:
         raise SpecError(
-            "chain template, keys split: the architecture has one core (nothing to split over)"
+            "chain template, keys split: the architecture has no cores sharing a cache to "
+            "split over"
         )
 
     def ranks(n: str) -> tuple[str, ...]:
@@ -282,6 +283,11 @@ def _split_keys(
             f"walking {row}"
         )
     rest = [n for n in roles.compute if n not in side]
+    if any(x in ranks(n) for n in rest):
+        raise SpecError(
+            f"chain template, keys split: Einsums of '{cascade.name}' walk {x} and {row} both "
+            "(the blocks of rows walk the chunks themselves)"
+        )
     x2, x1, x0 = f"{x}2", f"{x}1", f"{x}0"
     body["partitions"][x] = [x2, x1, x0]
     body["factors"][x2] = "search"
@@ -294,10 +300,14 @@ def _split_keys(
         tensors[t] = {"home": "DRAM", "keep": "top"}
     keys_loops = [x2, x1]
     rows_loops = [r2, *others, r1]
-    for t in cascade.inputs:
+    for t, place in tensors.items():  # keep points in the loops of the phase reading it
+        if place["keep"] in ("top", "stream") or t in made & read_by_rest:
+            continue
         users = [n for n in roles.compute if t in {a.tensor for a in cascade.einsum(n).reads()}]
+        if not users:  # an output: the phase that makes it
+            users = [n for n in roles.compute if cascade.einsum(n).output.tensor == t]
         loops = keys_loops if users and all(n in side for n in users) else rows_loops
-        tensors[t]["keep"] = keep_point(loops, tensor_leaves(t))
+        place["keep"] = keep_point(loops, tensor_leaves(t))
     body["phases"] = [
         {
             "name": "keys",

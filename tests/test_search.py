@@ -141,6 +141,19 @@ def test_more_cores_never_give_a_slower_best_mapping(cores):
     assert after <= before * (1 + SLACK)
 
 
+@pytest.mark.parametrize("cores", [8, 66])
+def test_more_cores_never_slow_a_split_reduction(cores):
+    """Linear attention's key-value summary split over the cores (the chain template's
+    `keys: split`): 16 instances of 16K keys on 8 / 16 SMs and 66 / 132."""
+    w = make_workload("bert", "16K", {"batch": 16, "heads": 1}, shape={"E": 64, "F": 64})
+    base = load_architecture(resolve_spec("arch", "h100"))
+    few = dataclasses.replace(base, cores=cores)
+    more = dataclasses.replace(base, cores=2 * cores)
+    before = _best_latency("linear-attention", few, w)
+    after = _best_latency("linear-attention", more, w)
+    assert after <= before * (1 + SLACK), (before, after)
+
+
 def test_the_search_is_deterministic_and_cached(monkeypatch, tmp_path):
     """The same inputs give the same mapping; a second search is read from the cache and
     gives the same mapping and statistics (but the time)."""

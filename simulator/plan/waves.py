@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cascade.ir import Cascade
+from simulator.cascade.ir import Cascade, rank_of
 from simulator.plan.masks import Constraint, active_count
 from simulator.spec.mapping import Phase
 from simulator.support.errors import SpecError
@@ -61,10 +61,10 @@ def unit_loops(
             ordered.update(r.lower() for r in e.reduced)
             if e.iterative:
                 ordered.add(e.iterative.lower())
-                stepped.setdefault(e.iterative.lower(), (e.name, e.iterative.upper()))
+                stepped.setdefault(e.iterative.lower(), (e.name, rank_of(e.iterative)))
     out: list[str] = []
     for loop in phase.loops:
-        rank = next((r for r, comps in partitions.items() if loop in comps), loop)
+        rank = _rank_of_loop(loop, partitions)
         if loop in phase.split:
             step = stepped.get(loop.lower()) or stepped.get(rank.lower())
             if step is not None:
@@ -81,6 +81,11 @@ def unit_loops(
     return tuple(out)
 
 
+def _rank_of_loop(loop: str, partitions: dict[str, tuple[str, ...]]) -> str:
+    """The rank a loop walks: the one the mapping partitions it from, else its own."""
+    return next((r for r, comps in partitions.items() if loop in comps), loop)
+
+
 def shared_einsums(
     cascade: Cascade,
     phase: Phase,
@@ -94,7 +99,7 @@ def shared_einsums(
     all of it. Empty where the phase has no unit loop."""
     if not units:
         return frozenset()
-    ranks = {next((r for r, comps in partitions.items() if u in comps), u) for u in units}
+    ranks = {_rank_of_loop(u, partitions) for u in units}
     return frozenset(
         em.einsum
         for em in phase.einsums

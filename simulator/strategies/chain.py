@@ -32,6 +32,7 @@ The template applies where those conditions hold; otherwise it says which one fa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from simulator.cascade.ir import Cascade
@@ -39,7 +40,14 @@ from simulator.cascade.passes import analyze_passes
 from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import fastest_arrays, soonest_arrays
 from simulator.strategies.fusemax import arrays_of, keep_point, supports
-from simulator.strategies.roles import Roles, einsum_ranks, own_chunk, reduced_ranks, tile
+from simulator.strategies.roles import (
+    Roles,
+    apart_from,
+    einsum_ranks,
+    own_chunk,
+    reduced_ranks,
+    tile,
+)
 from simulator.strategies.schedule_tree import decoupled_schedule
 from simulator.strategies.spatial import filling
 from simulator.strategies.unfused import chained, gemm_dims
@@ -253,7 +261,7 @@ def _split_keys(
     others: list[str],
     r2: str,
     r1: str,
-    tensor_leaves: Any,
+    tensor_leaves: Callable[[str], set[str]],
 ) -> None:
     """`keys: split`: the Einsums that walk no row and read nothing that does (linear
     attention's phi(K), its key sum and its key-value summary) in a phase of their own
@@ -272,11 +280,7 @@ def _split_keys(
     def ranks(n: str) -> tuple[str, ...]:
         return einsum_ranks(cascade.einsum(n))
 
-    side = [
-        n
-        for n in roles.compute
-        if row not in ranks(n) and not any(row in ranks(a) for a in roles.ancestors(n))
-    ]
+    side = apart_from(cascade, roles, row)
     if not side or any(x not in ranks(n) for n in side):
         raise SpecError(
             f"chain template, keys split: no Einsum of '{cascade.name}' walks {x} without "
@@ -291,19 +295,18 @@ def _split_keys(
     x2, x1, x0 = f"{x}2", f"{x}1", f"{x}0"
     body["partitions"][x] = [x2, x1, x0]
     body["factors"][x2] = "search"
-    chain = body["phases"][0]
-    einsums = chain["einsums"]
-    made = {cascade.einsum(n).output.tensor for n in side}
-    read_by_rest = {a.tensor for n in rest for a in cascade.einsum(n).reads()}
+    einsums = body["phases"][0]["einsums"]
+    reads = {n: {a.tensor for a in cascade.einsum(n).reads()} for n in roles.compute}
+    handed = {cascade.einsum(n).output.tensor for n in side} & {t for n in rest for t in reads[n]}
     tensors = body["tensors"]
-    for t in made & read_by_rest:  # handed to the blocks through DRAM, written once
+    for t in handed:  # to the blocks through DRAM, written once
         tensors[t] = {"home": "DRAM", "keep": "top"}
     keys_loops = [x2, x1]
     rows_loops = [r2, *others, r1]
     for t, place in tensors.items():  # keep points in the loops of the phase reading it
-        if place["keep"] in ("top", "stream") or t in made & read_by_rest:
+        if place["keep"] in ("top", "stream") or t in handed:
             continue
-        users = [n for n in roles.compute if t in {a.tensor for a in cascade.einsum(n).reads()}]
+        users = [n for n in roles.compute if t in reads[n]]
         if not users:  # an output: the phase that makes it
             users = [n for n in roles.compute if cascade.einsum(n).output.tensor == t]
         loops = keys_loops if users and all(n in side for n in users) else rows_loops

@@ -34,7 +34,14 @@ from simulator.strategies.context import BindContext, mapping_head
 from simulator.strategies.flat import flat_mapping, soonest_arrays
 from simulator.strategies.fusemax import applies as fusemax_applies
 from simulator.strategies.fusemax import arrays_of, fusemax_mapping, supports
-from simulator.strategies.roles import Roles, einsum_ranks, own_chunk, reduced_ranks, tile
+from simulator.strategies.roles import (
+    Roles,
+    apart_from,
+    einsum_ranks,
+    own_chunk,
+    reduced_ranks,
+    tile,
+)
 from simulator.strategies.unfused import chained, gemm_dims
 from simulator.support.errors import SpecError
 
@@ -139,13 +146,7 @@ def _blocks_of_rows(
 
     # Einsums that neither iterate the rows nor read anything that does (a weight's column
     # sums, a count): once, in a prologue before the blocks.
-    prologue = [
-        n
-        for n in roles.compute
-        if row is not None
-        and row not in ranks(n)
-        and not any(row in ranks(a) for a in roles.ancestors(n))
-    ]
+    prologue = apart_from(cascade, roles, row)
     main = [n for n in roles.compute if n not in prologue]
     contractions = [
         n for n in main if gemm_dims(cascade, n) is not None and not supports(two, cascade, n)

@@ -87,6 +87,21 @@ def einsum_ranks(e: Einsum) -> tuple[str, ...]:
     return e.iteration_ranks
 
 
+def apart_from(cascade: Cascade, roles: Roles, row: str | None) -> list[str]:
+    """The compute Einsums that neither walk `row` nor read anything that does (a weight's
+    column sums, linear attention's key-value summary under blocks of query rows): work done
+    once, before or beside the blocks of rows. None when there is no row rank."""
+    if row is None:
+        return []
+
+    def walks(n: str) -> bool:
+        return row in einsum_ranks(cascade.einsum(n))
+
+    return [
+        n for n in roles.compute if not walks(n) and not any(walks(a) for a in roles.ancestors(n))
+    ]
+
+
 def reduced_ranks(e: Einsum) -> tuple[str, ...]:
     return tuple(rank_of(v) for v in e.reduced)
 
